@@ -1,0 +1,27 @@
+//! udp_client: sends an exact volume of UDP data and reports both ends.
+//! See `--help`.
+
+use netspeed::config::{parse_args, ClientArgs, ClientConfig};
+use netspeed::error::{Error, Result};
+use netspeed::shutdown::Shutdown;
+use netspeed::{client, exit_with, report};
+
+fn main() {
+    if let Err(e) = run() {
+        exit_with(&e);
+    }
+}
+
+fn run() -> Result<()> {
+    let args: ClientArgs = parse_args(std::env::args_os())?;
+    let cfg = ClientConfig::from_args(args)?;
+    let shutdown = Shutdown::on_signals()
+        .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
+    let result = if cfg.local {
+        client::run_local(&cfg, &shutdown)?
+    } else {
+        client::run(&cfg, &shutdown)?
+    };
+    println!("{}", report::client_report(&result, cfg.json));
+    Ok(())
+}

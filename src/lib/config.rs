@@ -1,0 +1,571 @@
+//! Command-line flags and TOML files, merged into one validated config per
+//! role: defaults, then the file, then the flags.
+//!
+//! Why every field is an `Option` in both the flags and the file: that is
+//! what lets a flag override a file value and a file value override a
+//! default, without a flag's default silently winning over the file.
+//! Unknown TOML keys are errors that name the key (`deny_unknown_fields`).
+
+use crate::error::{Error, Result};
+use crate::units;
+use clap::Parser;
+use serde::Deserialize;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A size in a TOML file: `4194304` or `"4M"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SizeValue {
+    Number(u64),
+    Text(String),
+}
+
+impl SizeValue {
+    fn bytes(&self, key: &str) -> Result<u64> {
+        match self {
+            SizeValue::Number(n) => Ok(*n),
+            SizeValue::Text(s) => {
+                units::parse_size(s).map_err(|e| Error::usage(format!("{key}: {e}")))
+            }
+        }
+    }
+}
+
+/// A duration in a TOML file: `2` (seconds) or `"250ms"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum DurationValue {
+    Seconds(f64),
+    Text(String),
+}
+
+impl DurationValue {
+    fn duration(&self, key: &str) -> Result<Duration> {
+        let text = match self {
+            DurationValue::Seconds(s) => s.to_string(),
+            DurationValue::Text(t) => t.clone(),
+        };
+        units::parse_duration(&text).map_err(|e| Error::usage(format!("{key}: {e}")))
+    }
+}
+
+fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::usage(format!("cannot read config {}: {e}", path.display())))?;
+    parse_toml(&text).map_err(|e| Error::usage(format!("config {}: {e}", path.display())))
+}
+
+/// Parses a config text; the error is one line naming the bad key.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> std::result::Result<T, String> {
+    toml::from_str(text).map_err(|e| e.message().replace('\n', " ").trim().to_string())
+}
+
+fn size_arg(s: &str) -> std::result::Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn rate_arg(s: &str) -> std::result::Result<u64, String> {
+    units::parse_rate(s).map_err(|e| e.to_string())
+}
+
+fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Resolves `host:port`, `[::1]:35000` or `localhost:35000`.
+pub fn resolve(addr: &str) -> Result<SocketAddr> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if !addr.contains(':') {
+        return Err(Error::usage(format!(
+            "invalid address '{addr}': expected HOST:PORT, e.g. 127.0.0.1:35000 or [::1]:35000"
+        )));
+    }
+    let mut found = addr
+        .to_socket_addrs()
+        .map_err(|e| Error::usage(format!("invalid address '{addr}': {e}")))?;
+    found
+        .next()
+        .ok_or_else(|| Error::usage(format!("invalid address '{addr}': no addresses found")))
+}
+
+// ---------------------------------------------------------------- server
+
+/// `udp_server`'s flags.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "udp_server",
+    version,
+    about = "Counts the UDP datagrams and bytes each peer sends, and reports exact rates in Gbit/s.",
+    long_about = None
+)]
+pub struct ServerArgs {
+    /// Address to listen on. The default is dual-stack (IPv4 and IPv6); it
+    /// falls back to 0.0.0.0:35000 where IPv6 is unavailable. Port 0 picks a
+    /// free port; the real address is printed at start.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Shorthand for --listen [::]:PORT.
+    #[arg(short = 'p', long, value_name = "PORT", conflicts_with = "listen")]
+    pub port: Option<u16>,
+    /// Report every active peer at this interval (e.g. 1s, 500ms); 0 turns it off.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub interval: Option<Duration>,
+    /// A peer with no datagram for this long is finished and summarised.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub idle_timeout: Option<Duration>,
+    /// SO_RCVBUF to ask for (e.g. 4M). The size the kernel granted is printed.
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    pub recv_buffer_size: Option<u64>,
+    /// Most peers tracked at once; traffic from more is counted in one
+    /// overflow bucket. Bounds memory under a flood of spoofed sources.
+    #[arg(long, value_name = "N")]
+    pub max_peers: Option<usize>,
+    /// Write NDJSON events to stdout, one object per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Read settings from a TOML file; flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `udp_server`'s TOML file. Keys are the long flags with underscores.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerFile {
+    pub listen: Option<String>,
+    pub port: Option<u16>,
+    pub interval: Option<DurationValue>,
+    pub idle_timeout: Option<DurationValue>,
+    pub recv_buffer_size: Option<SizeValue>,
+    pub max_peers: Option<usize>,
+    pub json: Option<bool>,
+}
+
+/// A validated server configuration.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// True when the user named no address: fall back to IPv4 if IPv6 fails.
+    pub listen_is_default: bool,
+    pub interval: Option<Duration>,
+    pub idle_timeout: Duration,
+    pub recv_buffer_size: Option<usize>,
+    pub max_peers: usize,
+    pub json: bool,
+}
+
+/// The port seed 001 used, kept as our default.
+pub const DEFAULT_PORT: u16 = 35000;
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([0u16; 8], DEFAULT_PORT)),
+            listen_is_default: true,
+            interval: Some(Duration::from_secs(1)),
+            idle_timeout: Duration::from_secs(2),
+            recv_buffer_size: None,
+            max_peers: 4096,
+            json: false,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Merges defaults, the config file named by `--config`, and the flags.
+    pub fn from_args(args: ServerArgs) -> Result<Self> {
+        let file: ServerFile = match &args.config {
+            Some(path) => read_toml(path)?,
+            None => ServerFile::default(),
+        };
+        let mut cfg = ServerConfig::default();
+        // --listen, then -p, then the file's listen, then the file's port.
+        let listen = args.listen.or(if args.port.is_some() {
+            None
+        } else {
+            file.listen
+        });
+        let port = if listen.is_some() {
+            None
+        } else {
+            args.port.or(file.port)
+        };
+        if let Some(listen) = listen {
+            cfg.listen = listen.parse().map_err(|_| {
+                Error::usage(format!(
+                    "invalid --listen address '{listen}': expected IP:PORT, e.g. [::]:35000"
+                ))
+            })?;
+            cfg.listen_is_default = false;
+        } else if let Some(port) = port {
+            cfg.listen.set_port(port);
+        }
+        let interval = match args.interval {
+            Some(d) => Some(d),
+            None => file.interval.map(|v| v.duration("interval")).transpose()?,
+        };
+        if let Some(interval) = interval {
+            cfg.interval = (!interval.is_zero()).then_some(interval);
+        }
+        if let Some(d) = args.idle_timeout {
+            cfg.idle_timeout = d;
+        } else if let Some(v) = file.idle_timeout {
+            cfg.idle_timeout = v.duration("idle_timeout")?;
+        }
+        if cfg.idle_timeout < Duration::from_millis(10) {
+            return Err(Error::usage("--idle-timeout must be at least 10ms"));
+        }
+        let rcvbuf = match args.recv_buffer_size {
+            Some(b) => Some(b),
+            None => file
+                .recv_buffer_size
+                .map(|v| v.bytes("recv_buffer_size"))
+                .transpose()?,
+        };
+        if let Some(b) = rcvbuf {
+            if b == 0 || b > i32::MAX as u64 {
+                return Err(Error::usage(format!(
+                    "--recv-buffer-size {b}: must be between 1 and {}",
+                    i32::MAX
+                )));
+            }
+            cfg.recv_buffer_size = Some(b as usize);
+        }
+        if let Some(n) = args.max_peers.or(file.max_peers) {
+            if n == 0 {
+                return Err(Error::usage("--max-peers must be at least 1"));
+            }
+            cfg.max_peers = n;
+        }
+        cfg.json = args.json || file.json.unwrap_or(false);
+        Ok(cfg)
+    }
+}
+
+// ---------------------------------------------------------------- client
+
+/// `udp_client`'s flags. The first three are seed 001's, with its defaults.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "udp_client",
+    version,
+    about = "Sends an exact volume of UDP data to a udp_server and reports both sides.",
+    long_about = None
+)]
+pub struct ClientArgs {
+    /// Server address, HOST:PORT [default: 127.0.0.1:35000]; host names and [::1]:PORT work.
+    #[arg(short = 's', long, value_name = "ADDR")]
+    pub server_addr: Option<String>,
+    /// Datagram payload size in bytes [default: 5000]. The OS caps it:
+    /// 65507 over IPv4, 65527 over IPv6. By default macOS limits UDP datagrams
+    /// to 9216 bytes; raise it with: sudo sysctl -w net.inet.udp.maxdgram=65535
+    #[arg(short = 'b', long, value_name = "BYTES", value_parser = size_arg)]
+    pub buffer_size: Option<u64>,
+    /// Total payload bytes to send, exactly (e.g. 1000000, 64K, 1G, 1GiB) [default: 1000000].
+    /// The last datagram may be shorter than --buffer-size.
+    #[arg(short = 't', long, value_name = "BYTES", value_parser = size_arg)]
+    pub total_send: Option<u64>,
+    /// Send this many datagrams instead of a byte total (works with -b 0).
+    #[arg(short = 'n', long, value_name = "N", conflicts_with_all = ["total_send", "duration"])]
+    pub packets: Option<u64>,
+    /// Send for this long instead of a byte total (e.g. 10s).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, conflicts_with = "total_send")]
+    pub duration: Option<Duration>,
+    /// Pace sending to this payload rate (e.g. 500Mbit, 1G, 100MB/s); unpaced by default.
+    #[arg(long, value_name = "RATE", value_parser = rate_arg)]
+    pub rate: Option<u64>,
+    /// Send on a connected socket (send) instead of sendto.
+    #[arg(long)]
+    pub connected: bool,
+    /// Run N independent client sockets at once; each is its own peer.
+    #[arg(long, value_name = "N")]
+    pub clients: Option<usize>,
+    /// How long to wait for the server's end-of-test answer [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub end_timeout: Option<Duration>,
+    /// Start an in-process server on an ephemeral loopback port and test against it.
+    #[arg(long, conflicts_with = "server_addr")]
+    pub local: bool,
+    /// Write one JSON object with the final report to stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Read settings from a TOML file; flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `udp_client`'s TOML file. Keys are the long flags with underscores.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFile {
+    pub server_addr: Option<String>,
+    pub buffer_size: Option<SizeValue>,
+    pub total_send: Option<SizeValue>,
+    pub packets: Option<u64>,
+    pub duration: Option<DurationValue>,
+    pub rate: Option<String>,
+    pub connected: Option<bool>,
+    pub clients: Option<usize>,
+    pub end_timeout: Option<DurationValue>,
+    pub json: Option<bool>,
+    pub quiet: Option<bool>,
+}
+
+/// How much a client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Volume {
+    /// Exactly this many payload bytes; the last datagram may be short.
+    Bytes(u64),
+    /// Exactly this many datagrams of `buffer_size`.
+    Packets(u64),
+    /// Full datagrams until this much time has passed.
+    Time(Duration),
+}
+
+/// A validated client configuration.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub server: SocketAddr,
+    pub local: bool,
+    pub buffer_size: usize,
+    pub volume: Volume,
+    pub rate_bps: Option<u64>,
+    pub connected: bool,
+    pub clients: usize,
+    pub end_timeout: Duration,
+    pub json: bool,
+    pub quiet: bool,
+}
+
+/// Seed 001's defaults.
+pub const DEFAULT_SERVER: &str = "127.0.0.1:35000";
+pub const DEFAULT_BUFFER_SIZE: u64 = 5000;
+pub const DEFAULT_TOTAL: u64 = 1_000_000;
+/// At most this many client sockets in one process.
+pub const MAX_CLIENTS: usize = 1024;
+
+impl ClientConfig {
+    /// Merges defaults, the config file named by `--config`, and the flags.
+    pub fn from_args(args: ClientArgs) -> Result<Self> {
+        let file: ClientFile = match &args.config {
+            Some(path) => read_toml(path)?,
+            None => ClientFile::default(),
+        };
+        let server_text = args
+            .server_addr
+            .or(file.server_addr)
+            .unwrap_or_else(|| DEFAULT_SERVER.to_string());
+        let server = resolve(&server_text)?;
+        let buffer_size = match args.buffer_size {
+            Some(b) => b,
+            None => file
+                .buffer_size
+                .map(|v| v.bytes("buffer_size"))
+                .transpose()?
+                .unwrap_or(DEFAULT_BUFFER_SIZE),
+        };
+        let limit = if server.is_ipv4() {
+            crate::sys::MAX_UDP_PAYLOAD_V4
+        } else {
+            crate::sys::MAX_UDP_PAYLOAD_V6
+        };
+        if buffer_size > limit as u64 {
+            return Err(Error::usage(format!(
+                "--buffer-size {buffer_size} is larger than the largest UDP datagram over {} ({limit} bytes)",
+                if server.is_ipv4() { "IPv4" } else { "IPv6" }
+            )));
+        }
+        // Flags beat the file; among the file's keys, the same precedence.
+        let file_total = file.total_send.map(|v| v.bytes("total_send")).transpose()?;
+        let file_duration = file.duration.map(|v| v.duration("duration")).transpose()?;
+        let volume = if let Some(n) = args.packets {
+            Volume::Packets(n)
+        } else if let Some(t) = args.total_send {
+            Volume::Bytes(t)
+        } else if let Some(d) = args.duration {
+            Volume::Time(d)
+        } else if let Some(n) = file.packets {
+            Volume::Packets(n)
+        } else if let Some(t) = file_total {
+            Volume::Bytes(t)
+        } else if let Some(d) = file_duration {
+            Volume::Time(d)
+        } else {
+            Volume::Bytes(DEFAULT_TOTAL)
+        };
+        match volume {
+            Volume::Bytes(t) if buffer_size == 0 && t > 0 => {
+                return Err(Error::usage(
+                    "--buffer-size 0 sends empty datagrams, which never add up to --total-send; use --packets N",
+                ))
+            }
+            Volume::Time(d) if d.is_zero() => return Err(Error::usage("--duration must be greater than 0")),
+            _ => {}
+        }
+        let rate_bps = match args.rate {
+            Some(r) => Some(r),
+            None => file
+                .rate
+                .map(|r| units::parse_rate(&r).map_err(|e| Error::usage(format!("rate: {e}"))))
+                .transpose()?,
+        };
+        let clients = args.clients.or(file.clients).unwrap_or(1);
+        if clients == 0 || clients > MAX_CLIENTS {
+            return Err(Error::usage(format!(
+                "--clients {clients}: must be between 1 and {MAX_CLIENTS}"
+            )));
+        }
+        let end_timeout = match args.end_timeout {
+            Some(d) => d,
+            None => file
+                .end_timeout
+                .map(|v| v.duration("end_timeout"))
+                .transpose()?
+                .unwrap_or(Duration::from_secs(1)),
+        };
+        Ok(ClientConfig {
+            server,
+            local: args.local,
+            buffer_size: buffer_size as usize,
+            volume,
+            rate_bps,
+            connected: args.connected || file.connected.unwrap_or(false),
+            clients,
+            end_timeout,
+            json: args.json || file.json.unwrap_or(false),
+            quiet: args.quiet || file.quiet.unwrap_or(false),
+        })
+    }
+}
+
+/// Parses flags the way the binaries do: `--help` and `--version` print and
+/// exit 0; any other mistake becomes a one-line [`Error::Usage`].
+pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<T> {
+    match T::try_parse_from(args) {
+        Ok(parsed) => Ok(parsed),
+        Err(e) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp
+            | clap::error::ErrorKind::DisplayVersion
+            | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+            _ => {
+                let text = e.render().to_string();
+                let line = text.lines().next().unwrap_or("invalid arguments");
+                let line = line.strip_prefix("error: ").unwrap_or(line);
+                Err(Error::usage(format!("{line} (see --help)")))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(args: &[&str]) -> Result<ClientConfig> {
+        let mut argv = vec!["udp_client"];
+        argv.extend_from_slice(args);
+        ClientConfig::from_args(parse_args(argv.into_iter().map(Into::into))?)
+    }
+
+    fn server(args: &[&str]) -> Result<ServerConfig> {
+        let mut argv = vec!["udp_server"];
+        argv.extend_from_slice(args);
+        ServerConfig::from_args(parse_args(argv.into_iter().map(Into::into))?)
+    }
+
+    #[test]
+    fn client_defaults_are_seed_001s() {
+        let cfg = client(&[]).unwrap();
+        assert_eq!(cfg.server, "127.0.0.1:35000".parse().unwrap());
+        assert_eq!(cfg.buffer_size, 5000);
+        assert_eq!(cfg.volume, Volume::Bytes(1_000_000));
+        assert!(!cfg.connected);
+        assert_eq!(cfg.clients, 1);
+    }
+
+    #[test]
+    fn client_flags() {
+        let cfg = client(&[
+            "-s", "[::1]:9", "-b", "1460", "-t", "1GiB", "--rate", "500Mbit",
+        ])
+        .unwrap();
+        assert_eq!(cfg.server, "[::1]:9".parse().unwrap());
+        assert_eq!(cfg.volume, Volume::Bytes(1 << 30));
+        assert_eq!(cfg.rate_bps, Some(500_000_000));
+        let cfg = client(&["--duration", "2s"]).unwrap();
+        assert_eq!(cfg.volume, Volume::Time(Duration::from_secs(2)));
+        let cfg = client(&["-b", "0", "-n", "10"]).unwrap();
+        assert_eq!(cfg.volume, Volume::Packets(10));
+    }
+
+    #[test]
+    fn client_bad_input_is_usage_error() {
+        for bad in [
+            &["-b", "0"][..],
+            &["-b", "70000"],
+            &["-s", "[::1]:9", "-b", "65528"],
+            &["-t", "12Q"],
+            &["-s", "nonsense"],
+            &["--clients", "0"],
+            &["--rate", "0"],
+            &["--bogus"],
+        ] {
+            let err = client(bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
+            assert!(!err.to_string().contains('\n'), "{bad:?}: one line: {err}");
+        }
+        // 65507 is the IPv4 maximum and is accepted; IPv6 allows 65527.
+        assert!(client(&["-b", "65507"]).is_ok());
+        assert!(client(&["-s", "[::1]:9", "-b", "65527"]).is_ok());
+    }
+
+    #[test]
+    fn server_flags() {
+        let cfg = server(&[]).unwrap();
+        assert_eq!(cfg.listen, "[::]:35000".parse().unwrap());
+        assert!(cfg.listen_is_default);
+        let cfg = server(&["-p", "0", "--interval", "0", "--recv-buffer-size", "4M"]).unwrap();
+        assert_eq!(cfg.listen.port(), 0);
+        assert_eq!(cfg.interval, None);
+        assert_eq!(cfg.recv_buffer_size, Some(4_000_000));
+        assert!(server(&["--listen", "nope"]).is_err());
+        assert!(server(&["--max-peers", "0"]).is_err());
+        assert!(server(&["-p", "1", "--listen", "[::]:2"]).is_err());
+    }
+
+    #[test]
+    fn unknown_toml_key_is_named() {
+        let err = parse_toml::<ServerFile>("listen = \"[::]:1\"\nlisen = 3\n").unwrap_err();
+        assert!(err.contains("lisen"), "{err}");
+        let err = parse_toml::<ClientFile>("buffer_sise = 3\n").unwrap_err();
+        assert!(err.contains("buffer_sise"), "{err}");
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let dir = std::env::temp_dir().join(format!("netspeed-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        std::fs::write(
+            &path,
+            "buffer_size = \"1K\"\ntotal_send = 5000\nrate = \"1Gbit\"\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let cfg = client(&["--config", p]).unwrap();
+        assert_eq!((cfg.buffer_size, cfg.volume), (1000, Volume::Bytes(5000)));
+        let cfg = client(&["--config", p, "-b", "200", "--duration", "1s"]).unwrap();
+        assert_eq!(
+            (cfg.buffer_size, cfg.volume),
+            (200, Volume::Time(Duration::from_secs(1)))
+        );
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

@@ -1,0 +1,32 @@
+//! The two kinds of failure a user can see, and their exit codes: a usage
+//! or config mistake (2) and a runtime failure (1). Both print as one line.
+
+/// A failure that ends a run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad flag, size, address or config file: exit code 2.
+    #[error("{0}")]
+    Usage(String),
+    /// Bind refused, host unreachable, socket failure: exit code 1.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl Error {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Runtime(_) => 1,
+        }
+    }
+
+    pub fn usage(msg: impl Into<String>) -> Self {
+        Error::Usage(msg.into())
+    }
+
+    pub fn runtime(msg: impl Into<String>) -> Self {
+        Error::Runtime(msg.into())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,51 @@
+//! netspeed: how fast data really moves between two sockets, and why it
+//! does not move faster.
+//!
+//! The binaries in `src/bin/` are thin: they parse flags, build a validated
+//! config, call a role's `run`, print its report and map errors to exit
+//! codes (2 for usage and config mistakes, 1 for runtime failures).
+//!
+//! # Layout
+//! - [`units`]: sizes, rates and durations as people write them (`64K`, `500Mbit`).
+//! - [`config`]: flags and TOML files merged into one validated config per role.
+//! - [`wire`]: the datagram header and end-of-test messages; pure encode/decode.
+//! - [`stats`]: pure statistics: duplicates, reordering, loss, jitter, wire size.
+//! - [`sys`]: the only `unsafe` code: recvmmsg, SO_RXQ_OVFL, IP_RECVERR, ...
+//! - [`server`]: bind, receive, count per peer ([`server::peers`]).
+//! - [`client`]: send an exact volume, pace, back off, ask for the server's count.
+//! - [`report`]: text and JSON views of the reports.
+//! - [`progress`]: the progress bar (the only indicatif user).
+//! - [`shutdown`]: the one stop flag every role polls.
+//! - [`error`]: the two kinds of failure and their exit codes.
+//!
+//! Data flows one way: binaries → roles (server, client) → shared pieces
+//! (wire, stats, sys, units).
+
+#![deny(unsafe_code)]
+
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod progress;
+pub mod report;
+pub mod server;
+pub mod shutdown;
+pub mod stats;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod units;
+pub mod wire;
+
+/// Prints a one-line error to stderr and exits with its code.
+pub fn exit_with(err: &error::Error) -> ! {
+    let prog = std::env::args()
+        .next()
+        .and_then(|p| {
+            std::path::Path::new(&p)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "netspeed".into());
+    eprintln!("{prog}: error: {err}");
+    std::process::exit(err.exit_code())
+}

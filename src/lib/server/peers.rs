@@ -1,0 +1,676 @@
+//! The server's bounded table of peers: who sent what, and when they are
+//! finished.
+//!
+//! A peer is a client session (tagged traffic, keyed by source address and
+//! session id) or a source address (untagged traffic from any sender).
+//! Why two tables, each bounded by `max_peers`: a flood of garbage from
+//! spoofed source addresses can fill the untagged table, but it cannot take
+//! a slot from a real session. Traffic that finds its table full is summed
+//! in an overflow bucket, so memory stays bounded and nothing is uncounted.
+
+use crate::stats::{wire_bytes, Arrival, Jitter, SeqTracker};
+use crate::units;
+use crate::wire::{self, End, EndAck, Message};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Answers to end-of-test messages allowed per source IP per second.
+pub const ANSWERS_PER_SECOND: u32 = 20;
+
+/// Why a peer's summary was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DoneReason {
+    /// Its end-of-test message arrived.
+    End,
+    /// Nothing arrived for `--idle-timeout`.
+    Idle,
+    /// The server is stopping.
+    Shutdown,
+}
+
+/// One peer's figures, for an interval line or a final summary. Optional
+/// fields are left out of JSON when unknown.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerReport {
+    pub peer: String,
+    pub tagged: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Distinct datagrams received (duplicates are not counted again).
+    pub packets: u64,
+    pub bytes: u64,
+    /// Time from first to last datagram (summary), or the interval's length.
+    pub seconds: f64,
+    pub gbps: f64,
+    pub pps: f64,
+    pub wire_gbps: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_packets: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sent_packets: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sent_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_percent: Option<f64>,
+    /// `declared` (the client's end-of-test totals) or `sequence` (estimated
+    /// from the highest sequence number, when no end-of-test arrived).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_basis: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicates: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reordered: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<f64>,
+    /// Datagrams without a netspeed header merged into this session (a
+    /// client's datagrams shorter than the header).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub untagged_packets: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_drops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<DoneReason>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+struct Tagged {
+    session: u64,
+    seq: SeqTracker,
+    jitter: Jitter,
+    declared: Option<End>,
+    /// Untagged datagrams from the same address, merged at end of test.
+    untagged_packets: u64,
+}
+
+struct Peer {
+    addr: SocketAddr,
+    packets: u64,
+    bytes: u64,
+    first: Instant,
+    last: Instant,
+    mark_at: Instant,
+    mark_packets: u64,
+    mark_bytes: u64,
+    tagged: Option<Box<Tagged>>,
+    done_at: Option<Instant>,
+    drops_at_start: Option<u64>,
+}
+
+impl Peer {
+    fn new(addr: SocketAddr, now: Instant, drops: Option<u64>, session: Option<u64>) -> Self {
+        Peer {
+            addr,
+            packets: 0,
+            bytes: 0,
+            first: now,
+            last: now,
+            mark_at: now,
+            mark_packets: 0,
+            mark_bytes: 0,
+            tagged: session.map(|session| {
+                Box::new(Tagged {
+                    session,
+                    seq: SeqTracker::default(),
+                    jitter: Jitter::default(),
+                    declared: None,
+                    untagged_packets: 0,
+                })
+            }),
+            done_at: None,
+            drops_at_start: drops,
+        }
+    }
+
+    fn count(&mut self, len: usize, now: Instant) {
+        if self.packets == 0 {
+            self.first = now;
+            self.mark_at = now;
+        }
+        self.packets += 1;
+        self.bytes += len as u64;
+        self.last = now;
+    }
+
+    fn ipv6(&self) -> bool {
+        self.addr.is_ipv6()
+    }
+
+    fn lost(&self) -> Option<(u64, &'static str, u64)> {
+        let t = self.tagged.as_ref()?;
+        match &t.declared {
+            Some(end) => {
+                let got = t.seq.unique() + t.untagged_packets;
+                Some((
+                    end.sent_packets.saturating_sub(got),
+                    "declared",
+                    end.sent_packets,
+                ))
+            }
+            None if t.seq.received > 0 => {
+                let lost = t.seq.lost_estimate(0);
+                Some((lost, "sequence", lost + t.seq.unique()))
+            }
+            None => None,
+        }
+    }
+
+    fn ack(&self, drops_now: Option<u64>) -> EndAck {
+        let t = self.tagged.as_ref().expect("acks are for tagged peers");
+        EndAck {
+            session: t.session,
+            received_packets: self.packets,
+            received_bytes: self.bytes,
+            lost: self.lost().map(|l| l.0).unwrap_or(0),
+            duplicates: t.seq.duplicates,
+            reordered: t.seq.reordered,
+            first_to_last_ns: self.last.duration_since(self.first).as_nanos() as u64,
+            jitter_ns: t.jitter.nanos() as u64,
+            kernel_drops: self.kernel_drops(drops_now).unwrap_or(wire::UNKNOWN),
+        }
+    }
+
+    fn kernel_drops(&self, drops_now: Option<u64>) -> Option<u64> {
+        Some(drops_now?.saturating_sub(self.drops_at_start.unwrap_or(0)))
+    }
+
+    fn report(
+        &self,
+        packets: u64,
+        bytes: u64,
+        seconds: f64,
+        drops_now: Option<u64>,
+        reason: Option<DoneReason>,
+    ) -> PeerReport {
+        let wire_per_packet = if packets > 0 {
+            // Every datagram of a session is full-sized but the last, so
+            // the average size gives the on-wire estimate closely enough.
+            let avg = bytes / packets;
+            wire_bytes(avg, self.ipv6())
+        } else {
+            0
+        };
+        let t = self.tagged.as_deref();
+        let lost = self.lost();
+        PeerReport {
+            peer: self.addr.to_string(),
+            tagged: t.is_some(),
+            session: t.map(|t| format!("{:016x}", t.session)),
+            packets,
+            bytes,
+            seconds,
+            gbps: units::gbps(bytes, seconds),
+            pps: units::per_second(packets as f64, seconds),
+            wire_gbps: units::per_second((wire_per_packet * packets) as f64 * 8.0, seconds) / 1e9,
+            total_packets: None,
+            total_bytes: None,
+            sent_packets: t.and_then(|t| t.declared.map(|d| d.sent_packets)),
+            sent_bytes: t.and_then(|t| t.declared.map(|d| d.sent_bytes)),
+            lost: lost.map(|l| l.0),
+            loss_percent: lost.map(|(lost, _, expected)| {
+                if expected == 0 {
+                    0.0
+                } else {
+                    lost as f64 * 100.0 / expected as f64
+                }
+            }),
+            loss_basis: lost.map(|l| l.1),
+            duplicates: t.map(|t| t.seq.duplicates),
+            reordered: t.map(|t| t.seq.reordered),
+            jitter_ms: t.map(|t| t.jitter.nanos() / 1e6),
+            untagged_packets: t.map(|t| t.untagged_packets).unwrap_or(0),
+            kernel_drops: self.kernel_drops(drops_now),
+            reason,
+        }
+    }
+
+    fn summary(&self, drops_now: Option<u64>, reason: DoneReason) -> PeerReport {
+        let seconds = self.last.duration_since(self.first).as_secs_f64();
+        self.report(self.packets, self.bytes, seconds, drops_now, Some(reason))
+    }
+}
+
+/// What the table asks its owner to do.
+pub enum Event {
+    Interval(PeerReport),
+    Done(PeerReport),
+}
+
+/// Traffic that found its table full.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct Overflow {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Limits end-of-test answers per source IP, in one-second windows.
+struct AnswerLimiter {
+    window_start: Instant,
+    counts: HashMap<IpAddr, u32>,
+    max_sources: usize,
+}
+
+impl AnswerLimiter {
+    fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
+        if now.duration_since(self.window_start) >= Duration::from_secs(1) {
+            self.window_start = now;
+            self.counts.clear();
+        }
+        if self.counts.len() >= self.max_sources && !self.counts.contains_key(&ip) {
+            return false;
+        }
+        let count = self.counts.entry(ip).or_insert(0);
+        *count += 1;
+        *count <= ANSWERS_PER_SECOND
+    }
+}
+
+/// The peer table.
+pub struct PeerTable {
+    tagged: HashMap<(SocketAddr, u64), Peer>,
+    untagged: HashMap<SocketAddr, Peer>,
+    max_peers: usize,
+    idle_timeout: Duration,
+    epoch: Instant,
+    limiter: AnswerLimiter,
+    pub overflow: Overflow,
+    /// End-of-test answers refused by the rate limit.
+    pub answers_limited: u64,
+    pub total_packets: u64,
+    pub total_bytes: u64,
+    pub peers_seen: u64,
+}
+
+/// An answer to send: bytes and destination.
+pub type Reply = ([u8; wire::END_LEN], SocketAddr);
+
+impl PeerTable {
+    pub fn new(max_peers: usize, idle_timeout: Duration, now: Instant) -> Self {
+        PeerTable {
+            tagged: HashMap::new(),
+            untagged: HashMap::new(),
+            max_peers,
+            idle_timeout,
+            epoch: now,
+            limiter: AnswerLimiter {
+                window_start: now,
+                counts: HashMap::new(),
+                max_sources: max_peers,
+            },
+            overflow: Overflow::default(),
+            answers_limited: 0,
+            total_packets: 0,
+            total_bytes: 0,
+            peers_seen: 0,
+        }
+    }
+
+    /// Peers tracked right now (finished ones linger to answer retries).
+    pub fn len(&self) -> usize {
+        self.tagged.len() + self.untagged.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Accounts one datagram from `from` (as received: a v4-mapped address
+    /// on a dual-stack socket). Returns the answer to send, if any.
+    pub fn on_datagram(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        now: Instant,
+        drops: Option<u64>,
+        events: &mut dyn FnMut(Event),
+    ) -> Option<Reply> {
+        let addr = canonical(from);
+        match wire::decode(data) {
+            Ok(Message::Data(header)) => {
+                self.total_packets += 1;
+                self.total_bytes += data.len() as u64;
+                let recv_ns = now.duration_since(self.epoch).as_nanos() as u64;
+                let Some(peer) = self.tagged_peer(addr, header.session, now, drops) else {
+                    self.overflow.packets += 1;
+                    self.overflow.bytes += data.len() as u64;
+                    return None;
+                };
+                let t = peer
+                    .tagged
+                    .as_mut()
+                    .expect("tagged table holds tagged peers");
+                if t.seq.record(header.seq) == Arrival::Duplicate {
+                    return None;
+                }
+                t.jitter.record(header.send_time_ns, recv_ns);
+                peer.count(data.len(), now);
+                None
+            }
+            Ok(Message::End(end)) => self.on_end(end, addr, from, now, drops, events),
+            Ok(Message::EndAck(_)) => None,
+            Err(_) => {
+                self.total_packets += 1;
+                self.total_bytes += data.len() as u64;
+                let full = self.untagged.len() >= self.max_peers;
+                match self.untagged.get_mut(&addr) {
+                    Some(peer) => peer.count(data.len(), now),
+                    None if full => {
+                        self.overflow.packets += 1;
+                        self.overflow.bytes += data.len() as u64;
+                    }
+                    None => {
+                        self.peers_seen += 1;
+                        let mut peer = Peer::new(addr, now, drops, None);
+                        peer.count(data.len(), now);
+                        self.untagged.insert(addr, peer);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn tagged_peer(
+        &mut self,
+        addr: SocketAddr,
+        session: u64,
+        now: Instant,
+        drops: Option<u64>,
+    ) -> Option<&mut Peer> {
+        let full = self.tagged.len() >= self.max_peers;
+        let key = (addr, session);
+        if full && !self.tagged.contains_key(&key) {
+            return None;
+        }
+        Some(self.tagged.entry(key).or_insert_with(|| {
+            self.peers_seen += 1;
+            Peer::new(addr, now, drops, Some(session))
+        }))
+    }
+
+    fn on_end(
+        &mut self,
+        end: End,
+        addr: SocketAddr,
+        from: SocketAddr,
+        now: Instant,
+        drops: Option<u64>,
+        events: &mut dyn FnMut(Event),
+    ) -> Option<Reply> {
+        let merge = self.untagged.remove(&addr);
+        let peer = self.tagged_peer(addr, end.header.session, now, drops);
+        let Some(peer) = peer else {
+            if let Some(m) = merge {
+                self.untagged.insert(addr, m);
+            }
+            return None;
+        };
+        let t = peer.tagged.as_mut().expect("tagged");
+        if t.declared.is_none() {
+            t.declared = Some(end);
+            if let Some(m) = merge {
+                // The same socket's datagrams that were too short to tag.
+                t.untagged_packets += m.packets;
+                if peer.packets == 0 {
+                    peer.first = m.first;
+                    peer.mark_at = m.mark_at;
+                } else {
+                    peer.first = peer.first.min(m.first);
+                }
+                peer.last = peer.last.max(m.last);
+                peer.packets += m.packets;
+                peer.bytes += m.bytes;
+            }
+            if peer.done_at.is_none() {
+                peer.done_at = Some(now);
+                events(Event::Done(peer.summary(drops, DoneReason::End)));
+            }
+        } else if let Some(m) = merge {
+            self.untagged.insert(addr, m);
+        }
+        let peer = self.tagged.get(&(addr, end.header.session))?;
+        if !self.limiter.allow(addr.ip(), now) {
+            self.answers_limited += 1;
+            return None;
+        }
+        Some((wire::encode_end_ack(&peer.ack(drops)), from))
+    }
+
+    /// Interval lines for every peer that received something since the last
+    /// tick. Call every `--interval`.
+    pub fn tick_intervals(
+        &mut self,
+        now: Instant,
+        drops: Option<u64>,
+        events: &mut dyn FnMut(Event),
+    ) {
+        for peer in self.tagged.values_mut().chain(self.untagged.values_mut()) {
+            if peer.done_at.is_some() || peer.packets == peer.mark_packets {
+                continue;
+            }
+            let seconds = now.duration_since(peer.mark_at).as_secs_f64();
+            let mut report = peer.report(
+                peer.packets - peer.mark_packets,
+                peer.bytes - peer.mark_bytes,
+                seconds,
+                drops,
+                None,
+            );
+            report.total_packets = Some(peer.packets);
+            report.total_bytes = Some(peer.bytes);
+            events(Event::Interval(report));
+            peer.mark_at = now;
+            peer.mark_packets = peer.packets;
+            peer.mark_bytes = peer.bytes;
+        }
+    }
+
+    /// Summarises peers idle for `--idle-timeout` and forgets finished
+    /// peers once their retries can no longer come.
+    pub fn expire(&mut self, now: Instant, drops: Option<u64>, events: &mut dyn FnMut(Event)) {
+        let idle = self.idle_timeout;
+        let linger = idle.max(Duration::from_secs(2));
+        self.tagged.retain(|_, peer| match peer.done_at {
+            Some(done) => now.duration_since(done) < linger,
+            None if now.duration_since(peer.last) >= idle => {
+                peer.done_at = Some(now);
+                events(Event::Done(peer.summary(drops, DoneReason::Idle)));
+                true
+            }
+            None => true,
+        });
+        self.untagged.retain(|_, peer| {
+            if now.duration_since(peer.last) >= idle {
+                events(Event::Done(peer.summary(drops, DoneReason::Idle)));
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Summarises every unfinished peer; used once, at shutdown.
+    pub fn finish_all(&mut self, drops: Option<u64>, events: &mut dyn FnMut(Event)) {
+        for peer in self.tagged.values().chain(self.untagged.values()) {
+            if peer.done_at.is_none() && peer.packets > 0 {
+                events(Event::Done(peer.summary(drops, DoneReason::Shutdown)));
+            }
+        }
+        self.tagged.clear();
+        self.untagged.clear();
+    }
+}
+
+/// `::ffff:1.2.3.4` (a v4 client on a dual-stack socket) as `1.2.3.4`.
+pub fn canonical(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{encode_end, write_data_header, Header};
+
+    fn data(session: u64, seq: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; len];
+        write_data_header(
+            &mut buf,
+            &Header {
+                session,
+                seq,
+                send_time_ns: seq * 1000,
+            },
+        );
+        buf
+    }
+
+    fn end(session: u64, packets: u64, bytes: u64) -> Vec<u8> {
+        encode_end(&End {
+            header: Header {
+                session,
+                seq: packets,
+                send_time_ns: 0,
+            },
+            sent_packets: packets,
+            sent_bytes: bytes,
+            duration_ns: 0,
+        })
+        .to_vec()
+    }
+
+    fn collect() -> (Vec<PeerReport>, impl FnMut(Event)) {
+        (Vec::new(), |_| {})
+    }
+
+    /// A sink that keeps the final summaries.
+    fn keep(done: &mut Vec<PeerReport>) -> impl FnMut(Event) + '_ {
+        |e: Event| {
+            if let Event::Done(r) = e {
+                done.push(r)
+            }
+        }
+    }
+
+    #[test]
+    fn exact_counts_and_answer() {
+        let t0 = Instant::now();
+        let mut table = PeerTable::new(16, Duration::from_secs(2), t0);
+        let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let mut done = Vec::new();
+        for seq in [0, 1, 3, 2, 2, 4] {
+            assert!(table
+                .on_datagram(&data(7, seq, 100), a, t0, Some(0), &mut keep(&mut done))
+                .is_none());
+        }
+        // A short tail from the same socket, untagged until the end merges it.
+        table.on_datagram(&[1, 2, 3], a, t0, Some(0), &mut keep(&mut done));
+        let (bytes, to) = table
+            .on_datagram(&end(7, 7, 603), a, t0, Some(5), &mut keep(&mut done))
+            .unwrap();
+        assert_eq!(to, a);
+        let Ok(Message::EndAck(ack)) = wire::decode(&bytes) else {
+            panic!("not an ack")
+        };
+        assert_eq!(ack.received_packets, 6);
+        assert_eq!(ack.received_bytes, 503);
+        assert_eq!(ack.duplicates, 1);
+        assert_eq!(ack.reordered, 1);
+        assert_eq!(ack.lost, 1);
+        assert_eq!(ack.kernel_drops, 5);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].untagged_packets, 1);
+        assert_eq!(done[0].loss_basis, Some("declared"));
+        assert_eq!(bytes.len(), end(7, 7, 603).len(), "no amplification");
+    }
+
+    #[test]
+    fn garbage_cannot_evict_a_session() {
+        let t0 = Instant::now();
+        let (_, mut sink) = collect();
+        let mut table = PeerTable::new(4, Duration::from_secs(2), t0);
+        let real: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        table.on_datagram(&data(1, 0, 64), real, t0, None, &mut sink);
+        for port in 0..1000u16 {
+            let spoofed = SocketAddr::from(([10, 0, 0, 2], port));
+            table.on_datagram(&[0xFF; 40], spoofed, t0, None, &mut sink);
+        }
+        table.on_datagram(&data(1, 1, 64), real, t0, None, &mut sink);
+        assert!(table.len() <= 8);
+        assert_eq!(table.overflow.packets, 996);
+        let reply = table
+            .on_datagram(&end(1, 2, 128), real, t0, None, &mut sink)
+            .unwrap();
+        let Ok(Message::EndAck(ack)) = wire::decode(&reply.0) else {
+            panic!()
+        };
+        assert_eq!((ack.received_packets, ack.lost), (2, 0));
+        assert_eq!(table.total_packets, 1002);
+    }
+
+    #[test]
+    fn answers_are_rate_limited_per_source() {
+        let t0 = Instant::now();
+        let (_, mut sink) = collect();
+        let mut table = PeerTable::new(4096, Duration::from_secs(2), t0);
+        let a: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let answered = (0..100)
+            .filter(|i| {
+                table
+                    .on_datagram(&end(*i, 0, 0), a, t0, None, &mut sink)
+                    .is_some()
+            })
+            .count();
+        assert_eq!(answered, ANSWERS_PER_SECOND as usize);
+        assert_eq!(table.answers_limited, 100 - ANSWERS_PER_SECOND as u64);
+        let later = t0 + Duration::from_millis(1001);
+        assert!(table
+            .on_datagram(&end(1, 0, 0), a, later, None, &mut sink)
+            .is_some());
+    }
+
+    #[test]
+    fn idle_peers_are_summarised_and_forgotten() {
+        let t0 = Instant::now();
+        let mut table = PeerTable::new(16, Duration::from_secs(2), t0);
+        let mut done = Vec::new();
+        let a: SocketAddr = "[::1]:1".parse().unwrap();
+        table.on_datagram(&data(3, 0, 100), a, t0, None, &mut keep(&mut done));
+        table.on_datagram(
+            &data(3, 2, 100),
+            a,
+            t0 + Duration::from_secs(1),
+            None,
+            &mut keep(&mut done),
+        );
+        table.on_datagram(b"hello", a, t0, None, &mut keep(&mut done));
+        table.expire(t0 + Duration::from_millis(2500), None, &mut keep(&mut done));
+        assert_eq!(done.len(), 1, "untagged peer idle, tagged still active");
+        table.expire(t0 + Duration::from_millis(3100), None, &mut keep(&mut done));
+        assert_eq!(done.len(), 2);
+        let tagged = done.iter().find(|r| r.tagged).unwrap();
+        assert_eq!(tagged.loss_basis, Some("sequence"));
+        assert_eq!(tagged.lost, Some(1));
+        assert_eq!(tagged.seconds, 1.0);
+        assert_eq!(tagged.reason, Some(DoneReason::Idle));
+        table.expire(t0 + Duration::from_secs(10), None, &mut keep(&mut done));
+        assert!(table.is_empty());
+    }
+
+    #[test]
+    fn dual_stack_addresses_are_canonical() {
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:80".parse().unwrap();
+        assert_eq!(
+            canonical(mapped),
+            "127.0.0.1:80".parse::<SocketAddr>().unwrap()
+        );
+    }
+}

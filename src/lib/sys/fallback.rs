@@ -1,0 +1,73 @@
+//! Portable backend: one `recv_from` per datagram, no kernel drop counter,
+//! no send-error reporting. Each gap is reported to the user at run time.
+
+use socket2::Socket;
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+
+/// False: this platform has no per-socket drop counter we can read.
+pub const KERNEL_DROPS_SUPPORTED: bool = false;
+
+/// No-op here; returns false so the caller can say that ENOBUFS-style
+/// queue drops may go unreported on this platform.
+pub fn enable_send_errors(_socket: &Socket) -> io::Result<bool> {
+    Ok(false)
+}
+
+/// No-op here; returns false (kernel drops cannot be reported).
+pub fn enable_kernel_drop_counter(_socket: &Socket) -> io::Result<bool> {
+    Ok(false)
+}
+
+/// Receives one datagram per call.
+pub struct RecvBatch {
+    buf: Vec<MaybeUninit<u8>>,
+    len: usize,
+    from: Option<SocketAddr>,
+}
+
+impl RecvBatch {
+    pub fn new(_batch: usize, buf_size: usize) -> Self {
+        RecvBatch {
+            buf: vec![MaybeUninit::new(0); buf_size],
+            len: 0,
+            from: None,
+        }
+    }
+
+    pub fn recv(&mut self, socket: &Socket) -> io::Result<usize> {
+        let (len, addr) = socket.recv_from(&mut self.buf)?;
+        self.len = len;
+        self.from = addr.as_socket();
+        Ok(1)
+    }
+
+    pub fn datagram(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
+        assert_eq!(i, 0);
+        // SAFETY: the whole buffer was initialised with zeros at creation
+        // and `len <= buf.len()` (recv_from never reports more than it got).
+        let bytes: &[u8] =
+            unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) };
+        (bytes, self.from)
+    }
+
+    pub fn kernel_drops(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Not available here.
+pub fn force_recv_buffer(_socket: &Socket, _bytes: usize) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "SO_RCVBUFFORCE is Linux-only",
+    ))
+}
+
+/// The sysctl that caps socket buffers on this platform.
+#[cfg(target_os = "macos")]
+pub const RCVBUF_SYSCTL: &str = "kern.ipc.maxsockbuf";
+#[cfg(not(target_os = "macos"))]
+pub const RCVBUF_SYSCTL: &str = "the OS socket buffer limit";
+pub const RCVBUF_DOUBLES: bool = false;

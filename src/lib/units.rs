@@ -1,0 +1,267 @@
+//! Sizes, rates and durations as people write them: `64K`, `1GiB`,
+//! `500Mbit`, `250ms`.
+//!
+//! Decimal suffixes (`K`, `M`, `G`, `T`) are powers of 1000 and binary ones
+//! (`Ki`, `Mi`, `Gi`, `Ti`, optionally followed by `B`) are powers of 1024,
+//! as in iperf3's documentation and the SI. Parsing is pure and total: any
+//! input gives a value or a [`UnitError`] naming what was wrong.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a size, rate or duration could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} '{input}': {why}")]
+pub struct UnitError {
+    what: &'static str,
+    input: String,
+    why: &'static str,
+}
+
+impl UnitError {
+    fn new(what: &'static str, input: &str, why: &'static str) -> Self {
+        UnitError {
+            what,
+            input: input.to_string(),
+            why,
+        }
+    }
+}
+
+/// Splits `"1.5GiB"` into `(1.5, "GiB")`.
+fn split_number(s: &str) -> Option<(f64, &str)> {
+    let s = s.trim();
+    let end = s
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.'))
+        .map(|(i, _)| i)
+        .unwrap_or(s.len());
+    if end == 0 {
+        return None;
+    }
+    let number: f64 = s[..end].parse().ok()?;
+    if !number.is_finite() {
+        return None;
+    }
+    Some((number, s[end..].trim()))
+}
+
+/// The multiplier of a size prefix: `""`, `k`, `Mi`, ...
+fn prefix_multiplier(prefix: &str) -> Option<f64> {
+    let lower = prefix.to_ascii_lowercase();
+    Some(match lower.as_str() {
+        "" => 1.0,
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "t" => 1e12,
+        "ki" => 1024.0,
+        "mi" => 1024.0 * 1024.0,
+        "gi" => 1024.0 * 1024.0 * 1024.0,
+        "ti" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    })
+}
+
+fn to_u64(value: f64, what: &'static str, input: &str) -> Result<u64, UnitError> {
+    if value > u64::MAX as f64 {
+        return Err(UnitError::new(what, input, "too large"));
+    }
+    let rounded = value.round();
+    if (rounded - value).abs() > 1e-6 * value.max(1.0) {
+        return Err(UnitError::new(what, input, "not a whole number of bytes"));
+    }
+    Ok(rounded as u64)
+}
+
+/// Parses a byte count: `1000000`, `64K`, `1G`, `1GiB`, `1.5MB`.
+pub fn parse_size(input: &str) -> Result<u64, UnitError> {
+    const WHAT: &str = "size";
+    let (number, unit) = split_number(input)
+        .ok_or_else(|| UnitError::new(WHAT, input, "expected a number such as 64K or 1GiB"))?;
+    let prefix = unit
+        .strip_suffix('B')
+        .or_else(|| unit.strip_suffix('b').filter(|p| p.is_empty()))
+        .unwrap_or(unit);
+    let multiplier = prefix_multiplier(prefix).ok_or_else(|| {
+        UnitError::new(
+            WHAT,
+            input,
+            "unknown unit (use K, M, G, T for powers of 1000 or KiB, MiB, GiB, TiB)",
+        )
+    })?;
+    to_u64(number * multiplier, WHAT, input)
+}
+
+/// Parses a rate in bits per second: `500Mbit`, `1G`, `10Gbps`,
+/// `2.5Gbit/s`, or bytes per second with a capital `B`: `100MB/s`.
+pub fn parse_rate(input: &str) -> Result<u64, UnitError> {
+    const WHAT: &str = "rate";
+    let (number, unit) = split_number(input)
+        .ok_or_else(|| UnitError::new(WHAT, input, "expected a number such as 500Mbit"))?;
+    let unit = unit.strip_suffix("/s").unwrap_or(unit);
+    let (prefix, bits_per_unit) = if let Some(p) = unit.strip_suffix("bit") {
+        (p, 1.0)
+    } else if let Some(p) = unit.strip_suffix("bps") {
+        (p, 1.0)
+    } else if let Some(p) = unit.strip_suffix('B') {
+        (p, 8.0)
+    } else {
+        (unit, 1.0)
+    };
+    let multiplier = prefix_multiplier(prefix).ok_or_else(|| {
+        UnitError::new(
+            WHAT,
+            input,
+            "unknown unit (examples: 500Mbit, 1Gbit/s, 100MB/s)",
+        )
+    })?;
+    let bits = to_u64((number * multiplier * bits_per_unit).round(), WHAT, input)?;
+    if bits == 0 {
+        return Err(UnitError::new(WHAT, input, "must be greater than zero"));
+    }
+    Ok(bits)
+}
+
+/// Parses a duration: `2s`, `250ms`, `1.5m`, `100us`; a bare number is seconds.
+pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
+    const WHAT: &str = "duration";
+    let (number, unit) = split_number(input)
+        .ok_or_else(|| UnitError::new(WHAT, input, "expected a number such as 2s or 250ms"))?;
+    let seconds = match unit {
+        "" | "s" | "sec" => number,
+        "ms" => number / 1e3,
+        "us" | "µs" => number / 1e6,
+        "ns" => number / 1e9,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => {
+            return Err(UnitError::new(
+                WHAT,
+                input,
+                "unknown unit (use s, ms, us, m, h)",
+            ))
+        }
+    };
+    if seconds > 1e9 {
+        return Err(UnitError::new(WHAT, input, "too long"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Gigabits per second for `bytes` moved in `seconds`; 0 when no time passed,
+/// so that reports never contain NaN or infinity.
+pub fn gbps(bytes: u64, seconds: f64) -> f64 {
+    per_second(bytes as f64 * 8.0, seconds) / 1e9
+}
+
+/// `count / seconds`, or 0 when no time passed.
+pub fn per_second(count: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 && seconds.is_finite() {
+        count / seconds
+    } else {
+        0.0
+    }
+}
+
+/// A byte count for people: `1.00 GB`, `64.0 KiB` is not used; decimal only.
+pub struct HumanBytes(pub u64);
+
+impl fmt::Display for HumanBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0 as f64;
+        if b >= 1e12 {
+            write!(f, "{:.2} TB", b / 1e12)
+        } else if b >= 1e9 {
+            write!(f, "{:.2} GB", b / 1e9)
+        } else if b >= 1e6 {
+            write!(f, "{:.2} MB", b / 1e6)
+        } else if b >= 1e3 {
+            write!(f, "{:.2} kB", b / 1e3)
+        } else {
+            write!(f, "{} B", self.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1000000").unwrap(), 1_000_000);
+        assert_eq!(parse_size("64K").unwrap(), 64_000);
+        assert_eq!(parse_size("64k").unwrap(), 64_000);
+        assert_eq!(parse_size("64KB").unwrap(), 64_000);
+        assert_eq!(parse_size("64KiB").unwrap(), 65_536);
+        assert_eq!(parse_size("1G").unwrap(), 1_000_000_000);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1Gi").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1.5M").unwrap(), 1_500_000);
+        assert_eq!(parse_size(" 7 ").unwrap(), 7);
+        assert_eq!(parse_size("0").unwrap(), 0);
+        assert_eq!(parse_size("12b").unwrap(), 12);
+    }
+
+    #[test]
+    fn bad_sizes() {
+        for bad in [
+            "",
+            "K",
+            "-1",
+            "1X",
+            "1.2.3",
+            "1e3",
+            "0.5",
+            "99999999999T",
+            "NaN",
+            "inf",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad} should fail");
+        }
+        let err = parse_size("12Q").unwrap_err().to_string();
+        assert!(err.contains("'12Q'"), "{err}");
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("500Mbit").unwrap(), 500_000_000);
+        assert_eq!(parse_rate("1G").unwrap(), 1_000_000_000);
+        assert_eq!(parse_rate("1Gbit/s").unwrap(), 1_000_000_000);
+        assert_eq!(parse_rate("10Gbps").unwrap(), 10_000_000_000);
+        assert_eq!(parse_rate("100MB/s").unwrap(), 800_000_000);
+        assert_eq!(parse_rate("2.5Gbit").unwrap(), 2_500_000_000);
+        assert_eq!(parse_rate("1000").unwrap(), 1000);
+        for bad in ["", "0", "0Mbit", "fast", "1Xbit", "-5M"] {
+            assert!(parse_rate(bad).is_err(), "{bad} should fail");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1.5m").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
+        for bad in ["", "s", "3 days", "-1s", "1e99"] {
+            assert!(parse_duration(bad).is_err(), "{bad} should fail");
+        }
+    }
+
+    #[test]
+    fn rates_never_nan() {
+        assert_eq!(gbps(1000, 0.0), 0.0);
+        assert_eq!(gbps(1000, f64::NAN), 0.0);
+        assert_eq!(gbps(125_000_000, 1.0), 1.0);
+        assert_eq!(per_second(10.0, 2.0), 5.0);
+    }
+
+    #[test]
+    fn human_bytes() {
+        assert_eq!(HumanBytes(999).to_string(), "999 B");
+        assert_eq!(HumanBytes(1_500_000).to_string(), "1.50 MB");
+        assert_eq!(HumanBytes(2_000_000_000).to_string(), "2.00 GB");
+    }
+}
