@@ -23,8 +23,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-/// Consecutive ECONNREFUSED answers after which nobody is listening.
-const MAX_REFUSED: u32 = 8;
+/// ECONNREFUSED answers (ICMP port unreachable, surfaced by IP_RECVERR)
+/// after which we conclude that nobody is listening and stop sending.
+const MAX_REFUSED: u64 = 3;
 /// End-of-test attempts within `--end-timeout`.
 const END_ATTEMPTS: u32 = 5;
 
@@ -144,12 +145,19 @@ struct Sender<'a> {
     backoff: Backoff,
     enobufs_retries: u64,
     backoff_time: Duration,
+    refused: u64,
 }
 
 impl Sender<'_> {
+    fn nobody_listening(&self) -> Error {
+        Error::runtime(format!(
+            "nothing is listening at {}: the host answered 'port unreachable' (is udp_server running?)",
+            self.server
+        ))
+    }
+
     /// Sends `buf` once, retrying the same datagram on a full queue.
     fn send(&mut self, buf: &[u8], shutdown: &Shutdown) -> Result<bool> {
-        let mut refused = 0;
         loop {
             let result = if self.connected {
                 self.socket.send(buf)
@@ -171,12 +179,11 @@ impl Sender<'_> {
                     }
                     SendFailure::Interrupted => {}
                     SendFailure::Refused => {
-                        refused += 1;
-                        if refused >= MAX_REFUSED {
-                            return Err(Error::runtime(format!(
-                                "nothing is listening at {}: the host answered 'port unreachable' (is udp_server running?)",
-                                self.server
-                            )));
+                        // The error belonged to an earlier datagram; this
+                        // one was not sent, so it is retried.
+                        self.refused += 1;
+                        if self.refused >= MAX_REFUSED {
+                            return Err(self.nobody_listening());
                         }
                     }
                     SendFailure::TooBig => {
@@ -248,6 +255,7 @@ pub fn run_one(
         backoff: Backoff::default(),
         enobufs_retries: 0,
         backoff_time: Duration::ZERO,
+        refused: 0,
     };
     let mut buf = vec![0u8; cfg.buffer_size.max(1)];
     let mut pacer = cfg.rate_bps.map(Pacer::new);

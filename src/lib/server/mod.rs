@@ -174,25 +174,23 @@ pub fn run(
         Event::Interval(r) => events(ServerEvent::Interval(r)),
         Event::Done(r) => events(ServerEvent::PeerDone(r)),
     };
-    let mut last_error: Option<io::ErrorKind> = None;
     while !shutdown.is_triggered() {
         match batch.recv(socket) {
             Ok(n) => {
-                if drops_supported {
-                    drops = batch.kernel_drops();
-                }
                 let now = Instant::now();
                 for i in 0..n {
-                    let (data, from) = batch.datagram(i);
-                    let Some(from) = from else { continue };
+                    let received = batch.datagram(i);
+                    if drops_supported {
+                        drops = received.kernel_drops;
+                    }
+                    let Some(from) = received.from else { continue };
                     if let Some((reply, to)) =
-                        table.on_datagram(data, from, now, drops, &mut forward)
+                        table.on_datagram(received.data, from, now, drops, &mut forward)
                     {
                         // Best effort: a lost answer is retried by the client.
                         let _ = socket.send_to(&reply, &SockAddr::from(to));
                     }
                 }
-                last_error = None;
             }
             Err(e)
                 if matches!(
@@ -201,12 +199,9 @@ pub fn run(
                         | io::ErrorKind::TimedOut
                         | io::ErrorKind::Interrupted
                 ) => {}
-            Err(e) => {
+            Err(_) => {
                 // ICMP errors for our answers and similar are transient;
                 // one bad peer must not stop the server.
-                if last_error != Some(e.kind()) {
-                    last_error = Some(e.kind());
-                }
                 std::thread::sleep(Duration::from_millis(1));
             }
         }

@@ -6,6 +6,8 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 
+use super::Received;
+
 /// False: this platform has no per-socket drop counter we can read.
 pub const KERNEL_DROPS_SUPPORTED: bool = false;
 
@@ -43,17 +45,17 @@ impl RecvBatch {
         Ok(1)
     }
 
-    pub fn datagram(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
-        assert_eq!(i, 0);
+    pub fn datagram(&self, i: usize) -> Received<'_> {
+        debug_assert_eq!(i, 0);
         // SAFETY: the whole buffer was initialised with zeros at creation
         // and `len <= buf.len()` (recv_from never reports more than it got).
         let bytes: &[u8] =
             unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) };
-        (bytes, self.from)
-    }
-
-    pub fn kernel_drops(&self) -> Option<u64> {
-        None
+        Received {
+            data: bytes,
+            from: self.from,
+            kernel_drops: None,
+        }
     }
 }
 

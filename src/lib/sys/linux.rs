@@ -8,6 +8,8 @@ use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 
+use super::Received;
+
 /// True: SO_RXQ_OVFL reports the socket's drop counter on every receive.
 pub const KERNEL_DROPS_SUPPORTED: bool = true;
 
@@ -69,8 +71,9 @@ pub struct RecvBatch {
     /// u64 elements keep the control buffers aligned for cmsghdr.
     controls: Vec<[u64; CONTROL_LEN / 8]>,
     headers: Vec<libc::mmsghdr>,
+    /// Per datagram: the socket's drop counter when it was queued.
+    drops: Vec<u64>,
     filled: usize,
-    kernel_drops: Option<u64>,
 }
 
 impl RecvBatch {
@@ -85,8 +88,8 @@ impl RecvBatch {
             iovecs: Vec::with_capacity(batch),
             controls: vec![[0u64; CONTROL_LEN / 8]; batch],
             headers: Vec::with_capacity(batch),
+            drops: vec![0; batch],
             filled: 0,
-            kernel_drops: None,
         };
         for i in 0..batch {
             this.iovecs.push(libc::iovec {
@@ -135,9 +138,8 @@ impl RecvBatch {
         }
         self.filled = n as usize;
         for i in 0..self.filled {
-            if let Some(drops) = self.read_drop_counter(i) {
-                self.kernel_drops = Some(drops);
-            }
+            // Linux attaches the counter only once it is non-zero.
+            self.drops[i] = self.read_drop_counter(i).unwrap_or(0);
         }
         Ok(self.filled)
     }
@@ -163,20 +165,17 @@ impl RecvBatch {
         found
     }
 
-    /// Datagram `i` of the last batch, and who sent it.
-    pub fn datagram(&self, i: usize) -> (&[u8], Option<SocketAddr>) {
+    /// Datagram `i` of the last batch, who sent it, and how many datagrams
+    /// the kernel had dropped on this socket when it was queued.
+    pub fn datagram(&self, i: usize) -> Received<'_> {
         let header = &self.headers[i];
         let len = (header.msg_len as usize).min(self.buf_size);
         let start = i * self.buf_size;
-        let from = sockaddr_to_std(&self.addrs[i], header.msg_hdr.msg_namelen);
-        (&self.buffers[start..start + len], from)
-    }
-
-    /// The socket's cumulative kernel drop counter, as last reported.
-    /// Linux reports it only once it is non-zero, so after the first
-    /// receive "never reported" means zero.
-    pub fn kernel_drops(&self) -> Option<u64> {
-        Some(self.kernel_drops.unwrap_or(0))
+        Received {
+            data: &self.buffers[start..start + len],
+            from: sockaddr_to_std(&self.addrs[i], header.msg_hdr.msg_namelen),
+            kernel_drops: Some(self.drops[i]),
+        }
     }
 }
 

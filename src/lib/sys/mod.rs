@@ -21,6 +21,16 @@ pub use imp::{
     KERNEL_DROPS_SUPPORTED, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
 };
 
+/// One received datagram.
+pub struct Received<'a> {
+    pub data: &'a [u8],
+    /// The sender; None only for an address family we do not know.
+    pub from: Option<std::net::SocketAddr>,
+    /// The socket's cumulative drop counter (receive buffer full) when this
+    /// datagram was queued; None where the platform cannot tell.
+    pub kernel_drops: Option<u64>,
+}
+
 /// What kind of send failure this is, for the client's retry logic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendFailure {

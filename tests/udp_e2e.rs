@@ -1,0 +1,513 @@
+//! End-to-end tests of the UDP pair on loopback: the real binaries, started
+//! on ephemeral ports, with counts checked at both ends.
+
+mod common;
+
+use common::{run_bounded, ChildGuard, LineReader};
+use serde_json::Value;
+use std::cell::RefCell;
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_udp_server");
+const CLIENT: &str = env!("CARGO_BIN_EXE_udp_client");
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A running `udp_server --json` and the address it really bound.
+struct Server {
+    guard: ChildGuard,
+    lines: LineReader,
+    addr: String,
+    /// Every event read so far: waiting for one must not lose the others.
+    events: RefCell<Vec<Value>>,
+}
+
+impl Server {
+    fn start(listen: &str, extra: &[&str]) -> Server {
+        let mut cmd = Command::new(SERVER);
+        cmd.args(["--listen", listen, "--json", "--interval", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut guard = ChildGuard::spawn(&mut cmd, "udp_server");
+        let lines = guard.stdout_lines();
+        let listening = lines
+            .wait_for_json(WAIT, |v| v["event"] == "listening")
+            .unwrap_or_else(|| panic!("no listening event; server said:\n{}", lines.transcript()));
+        let addr = listening["addr"].as_str().expect("addr").to_string();
+        Server {
+            guard,
+            lines,
+            addr,
+            events: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The first event, read so far or arriving within [`WAIT`], that
+    /// matches `pred`.
+    fn find(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(v) = self.events.borrow().iter().find(|v| pred(v)) {
+            return v.clone();
+        }
+        let deadline = Instant::now() + WAIT;
+        while let Some(line) = self
+            .lines
+            .next_line(deadline.saturating_duration_since(Instant::now()))
+        {
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                panic!("server wrote a line that is not JSON: {line}")
+            };
+            self.events.borrow_mut().push(v.clone());
+            if pred(&v) {
+                return v;
+            }
+        }
+        panic!("no {what}; server said:\n{}", self.lines.transcript())
+    }
+
+    /// The `peer_done` event for `session`.
+    fn done_for(&self, session: &str) -> Value {
+        self.find(&format!("peer_done for {session}"), |v| {
+            v["event"] == "peer_done" && v["session"] == session
+        })
+    }
+
+    fn done_for_peer(&self, peer: &str) -> Value {
+        self.find(&format!("peer_done for {peer}"), |v| {
+            v["event"] == "peer_done" && v["peer"] == peer
+        })
+    }
+}
+
+/// Runs `udp_client --json` with `args`; returns its JSON report.
+fn client(args: &[&str]) -> Value {
+    let out = run_bounded(Command::new(CLIENT).args(args).arg("--json"), WAIT);
+    assert!(
+        out.status.success(),
+        "udp_client {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output is not one JSON object ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing or not an integer in {v}"))
+}
+
+/// The client's sent counts equal the request, the server's answer and its
+/// own peer_done line equal what was sent.
+fn assert_exact(report: &Value, client: &Value, server_done: &Value) {
+    let (sent_p, sent_b) = (u(client, "sent_packets"), u(client, "sent_bytes"));
+    let answer = &client["server"];
+    assert_eq!(
+        u(answer, "received_packets"),
+        sent_p,
+        "server answer: {report}"
+    );
+    assert_eq!(
+        u(answer, "received_bytes"),
+        sent_b,
+        "server answer: {report}"
+    );
+    assert_eq!(u(answer, "lost_packets"), 0);
+    assert_eq!(u(answer, "duplicates"), 0);
+    assert_eq!(u(server_done, "packets"), sent_p, "{server_done}");
+    assert_eq!(u(server_done, "bytes"), sent_b, "{server_done}");
+    assert_eq!(u(server_done, "lost"), 0);
+    assert_eq!(u(server_done, "sent_packets"), sent_p);
+    assert_eq!(server_done["reason"], "end");
+}
+
+#[test]
+fn one_client_exact_counts_on_both_sides() {
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    // 1000003 bytes in 1000-byte datagrams: 1000 full ones and a 3-byte
+    // tail too short for a header, which the server merges at end of test.
+    let report = client(&[
+        "-s",
+        &server.addr,
+        "-b",
+        "1000",
+        "-t",
+        "1000003",
+        "--rate",
+        "400Mbit",
+    ]);
+    assert_eq!(u(&report, "sent_bytes"), 1_000_003);
+    assert_eq!(u(&report, "sent_packets"), 1001);
+    let c = &report["clients"][0];
+    let done = server.done_for(c["session"].as_str().unwrap());
+    assert_exact(&report, c, &done);
+    assert_eq!(u(&done, "untagged_packets"), 1);
+    assert_eq!(report["enobufs_retries"], 0);
+    for key in ["seconds", "gbps", "pps", "wire_gbps", "jitter_ms"] {
+        assert!(done[key].is_number(), "{key} in {done}");
+    }
+    assert!(
+        done["wire_gbps"].as_f64() > done["gbps"].as_f64(),
+        "wire rate includes headers"
+    );
+}
+
+#[test]
+fn three_clients_are_three_exact_peers() {
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let report = client(&[
+        "-s",
+        &server.addr,
+        "-b",
+        "1400",
+        "-t",
+        "2M",
+        "--clients",
+        "3",
+        "--rate",
+        "150Mbit",
+    ]);
+    let clients = report["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 3);
+    let mut sessions: Vec<&str> = clients
+        .iter()
+        .map(|c| c["session"].as_str().unwrap())
+        .collect();
+    sessions.dedup();
+    assert_eq!(sessions.len(), 3, "distinct sessions");
+    for c in clients {
+        assert_eq!(u(c, "sent_bytes"), 2_000_000);
+        let done = server.done_for(c["session"].as_str().unwrap());
+        assert_exact(&report, c, &done);
+        assert_eq!(
+            done["peer"],
+            c["local_addr"]
+                .as_str()
+                .unwrap()
+                .replace("0.0.0.0", "127.0.0.1")
+        );
+    }
+    assert_eq!(u(&report, "sent_bytes"), 6_000_000);
+    assert_eq!(u(&report["server"], "received_bytes"), 6_000_000);
+    assert_eq!(report["clients_answered"], 3);
+}
+
+#[test]
+fn ipv6_loopback() {
+    let server = Server::start("[::1]:0", &["--recv-buffer-size", "4M"]);
+    assert!(server.addr.starts_with("[::1]:"), "{}", server.addr);
+    let report = client(&[
+        "-s",
+        &server.addr,
+        "-b",
+        "1200",
+        "-t",
+        "600K",
+        "--rate",
+        "200Mbit",
+    ]);
+    let c = &report["clients"][0];
+    let done = server.done_for(c["session"].as_str().unwrap());
+    assert_exact(&report, c, &done);
+    assert!(done["peer"].as_str().unwrap().starts_with("[::1]:"));
+}
+
+#[test]
+fn dual_stack_default_takes_ipv4_and_ipv6() {
+    let server = Server::start("[::]:0", &["--recv-buffer-size", "4M"]);
+    let port = server.addr.rsplit(':').next().unwrap().to_string();
+    for host in ["127.0.0.1", "[::1]"] {
+        let report = client(&["-s", &format!("{host}:{port}"), "-b", "500", "-t", "50K"]);
+        let c = &report["clients"][0];
+        let done = server.done_for(c["session"].as_str().unwrap());
+        assert_exact(&report, c, &done);
+        // v4 clients are shown as v4, not as ::ffff:127.0.0.1.
+        assert!(done["peer"].as_str().unwrap().starts_with(host), "{done}");
+    }
+}
+
+#[test]
+fn untagged_foreign_datagrams_are_counted_per_source() {
+    let server = Server::start("127.0.0.1:0", &["--idle-timeout", "300ms"]);
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..10 {
+        a.send_to(&[7u8; 20], &server.addr).unwrap();
+    }
+    for _ in 0..5 {
+        b.send_to(&[0xEEu8; 100], &server.addr).unwrap();
+    }
+    b.send_to(&[], &server.addr).unwrap();
+    let done_a = server.done_for_peer(&a.local_addr().unwrap().to_string());
+    let done_b = server.done_for_peer(&b.local_addr().unwrap().to_string());
+    assert_eq!((u(&done_a, "packets"), u(&done_a, "bytes")), (10, 200));
+    assert_eq!((u(&done_b, "packets"), u(&done_b, "bytes")), (6, 500));
+    for d in [&done_a, &done_b] {
+        assert_eq!(d["tagged"], false);
+        assert!(
+            d.get("lost").is_none(),
+            "no loss figure for untagged traffic: {d}"
+        );
+        assert!(d.get("session").is_none());
+        assert_eq!(d["reason"], "idle");
+    }
+}
+
+#[test]
+fn garbage_during_a_session_changes_nothing() {
+    let server = Server::start(
+        "127.0.0.1:0",
+        &["--recv-buffer-size", "4M", "--max-peers", "64"],
+    );
+    let target = server.addr.clone();
+    // Garbage from 200 sockets, bounded: 200 x 50 datagrams, some of them
+    // carrying the netspeed magic with broken fields. (Forged *valid*
+    // headers with fresh session ids can fill the session table; that is
+    // documented in docs/protocol.md.)
+    let flood = std::thread::spawn(move || {
+        let sockets: Vec<UdpSocket> = (0..200)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let mut sent = 0u64;
+        for round in 0..50u32 {
+            for (i, s) in sockets.iter().enumerate() {
+                let mut junk = vec![(round as u8) ^ (i as u8); 10 + (i % 90)];
+                if i % 3 == 0 && junk.len() >= 6 {
+                    junk[..4].copy_from_slice(b"NSPD");
+                    // Version 1 with a control kind but the wrong length,
+                    // or an unknown version: never a valid session.
+                    junk[4] = if i % 2 == 0 { 1 } else { 9 };
+                    junk[5] = if i % 2 == 0 { 1 + (round % 2) as u8 } else { 0 };
+                }
+                if s.send_to(&junk, &target).is_ok() {
+                    sent += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        sent
+    });
+    let report = client(&[
+        "-s",
+        &server.addr,
+        "-b",
+        "1000",
+        "-t",
+        "3M",
+        "--rate",
+        "200Mbit",
+    ]);
+    assert_eq!(flood.join().unwrap(), 10_000);
+    let c = &report["clients"][0];
+    let done = server.done_for(c["session"].as_str().unwrap());
+    assert_exact(&report, c, &done);
+    // Still serving: a second session after the flood is exact too.
+    let report = client(&["-s", &server.addr, "-b", "700", "-t", "70K"]);
+    let c = &report["clients"][0];
+    assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
+}
+
+#[test]
+fn receive_buffer_overflow_is_reported_as_kernel_drops() {
+    // A tiny buffer and an unpaced sender: the kernel drops datagrams on the
+    // server's socket. Every datagram is either received or a kernel drop.
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "16K"]);
+    let report = client(&["-s", &server.addr, "-b", "1400", "-t", "30M"]);
+    let c = &report["clients"][0];
+    let answer = &c["server"];
+    let sent = u(c, "sent_packets");
+    let received = u(answer, "received_packets");
+    let drops = u(answer, "kernel_drops");
+    assert!(drops > 0, "expected the 16K buffer to overflow: {report}");
+    assert_eq!(received + drops, sent, "{report}");
+    assert_eq!(u(answer, "lost_packets"), drops);
+    let done = server.done_for(c["session"].as_str().unwrap());
+    assert_eq!(u(&done, "kernel_drops"), drops);
+}
+
+#[test]
+fn interval_lines_while_traffic_flows() {
+    let mut cmd = Command::new(SERVER);
+    cmd.args(["--listen", "127.0.0.1:0", "--json", "--interval", "100ms"])
+        .stdout(Stdio::piped());
+    let mut guard = ChildGuard::spawn(&mut cmd, "udp_server");
+    let lines = guard.stdout_lines();
+    let listening = lines
+        .wait_for_json(WAIT, |v| v["event"] == "listening")
+        .unwrap();
+    let addr = listening["addr"].as_str().unwrap().to_string();
+    let report = client(&["-s", &addr, "-b", "1000", "-t", "5M", "--rate", "100Mbit"]);
+    let session = report["clients"][0]["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut intervals = Vec::new();
+    let done = lines
+        .wait_for_json(WAIT, |v| {
+            if v["event"] == "interval" && v["session"] == session.as_str() {
+                intervals.push(v.clone());
+            }
+            v["event"] == "peer_done"
+        })
+        .unwrap();
+    assert!(
+        intervals.len() >= 2,
+        "0.4 s of traffic at 100ms: {intervals:?}"
+    );
+    let interval_packets: u64 = intervals.iter().map(|v| u(v, "packets")).sum();
+    assert!(interval_packets <= u(&done, "packets"));
+    for v in &intervals {
+        assert!(v["gbps"].as_f64().unwrap() > 0.0);
+        assert!(u(v, "total_packets") >= u(v, "packets"));
+    }
+}
+
+#[test]
+fn sigterm_summarises_unfinished_peers_and_exits_zero() {
+    let mut server = Server::start("127.0.0.1:0", &["--idle-timeout", "60s"]);
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..3 {
+        s.send_to(b"abc", &server.addr).unwrap();
+    }
+    // Make sure they were received before stopping.
+    std::thread::sleep(Duration::from_millis(300));
+    server.guard.signal(libc::SIGTERM);
+    let done = server.done_for_peer(&s.local_addr().unwrap().to_string());
+    assert_eq!(done["reason"], "shutdown");
+    assert_eq!(u(&done, "packets"), 3);
+    let last = server.find("shutdown event", |v| v["event"] == "shutdown");
+    assert_eq!(u(&last, "packets"), 3);
+    let status = server
+        .guard
+        .wait_timeout(WAIT)
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn local_demo_runs_in_one_command() {
+    let report = client(&["--local", "-t", "2M", "-b", "1400", "--rate", "500Mbit"]);
+    assert_eq!(u(&report, "sent_bytes"), 2_000_000);
+    assert_eq!(u(&report["server"], "received_bytes"), 2_000_000);
+    let out = run_bounded(Command::new(CLIENT).args(["--local", "-t", "100K"]), WAIT);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Gbit/s (server side)"), "{text}");
+}
+
+#[test]
+fn a_foreign_server_that_never_answers_still_gives_sender_figures() {
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let report = client(&[
+        "-s",
+        &addr,
+        "-b",
+        "100",
+        "-t",
+        "1000",
+        "--end-timeout",
+        "300ms",
+    ]);
+    assert_eq!(u(&report, "sent_bytes"), 1000);
+    assert!(report["server"].is_null(), "{report}");
+    assert!(report["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("no end-of-test answer"));
+    let mut buf = [0u8; 2048];
+    silent
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let (n, _) = silent.recv_from(&mut buf).unwrap();
+    assert_eq!(n, 100, "the data reached the foreign socket");
+}
+
+#[test]
+fn no_server_is_a_runtime_error() {
+    let port = {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.local_addr().unwrap().port()
+    };
+    let out = run_bounded(
+        Command::new(CLIENT).args(["-s", &format!("127.0.0.1:{port}"), "-b", "100", "-t", "1M"]),
+        WAIT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("nothing is listening"), "{err}");
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let dir = std::env::temp_dir().join(format!("netspeed-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad_key = dir.join("bad.toml");
+    std::fs::write(&bad_key, "buffer_size = 100\ntotal_sned = 5\n").unwrap();
+    let bad_syntax = dir.join("syntax.toml");
+    std::fs::write(&bad_syntax, "buffer_size = = 1\n").unwrap();
+    let bad_key = bad_key.to_str().unwrap();
+    let bad_syntax = bad_syntax.to_str().unwrap();
+    let cases: &[(&str, &[&str], &str)] = &[
+        (CLIENT, &["-b", "0"], "--packets"),
+        (CLIENT, &["-b", "70000"], "65507"),
+        (CLIENT, &["-s", "[::1]:9", "-b", "65528"], "65527"),
+        (CLIENT, &["-t", "12Q"], "12Q"),
+        (CLIENT, &["-b", "-5"], "-5"),
+        (CLIENT, &["-s", "nonsense"], "nonsense"),
+        (CLIENT, &["-s", "no-such-host.invalid:80"], "no-such-host"),
+        (CLIENT, &["--clients", "0"], "--clients"),
+        (CLIENT, &["--rate", "fast"], "fast"),
+        (CLIENT, &["--duration", "3 days"], "3 days"),
+        (CLIENT, &["--bogus"], "--bogus"),
+        (
+            CLIENT,
+            &["--config", "/nonexistent/x.toml"],
+            "/nonexistent/x.toml",
+        ),
+        (CLIENT, &["--config", bad_key], "total_sned"),
+        (CLIENT, &["--config", bad_syntax], "syntax.toml"),
+        (SERVER, &["--listen", "nope"], "nope"),
+        (SERVER, &["--max-peers", "0"], "--max-peers"),
+        (SERVER, &["--recv-buffer-size", "0"], "--recv-buffer-size"),
+        (SERVER, &["-p", "99999"], "99999"),
+        (SERVER, &["--config", bad_key], "buffer_size"),
+    ];
+    for (bin, args, mention) in cases {
+        let out = run_bounded(Command::new(bin).args(*args), WAIT);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bin} {args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{bin} {args:?}: one line, got: {err}"
+        );
+        assert!(
+            err.contains(mention),
+            "{bin} {args:?}: should mention {mention}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(out.stdout.is_empty(), "errors go to stderr only");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn port_in_use_is_a_runtime_error() {
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = run_bounded(Command::new(SERVER).args(["--listen", &addr]), WAIT);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&addr) && err.trim().lines().count() == 1,
+        "{err}"
+    );
+}
