@@ -96,11 +96,14 @@ struct Peer {
     addr: SocketAddr,
     packets: u64,
     bytes: u64,
+    /// Estimated bytes on an Ethernet wire, per datagram (stats::wire_bytes).
+    wire: u64,
     first: Instant,
     last: Instant,
     mark_at: Instant,
     mark_packets: u64,
     mark_bytes: u64,
+    mark_wire: u64,
     tagged: Option<Box<Tagged>>,
     done_at: Option<Instant>,
     drops_at_start: Option<u64>,
@@ -112,11 +115,13 @@ impl Peer {
             addr,
             packets: 0,
             bytes: 0,
+            wire: 0,
             first: now,
             last: now,
             mark_at: now,
             mark_packets: 0,
             mark_bytes: 0,
+            mark_wire: 0,
             tagged: session.map(|session| {
                 Box::new(Tagged {
                     session,
@@ -138,11 +143,8 @@ impl Peer {
         }
         self.packets += 1;
         self.bytes += len as u64;
+        self.wire += wire_bytes(len as u64, self.addr.is_ipv6());
         self.last = now;
-    }
-
-    fn ipv6(&self) -> bool {
-        self.addr.is_ipv6()
     }
 
     fn lost(&self) -> Option<(u64, &'static str, u64)> {
@@ -183,22 +185,16 @@ impl Peer {
         Some(drops_now?.saturating_sub(self.drops_at_start.unwrap_or(0)))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn report(
         &self,
         packets: u64,
         bytes: u64,
+        wire: u64,
         seconds: f64,
         drops_now: Option<u64>,
         reason: Option<DoneReason>,
     ) -> PeerReport {
-        let wire_per_packet = if packets > 0 {
-            // Every datagram of a session is full-sized but the last, so
-            // the average size gives the on-wire estimate closely enough.
-            let avg = bytes / packets;
-            wire_bytes(avg, self.ipv6())
-        } else {
-            0
-        };
         let t = self.tagged.as_deref();
         let lost = self.lost();
         PeerReport {
@@ -210,7 +206,7 @@ impl Peer {
             seconds,
             gbps: units::gbps(bytes, seconds),
             pps: units::per_second(packets as f64, seconds),
-            wire_gbps: units::per_second((wire_per_packet * packets) as f64 * 8.0, seconds) / 1e9,
+            wire_gbps: units::gbps(wire, seconds),
             total_packets: None,
             total_bytes: None,
             sent_packets: t.and_then(|t| t.declared.map(|d| d.sent_packets)),
@@ -235,7 +231,14 @@ impl Peer {
 
     fn summary(&self, drops_now: Option<u64>, reason: DoneReason) -> PeerReport {
         let seconds = self.last.duration_since(self.first).as_secs_f64();
-        self.report(self.packets, self.bytes, seconds, drops_now, Some(reason))
+        self.report(
+            self.packets,
+            self.bytes,
+            self.wire,
+            seconds,
+            drops_now,
+            Some(reason),
+        )
     }
 }
 
@@ -429,6 +432,7 @@ impl PeerTable {
                 peer.last = peer.last.max(m.last);
                 peer.packets += m.packets;
                 peer.bytes += m.bytes;
+                peer.wire += m.wire;
             }
             if peer.done_at.is_none() {
                 peer.done_at = Some(now);
@@ -461,6 +465,7 @@ impl PeerTable {
             let mut report = peer.report(
                 peer.packets - peer.mark_packets,
                 peer.bytes - peer.mark_bytes,
+                peer.wire - peer.mark_wire,
                 seconds,
                 drops,
                 None,
@@ -471,6 +476,7 @@ impl PeerTable {
             peer.mark_at = now;
             peer.mark_packets = peer.packets;
             peer.mark_bytes = peer.bytes;
+            peer.mark_wire = peer.wire;
         }
     }
 

@@ -1,0 +1,42 @@
+//! Every example in `configs/` parses, with the binary's own parser, and
+//! passes validation: a config we ship must never be rejected.
+
+use netspeed::config::{parse_args, ClientArgs, ClientConfig, ServerArgs, ServerConfig};
+use std::path::Path;
+
+#[test]
+fn every_example_config_is_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("configs/ exists") {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let argv = |bin: &str| vec![bin.into(), "--config".into(), path.clone().into_os_string()];
+        if name.starts_with("udp_server") {
+            let args: ServerArgs = parse_args(argv("udp_server")).unwrap();
+            ServerConfig::from_args(args).unwrap_or_else(|e| panic!("{name}: {e}"));
+        } else if name.starts_with("udp_client") {
+            let args: ClientArgs = parse_args(argv("udp_client")).unwrap();
+            ClientConfig::from_args(args).unwrap_or_else(|e| panic!("{name}: {e}"));
+        } else {
+            panic!("{name}: no test knows which binary this config is for");
+        }
+        checked.push(name);
+    }
+    // A loop over files proves nothing if it found none.
+    assert!(
+        checked.iter().any(|n| n.starts_with("udp_server")),
+        "{checked:?}"
+    );
+    assert!(
+        checked
+            .iter()
+            .filter(|n| n.starts_with("udp_client"))
+            .count()
+            >= 2,
+        "{checked:?}"
+    );
+}
