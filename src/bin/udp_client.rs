@@ -17,6 +17,9 @@ fn run() -> Result<()> {
     let cfg = ClientConfig::from_args(args)?;
     let shutdown = Shutdown::on_signals()
         .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
+    if let Some(sched) = cfg.sched {
+        netspeed::sys::apply_scheduler(sched.policy, sched.priority).map_err(Error::runtime)?;
+    }
     let result = if cfg.local {
         client::run_local(&cfg, &shutdown)?
     } else {

@@ -18,12 +18,10 @@ fn run() -> Result<()> {
     let cfg = ServerConfig::from_args(args)?;
     let shutdown = Shutdown::on_signals()
         .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
+    if let Some(sched) = cfg.sched {
+        netspeed::sys::apply_scheduler(sched.policy, sched.priority).map_err(Error::runtime)?;
+    }
     let bound = server::bind(&cfg)?;
-    let method = if cfg!(target_os = "linux") {
-        "mmsg"
-    } else {
-        "thread"
-    };
     if bound.fell_back_to_ipv4 {
         eprintln!("udp_server: IPv6 is unavailable; listening on IPv4 only");
     }
@@ -32,13 +30,9 @@ fn run() -> Result<()> {
     }
     let json = cfg.json;
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "{}",
-        report::listening(bound.addr, &bound.buffer, method, json)
-    );
+    let _ = writeln!(out, "{}", report::listening(&bound, &cfg, json));
     let _ = out.flush();
-    let summary = server::run(&bound.socket, &cfg, &shutdown, &mut |event| {
+    let summary = server::run(&bound, &cfg, &shutdown, &mut |event| {
         let line = match &event {
             ServerEvent::Interval(r) => report::interval(r, json),
             ServerEvent::PeerDone(r) => report::peer_done(r, json),

@@ -7,6 +7,8 @@
 //! Unknown TOML keys are errors that name the key (`deny_unknown_fields`).
 
 use crate::error::{Error, Result};
+use crate::server::recv::Method;
+use crate::sys::SchedPolicy;
 use crate::units;
 use clap::Parser;
 use serde::Deserialize;
@@ -124,12 +126,65 @@ pub struct ServerArgs {
     /// overflow bucket. Bounds memory under a flood of spoofed sources.
     #[arg(long, value_name = "N")]
     pub max_peers: Option<usize>,
+    /// How to wait for and read datagrams [default: mmsg on Linux, else thread].
+    #[arg(long, value_enum)]
+    pub method: Option<Method>,
+    /// Receive sockets (and threads) sharing the address with SO_REUSEPORT.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Turn on UDP_GRO: the kernel coalesces datagrams of a flow, the server
+    /// counts each one. The default where supported (Linux).
+    #[arg(long, overrides_with = "no_gro")]
+    pub gro: bool,
+    /// Turn UDP_GRO off.
+    #[arg(long, overrides_with = "gro")]
+    pub no_gro: bool,
+    #[command(flatten)]
+    pub sched: SchedArgs,
     /// Write NDJSON events to stdout, one object per line.
     #[arg(long)]
     pub json: bool,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+/// `--scheduler` and `--priority`, shared by both binaries (seed 002's -S, -P).
+#[derive(clap::Args, Debug, Default)]
+pub struct SchedArgs {
+    /// Scheduling policy for this process (sched_setscheduler).
+    #[arg(long, value_enum)]
+    pub scheduler: Option<SchedPolicy>,
+    /// Priority for --scheduler: 1..=99 for fifo and rr, 0 otherwise.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+}
+
+/// A validated scheduling request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sched {
+    pub policy: SchedPolicy,
+    pub priority: i32,
+}
+
+fn sched_from(policy: Option<SchedPolicy>, priority: Option<i32>) -> Result<Option<Sched>> {
+    let Some(policy) = policy else {
+        if priority.is_some() {
+            return Err(Error::usage("--priority needs --scheduler"));
+        }
+        return Ok(None);
+    };
+    let range = policy.priority_range();
+    let priority = priority.unwrap_or(*range.start());
+    if !range.contains(&priority) {
+        return Err(Error::usage(format!(
+            "--priority {priority} is not valid for --scheduler {}: use {}..={}",
+            format!("{policy:?}").to_lowercase(),
+            range.start(),
+            range.end()
+        )));
+    }
+    Ok(Some(Sched { policy, priority }))
 }
 
 /// `udp_server`'s TOML file. Keys are the long flags with underscores.
@@ -142,6 +197,11 @@ pub struct ServerFile {
     pub idle_timeout: Option<DurationValue>,
     pub recv_buffer_size: Option<SizeValue>,
     pub max_peers: Option<usize>,
+    pub method: Option<Method>,
+    pub threads: Option<usize>,
+    pub gro: Option<bool>,
+    pub scheduler: Option<SchedPolicy>,
+    pub priority: Option<i32>,
     pub json: Option<bool>,
 }
 
@@ -155,8 +215,15 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     pub recv_buffer_size: Option<usize>,
     pub max_peers: usize,
+    pub method: Method,
+    pub threads: usize,
+    pub gro: bool,
+    pub sched: Option<Sched>,
     pub json: bool,
 }
+
+/// Most receive threads.
+pub const MAX_THREADS: usize = 64;
 
 /// The port seed 001 used, kept as our default.
 pub const DEFAULT_PORT: u16 = 35000;
@@ -170,6 +237,10 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(2),
             recv_buffer_size: None,
             max_peers: 4096,
+            method: Method::default_for_platform(),
+            threads: 1,
+            gro: cfg!(target_os = "linux"),
+            sched: None,
             json: false,
         }
     }
@@ -241,6 +312,29 @@ impl ServerConfig {
             }
             cfg.max_peers = n;
         }
+        if let Some(m) = args.method.or(file.method) {
+            m.check_available().map_err(Error::usage)?;
+            cfg.method = m;
+        }
+        if let Some(n) = args.threads.or(file.threads) {
+            if n == 0 || n > MAX_THREADS {
+                return Err(Error::usage(format!(
+                    "--threads {n}: must be between 1 and {MAX_THREADS}"
+                )));
+            }
+            cfg.threads = n;
+        }
+        if args.gro {
+            cfg.gro = true;
+        } else if args.no_gro {
+            cfg.gro = false;
+        } else if let Some(g) = file.gro {
+            cfg.gro = g;
+        }
+        cfg.sched = sched_from(
+            args.sched.scheduler.or(file.scheduler),
+            args.sched.priority.or(file.priority),
+        )?;
         cfg.json = args.json || file.json.unwrap_or(false);
         Ok(cfg)
     }
@@ -287,6 +381,19 @@ pub struct ClientArgs {
     /// How long to wait for the server's end-of-test answer [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub end_timeout: Option<Duration>,
+    /// Datagrams per sendmmsg call (Linux; elsewhere one call per datagram).
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+    /// UDP GSO: hand the kernel buffers of up to 64 KiB that it cuts into
+    /// --buffer-size datagrams (UDP_SEGMENT). Falls back to plain sends if
+    /// the kernel or the path refuses; the report says which path was used.
+    #[arg(long)]
+    pub gso: bool,
+    /// SO_SNDBUF to ask for (e.g. 4M); the granted size is reported.
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    pub sndbuf: Option<u64>,
+    #[command(flatten)]
+    pub sched: SchedArgs,
     /// Start an in-process server on an ephemeral loopback port and test against it.
     #[arg(long, conflicts_with = "server_addr")]
     pub local: bool,
@@ -314,6 +421,11 @@ pub struct ClientFile {
     pub connected: Option<bool>,
     pub clients: Option<usize>,
     pub end_timeout: Option<DurationValue>,
+    pub batch: Option<usize>,
+    pub gso: Option<bool>,
+    pub sndbuf: Option<SizeValue>,
+    pub scheduler: Option<SchedPolicy>,
+    pub priority: Option<i32>,
     pub json: Option<bool>,
     pub quiet: Option<bool>,
 }
@@ -340,9 +452,16 @@ pub struct ClientConfig {
     pub connected: bool,
     pub clients: usize,
     pub end_timeout: Duration,
+    pub batch: usize,
+    pub gso: bool,
+    pub sndbuf: Option<usize>,
+    pub sched: Option<Sched>,
     pub json: bool,
     pub quiet: bool,
 }
+
+/// Most datagrams per sendmmsg call (the kernel's UIO_MAXIOV is 1024).
+pub const MAX_BATCH: usize = 1024;
 
 /// Seed 001's defaults.
 pub const DEFAULT_SERVER: &str = "127.0.0.1:35000";
@@ -430,6 +549,32 @@ impl ClientConfig {
                 .transpose()?
                 .unwrap_or(Duration::from_secs(1)),
         };
+        let batch = args.batch.or(file.batch).unwrap_or(1);
+        if batch == 0 || batch > MAX_BATCH {
+            return Err(Error::usage(format!(
+                "--batch {batch}: must be between 1 and {MAX_BATCH}"
+            )));
+        }
+        let gso = args.gso || file.gso.unwrap_or(false);
+        if gso && buffer_size == 0 {
+            return Err(Error::usage("--gso needs --buffer-size of at least 1 byte"));
+        }
+        let sndbuf = match args.sndbuf {
+            Some(b) => Some(b),
+            None => file.sndbuf.map(|v| v.bytes("sndbuf")).transpose()?,
+        };
+        if let Some(b) = sndbuf {
+            if b == 0 || b > i32::MAX as u64 {
+                return Err(Error::usage(format!(
+                    "--sndbuf {b}: must be between 1 and {}",
+                    i32::MAX
+                )));
+            }
+        }
+        let sched = sched_from(
+            args.sched.scheduler.or(file.scheduler),
+            args.sched.priority.or(file.priority),
+        )?;
         Ok(ClientConfig {
             server,
             local: args.local,
@@ -439,6 +584,10 @@ impl ClientConfig {
             connected: args.connected || file.connected.unwrap_or(false),
             clients,
             end_timeout,
+            batch,
+            gso,
+            sndbuf: sndbuf.map(|b| b as usize),
+            sched,
             json: args.json || file.json.unwrap_or(false),
             quiet: args.quiet || file.quiet.unwrap_or(false),
         })

@@ -5,12 +5,12 @@
 //! to stderr. Every number is finite: rates over zero time are 0.
 
 use crate::client::{ClientReport, RunReport, ServerView};
+use crate::config::ServerConfig;
 use crate::server::peers::{DoneReason, PeerReport};
-use crate::server::{BufferGrant, ServerSummary};
+use crate::server::{Bound, ServerSummary};
 use crate::units::HumanBytes;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::net::SocketAddr;
 
 /// One NDJSON line: `{"event": name, ...fields}`.
 pub fn json_event(event: &str, fields: &impl Serialize) -> String {
@@ -24,13 +24,17 @@ pub fn json_event(event: &str, fields: &impl Serialize) -> String {
 }
 
 /// The `listening` event.
-pub fn listening(addr: SocketAddr, buffer: &BufferGrant, method: &str, json_out: bool) -> String {
+pub fn listening(bound: &Bound, cfg: &ServerConfig, json_out: bool) -> String {
+    let addr = bound.addr;
+    let buffer = &bound.buffer;
     if json_out {
         return json!({
             "event": "listening",
             "addr": addr.to_string(),
             "recv_buffer": buffer,
-            "method": method,
+            "method": cfg.method.name(),
+            "threads": bound.sockets.len(),
+            "gro": bound.gro,
         })
         .to_string();
     }
@@ -44,9 +48,17 @@ pub fn listening(addr: SocketAddr, buffer: &BufferGrant, method: &str, json_out:
     } else {
         ""
     };
+    let gro = match (&bound.gro, &bound.gro_note) {
+        (true, _) => "gro: on".to_string(),
+        (false, Some(note)) => format!("gro: off ({note})"),
+        (false, None) => "gro: off".to_string(),
+    };
     format!(
-        "udp_server listening on {addr}{dual}; receive buffer {} bytes granted{forced}; method {method}",
-        buffer.granted
+        "udp_server listening on {addr}{dual}; receive buffer {} bytes granted{forced}; method {}, {} thread{}, {gro}",
+        buffer.granted,
+        cfg.method.name(),
+        bound.sockets.len(),
+        if bound.sockets.len() == 1 { "" } else { "s" },
     )
 }
 

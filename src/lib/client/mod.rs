@@ -8,24 +8,24 @@
 //! back-offs and the time spent in them.
 
 mod pacing;
+pub mod send;
 
 use crate::config::{ClientConfig, Volume};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
+use crate::server::BufferGrant;
 use crate::shutdown::Shutdown;
-use crate::sys::{self, SendFailure};
+use crate::sys;
 use crate::units;
 use crate::wire::{self, End, Header, Message};
-use pacing::{Backoff, Pacer};
+use pacing::Pacer;
+use send::{SendPath, Transmitter};
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-/// ECONNREFUSED answers (ICMP port unreachable, surfaced by IP_RECVERR)
-/// after which we conclude that nobody is listening and stop sending.
-const MAX_REFUSED: u64 = 3;
 /// End-of-test attempts within `--end-timeout`.
 const END_ATTEMPTS: u32 = 5;
 
@@ -61,6 +61,15 @@ pub struct ClientReport {
     pub gbps: f64,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
+    /// How the datagrams were really sent: batch, GSO, fallbacks.
+    pub send_path: SendPath,
+    /// SO_SNDBUF as granted, when --sndbuf was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sndbuf: Option<BufferGrant>,
+    #[serde(skip)]
+    started: Instant,
+    #[serde(skip)]
+    finished: Instant,
     pub server: Option<ServerView>,
 }
 
@@ -101,17 +110,6 @@ fn random_session() -> u64 {
     h.finish()
 }
 
-fn too_big_message(size: usize, server: SocketAddr, err: &std::io::Error) -> String {
-    let hint = if cfg!(target_os = "macos") {
-        "macOS limits UDP datagrams to 9216 bytes by default; raise it with: sudo sysctl -w net.inet.udp.maxdgram=65535"
-    } else if cfg!(target_os = "linux") {
-        "Linux allows 65507 bytes over IPv4 and 65527 over IPv6; a smaller limit means the don't-fragment option or the path MTU"
-    } else {
-        "lower --buffer-size or raise the OS's maximum UDP datagram size"
-    };
-    format!("the OS refused a {size}-byte datagram to {server} ({err}); {hint}")
-}
-
 /// Creates a client socket for `server`.
 fn open_socket(server: SocketAddr, connected: bool) -> Result<UdpSocket> {
     let socket = Socket::new(
@@ -138,84 +136,20 @@ fn open_socket(server: SocketAddr, connected: bool) -> Result<UdpSocket> {
     Ok(socket.into())
 }
 
-struct Sender<'a> {
-    socket: &'a UdpSocket,
-    connected: bool,
-    server: SocketAddr,
-    backoff: Backoff,
-    enobufs_retries: u64,
-    backoff_time: Duration,
-    refused: u64,
-}
-
-impl Sender<'_> {
-    fn nobody_listening(&self) -> Error {
-        Error::runtime(format!(
-            "nothing is listening at {}: the host answered 'port unreachable' (is udp_server running?)",
-            self.server
-        ))
-    }
-
-    /// Sends `buf` once, retrying the same datagram on a full queue.
-    fn send(&mut self, buf: &[u8], shutdown: &Shutdown) -> Result<bool> {
-        loop {
-            let result = if self.connected {
-                self.socket.send(buf)
-            } else {
-                self.socket.send_to(buf, self.server)
-            };
-            match result {
-                Ok(_) => {
-                    self.backoff.reset();
-                    return Ok(true);
-                }
-                Err(e) => match sys::classify_send_error(&e) {
-                    SendFailure::QueueFull => {
-                        self.enobufs_retries += 1;
-                        self.backoff_time += self.backoff.wait();
-                        if shutdown.is_triggered() {
-                            return Ok(false);
-                        }
-                    }
-                    SendFailure::Interrupted => {}
-                    SendFailure::Refused => {
-                        // The error belonged to an earlier datagram; this
-                        // one was not sent, so it is retried.
-                        self.refused += 1;
-                        if self.refused >= MAX_REFUSED {
-                            return Err(self.nobody_listening());
-                        }
-                    }
-                    SendFailure::TooBig => {
-                        return Err(Error::runtime(too_big_message(buf.len(), self.server, &e)))
-                    }
-                    SendFailure::Other => {
-                        return Err(Error::runtime(format!(
-                            "cannot send to {}: {e}",
-                            self.server
-                        )));
-                    }
-                },
-            }
-        }
-    }
-}
-
 /// Sends end-of-test messages until the server answers or time runs out.
 fn end_of_test(
     socket: &UdpSocket,
-    sender: &mut Sender,
+    tx: &mut Transmitter,
     end: &End,
     timeout: Duration,
-    shutdown: &Shutdown,
 ) -> Option<wire::EndAck> {
+    tx.end_gso();
     let message = wire::encode_end(end);
     let per_attempt = timeout / END_ATTEMPTS;
     let mut buf = [0u8; 256];
     for _ in 0..END_ATTEMPTS {
-        if sender.send(&message, shutdown).is_err() {
-            // Refused: no server; a later attempt may still get through.
-        }
+        // A refusal here is counted by the transmitter; keep listening.
+        let _ = tx.send_all(&[&message], &Shutdown::new());
         let deadline = Instant::now() + per_attempt;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -223,8 +157,13 @@ fn end_of_test(
                 break;
             }
             let _ = socket.set_read_timeout(Some(left));
-            let Ok(n) = socket.recv(&mut buf) else {
-                continue;
+            let n = match socket.recv(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    tx.refused += 1;
+                    continue;
+                }
+                Err(_) => continue,
             };
             if let Ok(Message::EndAck(ack)) = wire::decode(&buf[..n]) {
                 if ack.session == end.header.session {
@@ -236,6 +175,50 @@ fn end_of_test(
     None
 }
 
+/// Fills `buf` with bytes that do not compress, so that a compressing link
+/// cannot overstate the rate.
+fn fill_incompressible(buf: &mut [u8], seed: u64) {
+    let mut x = seed | 1;
+    for byte in buf {
+        // xorshift64
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *byte = x as u8;
+    }
+}
+
+/// Plans the datagrams of the next call: fills `lengths` with up to
+/// `count` datagram sizes that `volume` still allows.
+fn plan(
+    volume: Volume,
+    size: usize,
+    sent_packets: u64,
+    sent_bytes: u64,
+    started: Instant,
+    count: usize,
+    lengths: &mut Vec<usize>,
+) {
+    lengths.clear();
+    let (mut packets, mut bytes) = (sent_packets, sent_bytes);
+    if let Volume::Time(d) = volume {
+        if started.elapsed() >= d {
+            return;
+        }
+    }
+    while lengths.len() < count {
+        let len = match volume {
+            Volume::Bytes(total) if bytes < total => (total - bytes).min(size as u64) as usize,
+            Volume::Packets(n) if packets < n => size,
+            Volume::Time(_) => size,
+            _ => break,
+        };
+        lengths.push(len);
+        packets += 1;
+        bytes += len as u64;
+    }
+}
+
 /// Runs one client socket to the end and asks the server for its figures.
 pub fn run_one(
     cfg: &ClientConfig,
@@ -243,67 +226,94 @@ pub fn run_one(
     progress: &Progress,
 ) -> Result<ClientReport> {
     let socket = open_socket(cfg.server, cfg.connected)?;
+    let sndbuf = match cfg.sndbuf {
+        Some(want) => Some(size_send_buffer(&socket, want)?),
+        None => None,
+    };
     let local_addr = socket
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
     let session = random_session();
-    let mut sender = Sender {
-        socket: &socket,
-        connected: cfg.connected,
-        server: cfg.server,
-        backoff: Backoff::default(),
-        enobufs_retries: 0,
-        backoff_time: Duration::ZERO,
-        refused: 0,
+    let size = cfg.buffer_size;
+    let mut tx = Transmitter::new(&socket, cfg.server, cfg.connected, size, cfg.batch, cfg.gso);
+    let max_payload = if cfg.server.is_ipv4() {
+        sys::MAX_UDP_PAYLOAD_V4
+    } else {
+        sys::MAX_UDP_PAYLOAD_V6
     };
-    let mut buf = vec![0u8; cfg.buffer_size.max(1)];
+    // One region per message of a call, each room for a full GSO buffer.
+    let region = size.max(1) * tx.segments_per_message(max_payload);
+    let mut staging = vec![0u8; region * tx.batch()];
+    fill_incompressible(&mut staging, session);
+    let mut lengths = Vec::new();
+    let mut message_ends: Vec<usize> = Vec::new();
     let mut pacer = cfg.rate_bps.map(Pacer::new);
     let (mut packets, mut bytes, mut untagged) = (0u64, 0u64, 0u64);
-    let mut unreported = 0u64;
     let start = Instant::now();
     let mut last_send = start;
-    loop {
-        if shutdown.is_triggered() {
-            break;
-        }
-        let len = match cfg.volume {
-            Volume::Bytes(total) => (total - bytes).min(cfg.buffer_size as u64) as usize,
-            Volume::Packets(n) if packets < n => cfg.buffer_size,
-            Volume::Packets(_) => break,
-            Volume::Time(d) if start.elapsed() < d => cfg.buffer_size,
-            Volume::Time(_) => break,
-        };
-        if matches!(cfg.volume, Volume::Bytes(total) if bytes >= total) {
+    while !shutdown.is_triggered() {
+        let per_message = tx.segments_per_message(max_payload);
+        plan(
+            cfg.volume,
+            size,
+            packets,
+            bytes,
+            start,
+            per_message * tx.batch(),
+            &mut lengths,
+        );
+        if lengths.is_empty() {
             break;
         }
         if let Some(p) = pacer.as_mut() {
             p.wait_until_due(bytes);
         }
-        let datagram = &mut buf[..len];
-        let header = Header {
-            session,
-            seq: packets,
-            send_time_ns: start.elapsed().as_nanos() as u64,
-        };
-        if !wire::write_data_header(datagram, &header) {
-            untagged += 1;
+        // Lay the datagrams out: message m holds datagrams
+        // [m * per_message, (m + 1) * per_message), back to back.
+        let now_ns = start.elapsed().as_nanos() as u64;
+        message_ends.clear();
+        let mut tagged_misses = 0;
+        for (m, chunk) in lengths.chunks(per_message).enumerate() {
+            let mut offset = m * region;
+            for (k, &len) in chunk.iter().enumerate() {
+                let header = Header {
+                    session,
+                    seq: packets + (m * per_message + k) as u64,
+                    send_time_ns: now_ns,
+                };
+                if !wire::write_data_header(&mut staging[offset..offset + len], &header) {
+                    tagged_misses += 1;
+                }
+                offset += len;
+            }
+            message_ends.push(offset);
         }
-        if !sender.send(datagram, shutdown)? {
+        let messages: Vec<&[u8]> = message_ends
+            .iter()
+            .enumerate()
+            .map(|(m, &end)| &staging[m * region..end])
+            .collect();
+        let sent_messages = tx.send_all(&messages, shutdown)?;
+        let sent: &[usize] = if sent_messages == messages.len() {
+            &lengths
+        } else {
+            &lengths[..(sent_messages * per_message).min(lengths.len())]
+        };
+        let sent_bytes: u64 = sent.iter().map(|&l| l as u64).sum();
+        packets += sent.len() as u64;
+        bytes += sent_bytes;
+        untagged += if sent.len() == lengths.len() {
+            tagged_misses
+        } else {
+            sent.iter().filter(|&&l| l < wire::HEADER_LEN).count() as u64
+        };
+        progress.add(sent_bytes);
+        last_send = Instant::now();
+        if sent_messages < messages.len() {
             break;
         }
-        packets += 1;
-        bytes += len as u64;
-        unreported += len as u64;
-        if packets % 64 == 0 {
-            progress.add(unreported);
-            unreported = 0;
-        }
     }
-    if packets > 0 {
-        last_send = Instant::now();
-    }
-    progress.add(unreported);
     let send_seconds = last_send.duration_since(start).as_secs_f64();
     let end = End {
         header: Header {
@@ -315,13 +325,10 @@ pub fn run_one(
         sent_bytes: bytes,
         duration_ns: (send_seconds * 1e9) as u64,
     };
-    let ack = end_of_test(
-        &socket,
-        &mut sender,
-        &end,
-        cfg.end_timeout,
-        &Shutdown::new(),
-    );
+    let ack = end_of_test(&socket, &mut tx, &end, cfg.end_timeout);
+    if ack.is_none() && tx.refused > 0 {
+        return Err(tx.nobody_listening());
+    }
     let server = ack.map(|a| {
         let seconds = a.first_to_last_ns as f64 / 1e9;
         ServerView {
@@ -349,8 +356,12 @@ pub fn run_one(
         untagged_packets: untagged,
         seconds: send_seconds,
         gbps: units::gbps(bytes, send_seconds),
-        enobufs_retries: sender.enobufs_retries,
-        backoff_seconds: sender.backoff_time.as_secs_f64(),
+        enobufs_retries: tx.enobufs_retries,
+        backoff_seconds: tx.backoff_time.as_secs_f64(),
+        send_path: tx.path(),
+        sndbuf,
+        started: start,
+        finished: last_send,
         server,
     })
 }
@@ -363,7 +374,6 @@ pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
         Volume::Time(_) => None,
     };
     let progress = Progress::new(total, !cfg.quiet && !cfg.json);
-    let start = Instant::now();
     let results: Vec<Result<ClientReport>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..cfg.clients)
             .map(|_| scope.spawn(|| run_one(cfg, shutdown, &progress)))
@@ -376,19 +386,20 @@ pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
             })
             .collect()
     });
-    let seconds = start.elapsed().as_secs_f64();
     progress.finish();
     let clients = results.into_iter().collect::<Result<Vec<_>>>()?;
-    Ok(summarise(cfg, clients, seconds))
+    Ok(summarise(cfg, clients))
 }
 
-fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, wall_seconds: f64) -> RunReport {
+fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
     let sent_packets = clients.iter().map(|c| c.sent_packets).sum();
     let sent_bytes: u64 = clients.iter().map(|c| c.sent_bytes).sum();
-    let seconds = if clients.len() == 1 {
-        clients[0].seconds
-    } else {
-        wall_seconds
+    // From the first client's first send to the last one's last send.
+    let first = clients.iter().map(|c| c.started).min();
+    let last = clients.iter().map(|c| c.finished).max();
+    let seconds = match (first, last) {
+        (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+        _ => 0.0,
     };
     let answered: Vec<&ServerView> = clients.iter().filter_map(|c| c.server.as_ref()).collect();
     let server = (!answered.is_empty()).then(|| {
@@ -467,11 +478,93 @@ pub fn run_local(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
     cfg.server = bound.addr;
     let server_stop = Shutdown::new();
     std::thread::scope(|scope| {
-        let server = scope
-            .spawn(|| crate::server::run(&bound.socket, &server_cfg, &server_stop, &mut |_| {}));
+        let server =
+            scope.spawn(|| crate::server::run(&bound, &server_cfg, &server_stop, &mut |_| {}));
         let report = run(&cfg, shutdown);
         server_stop.trigger();
         let _ = server.join();
         report
     })
+}
+
+/// Sets SO_SNDBUF and reports what the kernel granted (forcing past the
+/// sysctl limit where permitted).
+fn size_send_buffer(socket: &UdpSocket, want: usize) -> Result<BufferGrant> {
+    let sock = socket2::SockRef::from(socket);
+    let read = || {
+        sock.send_buffer_size()
+            .map_err(|e| Error::runtime(format!("cannot read SO_SNDBUF: {e}")))
+    };
+    if let Err(e) = sock.set_send_buffer_size(want) {
+        return Ok(BufferGrant {
+            requested: Some(want),
+            granted: read()?,
+            forced: false,
+            warning: Some(format!("cannot set SO_SNDBUF to {want}: {e}")),
+        });
+    }
+    let full = if sys::RCVBUF_DOUBLES {
+        want.saturating_mul(2)
+    } else {
+        want
+    };
+    let mut granted = read()?;
+    let mut forced = false;
+    #[cfg(target_os = "linux")]
+    if granted < full && sys::force_send_buffer(&sock, want).is_ok() {
+        granted = read()?;
+        forced = true;
+    }
+    let limit = if cfg!(target_os = "linux") {
+        "net.core.wmem_max"
+    } else {
+        sys::RCVBUF_SYSCTL
+    };
+    Ok(BufferGrant {
+        requested: Some(want),
+        granted,
+        forced,
+        warning: (granted < full).then(|| {
+            format!("asked for a {want}-byte send buffer but the kernel granted {granted}; raise the limit with: sysctl -w {limit}={want}")
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_exact_totals_with_a_short_tail() {
+        let t = Instant::now();
+        let mut lengths = Vec::new();
+        plan(Volume::Bytes(2500), 1000, 0, 0, t, 8, &mut lengths);
+        assert_eq!(lengths, [1000, 1000, 500]);
+        plan(Volume::Bytes(2500), 1000, 2, 2000, t, 8, &mut lengths);
+        assert_eq!(lengths, [500]);
+        plan(Volume::Bytes(2500), 1000, 3, 2500, t, 8, &mut lengths);
+        assert!(lengths.is_empty());
+        plan(Volume::Packets(3), 0, 1, 0, t, 8, &mut lengths);
+        assert_eq!(lengths, [0, 0]);
+        plan(
+            Volume::Time(Duration::from_secs(60)),
+            10,
+            0,
+            0,
+            t,
+            4,
+            &mut lengths,
+        );
+        assert_eq!(lengths, [10; 4]);
+        plan(Volume::Time(Duration::ZERO), 10, 0, 0, t, 4, &mut lengths);
+        assert!(lengths.is_empty());
+    }
+
+    #[test]
+    fn payload_does_not_compress() {
+        let mut buf = vec![0u8; 4096];
+        fill_incompressible(&mut buf, 42);
+        let distinct: std::collections::HashSet<u8> = buf.iter().copied().collect();
+        assert!(distinct.len() > 200);
+    }
 }

@@ -6,27 +6,28 @@
 //! caller's business (see [`crate::report`]), which is what lets
 //! `udp_client --local` run a silent server in-process.
 //!
-//! The receive loop is one blocking thread. It wakes at least every
-//! [`shutdown::POLL`] (the socket's receive timeout) to write interval
-//! lines, expire idle peers and check the shutdown flag.
+//! Receiving is done by one thread per socket (`--threads N` sockets share
+//! the address with SO_REUSEPORT), each with the `--method` chosen
+//! ([`recv`]). They count into one shared [`PeerTable`], locked once per
+//! batch, so a peer is reported once. The caller's thread writes interval
+//! lines, expires idle peers and passes events on every 20 ms.
 
 pub mod peers;
+pub mod recv;
 
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
-use crate::shutdown::{self, Shutdown};
+use crate::shutdown::Shutdown;
 use crate::sys;
 use peers::{Event, Overflow, PeerReport, PeerTable};
+use recv::Deliver;
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// Datagrams per recvmmsg call.
-pub const RECV_BATCH: usize = 32;
-/// Each receive buffer holds the largest datagram (65535 including headers).
-pub const RECV_BUF_SIZE: usize = 65536;
+use sys::RecvBatch;
 
 /// What the kernel granted for SO_RCVBUF.
 #[derive(Debug, Clone, Serialize)]
@@ -41,53 +42,93 @@ pub struct BufferGrant {
     pub warning: Option<String>,
 }
 
-/// A bound server socket, ready for [`run`].
+/// The bound server sockets, ready for [`run`]: one per receive thread,
+/// sharing the address with SO_REUSEPORT when there are several.
 pub struct Bound {
-    pub socket: Socket,
+    pub sockets: Vec<Socket>,
     pub addr: SocketAddr,
     pub buffer: BufferGrant,
     /// Set when the default dual-stack address was unavailable.
     pub fell_back_to_ipv4: bool,
+    /// UDP_GRO is on (the kernel may coalesce datagrams of a flow).
+    pub gro: bool,
+    /// Why GRO is off although it was asked for.
+    pub gro_note: Option<String>,
 }
 
-fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
+fn new_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() && addr.ip().is_unspecified() {
         socket.set_only_v6(false)?;
     }
+    if reuse_port {
+        #[cfg(unix)]
+        socket.set_reuse_port(true)?;
+    }
     Ok(socket)
 }
 
-/// Creates and binds the server socket and sizes its receive buffer.
+fn bind_one(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
+    let socket = new_socket(addr, reuse_port)?;
+    socket.bind(&SockAddr::from(addr))?;
+    Ok(socket)
+}
+
+/// Creates and binds the server sockets and sizes their receive buffers.
 pub fn bind(cfg: &ServerConfig) -> Result<Bound> {
+    let reuse = cfg.threads > 1;
     let mut addr = cfg.listen;
     let mut fell_back = false;
-    let socket = match new_socket(addr).and_then(|s| s.bind(&SockAddr::from(addr)).map(|()| s)) {
+    let first = match bind_one(addr, reuse) {
         Ok(s) => s,
         Err(e)
             if cfg.listen_is_default && addr.is_ipv6() && e.kind() != io::ErrorKind::AddrInUse =>
         {
             addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, addr.port()));
             fell_back = true;
-            let s = new_socket(addr)
-                .map_err(|e| Error::runtime(format!("cannot create a UDP socket: {e}")))?;
-            s.bind(&SockAddr::from(addr))
-                .map_err(|e| Error::runtime(format!("cannot bind {addr}: {e}")))?;
-            s
+            bind_one(addr, reuse).map_err(|e| Error::runtime(format!("cannot bind {addr}: {e}")))?
         }
         Err(e) => return Err(Error::runtime(format!("cannot bind {addr}: {e}"))),
     };
-    let buffer = size_recv_buffer(&socket, cfg.recv_buffer_size)?;
-    let addr = socket
+    let addr = first
         .local_addr()
         .ok()
         .and_then(|a| a.as_socket())
         .ok_or_else(|| Error::runtime("cannot read the bound address"))?;
+    let mut sockets = vec![first];
+    // The others join the address actually bound (port 0 resolved).
+    for _ in 1..cfg.threads {
+        sockets.push(bind_one(addr, true).map_err(|e| {
+            Error::runtime(format!(
+                "cannot bind another SO_REUSEPORT socket to {addr}: {e}"
+            ))
+        })?);
+    }
+    let mut buffer = None;
+    for socket in &sockets {
+        buffer = Some(size_recv_buffer(socket, cfg.recv_buffer_size)?);
+    }
+    let (mut gro, mut gro_note) = (false, None);
+    if cfg.gro {
+        #[cfg(target_os = "linux")]
+        {
+            match sockets.iter().try_for_each(sys::enable_gro) {
+                Ok(()) => gro = true,
+                Err(e) => gro_note = Some(format!("UDP_GRO unavailable ({e})")),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            gro_note = Some("UDP_GRO is Linux-only".to_string());
+        }
+    }
     Ok(Bound {
-        socket,
+        sockets,
         addr,
-        buffer,
+        buffer: buffer.expect("at least one socket"),
         fell_back_to_ipv4: fell_back,
+        gro,
+        gro_note,
     })
 }
 
@@ -150,90 +191,156 @@ pub struct ServerSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
     pub method: &'static str,
+    pub threads: usize,
+    pub gro: bool,
 }
 
-/// Receives and counts until `shutdown` is set, reporting through `events`.
+/// The table and the events it produced, shared by the receive threads.
+struct Shared {
+    table: PeerTable,
+    pending: Vec<ServerEvent>,
+}
+
+/// Counts what the receive loops read into the shared table.
+struct Counter<'a> {
+    shared: &'a Mutex<Shared>,
+}
+
+fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
+    move |e| {
+        pending.push(match e {
+            Event::Interval(r) => ServerEvent::Interval(r),
+            Event::Done(r) => ServerEvent::PeerDone(r),
+        })
+    }
+}
+
+impl Deliver for Counter<'_> {
+    fn deliver(&self, index: usize, socket: &Socket, batch: &RecvBatch, count: usize) {
+        let now = Instant::now();
+        let mut replies = Vec::new();
+        {
+            // One lock per batch: the receive threads share one table so a
+            // peer is reported once whichever socket its traffic reaches.
+            let mut guard = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+            let Shared { table, pending } = &mut *guard;
+            let mut events = push_event(pending);
+            for i in 0..count {
+                let received = batch.datagram(i);
+                let Some(from) = received.from else { continue };
+                table.on_receive(
+                    received.data,
+                    received.segment_size,
+                    from,
+                    now,
+                    index,
+                    received.kernel_drops,
+                    &mut events,
+                    &mut replies,
+                );
+            }
+        }
+        for (reply, to) in replies {
+            // Best effort: a lost answer is retried by the client.
+            let _ = socket.send_to(&reply, &SockAddr::from(to));
+        }
+    }
+}
+
+/// Receives and counts until `shutdown` is set, reporting through `events`
+/// from the calling thread. Receive threads do the counting; this thread
+/// writes interval lines, expires idle peers and passes events on.
 pub fn run(
-    socket: &Socket,
+    bound: &Bound,
     cfg: &ServerConfig,
     shutdown: &Shutdown,
     events: &mut dyn FnMut(ServerEvent),
 ) -> Result<ServerSummary> {
-    socket
-        .set_read_timeout(Some(shutdown::POLL))
-        .map_err(|e| Error::runtime(format!("cannot set a receive timeout: {e}")))?;
-    let drops_supported = sys::enable_kernel_drop_counter(socket).unwrap_or(false);
-    let mut batch = sys::RecvBatch::new(RECV_BATCH, RECV_BUF_SIZE);
+    let drops_supported = bound
+        .sockets
+        .iter()
+        .all(|s| sys::enable_kernel_drop_counter(s).unwrap_or(false));
     let start = Instant::now();
-    let mut table = PeerTable::new(cfg.max_peers, cfg.idle_timeout, start);
-    let mut next_interval = cfg.interval.map(|i| start + i);
-    let mut next_housekeeping = start;
-    let housekeeping_every = Duration::from_millis(50);
-    let mut drops = None;
-    let mut forward = |e: Event| match e {
-        Event::Interval(r) => events(ServerEvent::Interval(r)),
-        Event::Done(r) => events(ServerEvent::PeerDone(r)),
-    };
-    while !shutdown.is_triggered() {
-        match batch.recv(socket) {
-            Ok(n) => {
-                let now = Instant::now();
-                for i in 0..n {
-                    let received = batch.datagram(i);
-                    if drops_supported {
-                        drops = received.kernel_drops;
-                    }
-                    let Some(from) = received.from else { continue };
-                    if let Some((reply, to)) =
-                        table.on_datagram(received.data, from, now, drops, &mut forward)
-                    {
-                        // Best effort: a lost answer is retried by the client.
-                        let _ = socket.send_to(&reply, &SockAddr::from(to));
-                    }
-                }
+    let shared = Mutex::new(Shared {
+        table: PeerTable::new(cfg.max_peers, cfg.idle_timeout, start, bound.sockets.len()),
+        pending: Vec::new(),
+    });
+    let counter = Counter { shared: &shared };
+    let receivers_done = Shutdown::new();
+    let result = std::thread::scope(|scope| {
+        let receivers: Vec<_> = bound
+            .sockets
+            .iter()
+            .enumerate()
+            .map(|(i, socket)| {
+                let counter = &counter;
+                let receivers_done = &receivers_done;
+                scope.spawn(move || {
+                    recv::run_method(cfg.method, &[socket], i, counter, receivers_done)
+                })
+            })
+            .collect();
+        let mut next_interval = cfg.interval.map(|i| start + i);
+        let tick = Duration::from_millis(20);
+        let mut flushed = Vec::new();
+        loop {
+            let stopping = shutdown.is_triggered() || receivers.iter().any(|h| h.is_finished());
+            if stopping {
+                receivers_done.trigger();
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
-            Err(_) => {
-                // ICMP errors for our answers and similar are transient;
-                // one bad peer must not stop the server.
-                std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(tick);
+            let now = Instant::now();
+            {
+                let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let Shared { table, pending } = &mut *guard;
+                {
+                    let mut sink = push_event(pending);
+                    if let Some(due) = next_interval {
+                        if now >= due {
+                            table.tick_intervals(now, &mut sink);
+                            let interval = cfg.interval.expect("interval set");
+                            next_interval = Some(if due + interval <= now {
+                                now + interval
+                            } else {
+                                due + interval
+                            });
+                        }
+                    }
+                    table.expire(now, &mut sink);
+                }
+                std::mem::swap(pending, &mut flushed);
+            }
+            for event in flushed.drain(..) {
+                events(event);
+            }
+            if stopping {
+                break;
             }
         }
-        let now = Instant::now();
-        if now >= next_housekeeping {
-            next_housekeeping = now + housekeeping_every;
-            if let Some(due) = next_interval {
-                if now >= due {
-                    table.tick_intervals(now, drops, &mut forward);
-                    let interval = cfg.interval.expect("interval set");
-                    let mut next = due + interval;
-                    if next <= now {
-                        next = now + interval;
-                    }
-                    next_interval = Some(next);
-                }
-            }
-            table.expire(now, drops, &mut forward);
-        }
+        receivers
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("receive thread panicked")))
+            })
+            .collect::<io::Result<Vec<()>>>()
+    });
+    let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+    let Shared { table, pending } = &mut *guard;
+    table.finish_all(&mut push_event(pending));
+    for event in pending.drain(..) {
+        events(event);
     }
-    table.finish_all(drops, &mut forward);
+    result.map_err(|e| Error::runtime(format!("receive failed: {e}")))?;
     Ok(ServerSummary {
         packets: table.total_packets,
         bytes: table.total_bytes,
         peers: table.peers_seen,
         overflow: table.overflow,
         answers_limited: table.answers_limited,
-        kernel_drops: drops.filter(|_| drops_supported),
-        method: if cfg!(target_os = "linux") {
-            "mmsg"
-        } else {
-            "thread"
-        },
+        kernel_drops: table.kernel_drops().filter(|_| drops_supported),
+        method: cfg.method.name(),
+        threads: bound.sockets.len(),
+        gro: bound.gro,
     })
 }

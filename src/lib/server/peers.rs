@@ -106,11 +106,20 @@ struct Peer {
     mark_wire: u64,
     tagged: Option<Box<Tagged>>,
     done_at: Option<Instant>,
+    /// The receive socket this peer's traffic arrives on, and its drop
+    /// counter when the peer's first datagram was queued.
+    socket: usize,
     drops_at_start: Option<u64>,
 }
 
 impl Peer {
-    fn new(addr: SocketAddr, now: Instant, drops: Option<u64>, session: Option<u64>) -> Self {
+    fn new(
+        addr: SocketAddr,
+        now: Instant,
+        socket: usize,
+        drops: Option<u64>,
+        session: Option<u64>,
+    ) -> Self {
         Peer {
             addr,
             packets: 0,
@@ -132,6 +141,7 @@ impl Peer {
                 })
             }),
             done_at: None,
+            socket,
             drops_at_start: drops,
         }
     }
@@ -277,14 +287,112 @@ impl AnswerLimiter {
     }
 }
 
+/// Peers in slots that do not move, so the receive path can remember the
+/// slot of the last peer it saw and skip the hash lookup for the next
+/// datagram of the same flow (the common case, and every segment of a GRO
+/// buffer).
+struct Slab<K> {
+    index: HashMap<K, usize>,
+    slots: Vec<Option<Peer>>,
+    free: Vec<usize>,
+    last: Option<(K, usize)>,
+}
+
+impl<K: std::hash::Hash + Eq + Copy> Slab<K> {
+    fn new() -> Self {
+        Slab {
+            index: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            last: None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn find(&mut self, key: &K) -> Option<usize> {
+        if let Some((k, slot)) = &self.last {
+            if k == key {
+                return Some(*slot);
+            }
+        }
+        let slot = *self.index.get(key)?;
+        self.last = Some((*key, slot));
+        Some(slot)
+    }
+
+    fn insert(&mut self, key: K, peer: Peer) -> usize {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(peer);
+                slot
+            }
+            None => {
+                self.slots.push(Some(peer));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(key, slot);
+        self.last = Some((key, slot));
+        slot
+    }
+
+    fn get(&self, slot: usize) -> &Peer {
+        self.slots[slot].as_ref().expect("live slot")
+    }
+
+    fn get_mut(&mut self, slot: usize) -> &mut Peer {
+        self.slots[slot].as_mut().expect("live slot")
+    }
+
+    fn remove(&mut self, key: &K) -> Option<Peer> {
+        let slot = self.index.remove(key)?;
+        if matches!(&self.last, Some((k, _)) if k == key) {
+            self.last = None;
+        }
+        self.free.push(slot);
+        self.slots[slot].take()
+    }
+
+    fn peers_mut(&mut self) -> impl Iterator<Item = &mut Peer> {
+        self.slots.iter_mut().flatten()
+    }
+
+    fn peers(&self) -> impl Iterator<Item = &Peer> {
+        self.slots.iter().flatten()
+    }
+
+    /// Keeps the peers for which `keep` is true.
+    fn retain(&mut self, mut keep: impl FnMut(&mut Peer) -> bool) {
+        let mut gone = Vec::new();
+        for (key, &slot) in &self.index {
+            let peer = self.slots[slot].as_mut().expect("live slot");
+            if !keep(peer) {
+                gone.push(*key);
+            }
+        }
+        for key in gone {
+            self.remove(&key);
+        }
+    }
+
+    fn clear(&mut self) {
+        *self = Slab::new();
+    }
+}
+
 /// The peer table.
 pub struct PeerTable {
-    tagged: HashMap<(SocketAddr, u64), Peer>,
-    untagged: HashMap<SocketAddr, Peer>,
+    tagged: Slab<(SocketAddr, u64)>,
+    untagged: Slab<SocketAddr>,
     max_peers: usize,
     idle_timeout: Duration,
     epoch: Instant,
     limiter: AnswerLimiter,
+    /// Each receive socket's kernel drop counter, as last reported.
+    socket_drops: Vec<Option<u64>>,
     pub overflow: Overflow,
     /// End-of-test answers refused by the rate limit.
     pub answers_limited: u64,
@@ -297,10 +405,11 @@ pub struct PeerTable {
 pub type Reply = ([u8; wire::END_LEN], SocketAddr);
 
 impl PeerTable {
-    pub fn new(max_peers: usize, idle_timeout: Duration, now: Instant) -> Self {
+    /// A table for traffic arriving on `sockets` receive sockets.
+    pub fn new(max_peers: usize, idle_timeout: Duration, now: Instant, sockets: usize) -> Self {
         PeerTable {
-            tagged: HashMap::new(),
-            untagged: HashMap::new(),
+            tagged: Slab::new(),
+            untagged: Slab::new(),
             max_peers,
             idle_timeout,
             epoch: now,
@@ -309,6 +418,7 @@ impl PeerTable {
                 counts: HashMap::new(),
                 max_sources: max_peers,
             },
+            socket_drops: vec![None; sockets.max(1)],
             overflow: Overflow::default(),
             answers_limited: 0,
             total_packets: 0,
@@ -326,27 +436,82 @@ impl PeerTable {
         self.len() == 0
     }
 
+    /// The sum of every socket's kernel drop counter, when known.
+    pub fn kernel_drops(&self) -> Option<u64> {
+        self.socket_drops
+            .iter()
+            .copied()
+            .reduce(|a, b| match (a, b) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            })?
+    }
+
+    fn drops_for(socket_drops: &[Option<u64>], peer: &Peer) -> Option<u64> {
+        socket_drops.get(peer.socket).copied().flatten()
+    }
+
+    /// Accounts one received buffer: a datagram, or with UDP_GRO several
+    /// datagrams of `segment_size` bytes (the last may be shorter) from one
+    /// flow. Answers to send are pushed to `replies`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_receive(
+        &mut self,
+        data: &[u8],
+        segment_size: Option<usize>,
+        from: SocketAddr,
+        now: Instant,
+        socket: usize,
+        drops: Option<u64>,
+        events: &mut dyn FnMut(Event),
+        replies: &mut Vec<Reply>,
+    ) {
+        match segment_size {
+            Some(seg) if seg > 0 && data.len() > seg => {
+                for chunk in data.chunks(seg) {
+                    if let Some(r) = self.on_datagram(chunk, from, now, socket, drops, events) {
+                        replies.push(r);
+                    }
+                }
+            }
+            _ => {
+                if let Some(r) = self.on_datagram(data, from, now, socket, drops, events) {
+                    replies.push(r);
+                }
+            }
+        }
+    }
+
     /// Accounts one datagram from `from` (as received: a v4-mapped address
-    /// on a dual-stack socket). Returns the answer to send, if any.
+    /// on a dual-stack socket) on receive socket `socket`, whose drop
+    /// counter was `drops` when the datagram was queued. Returns the answer
+    /// to send, if any.
     pub fn on_datagram(
         &mut self,
         data: &[u8],
         from: SocketAddr,
         now: Instant,
+        socket: usize,
         drops: Option<u64>,
         events: &mut dyn FnMut(Event),
     ) -> Option<Reply> {
+        if drops.is_some() {
+            if let Some(d) = self.socket_drops.get_mut(socket) {
+                *d = drops;
+            }
+        }
         let addr = canonical(from);
         match wire::decode(data) {
             Ok(Message::Data(header)) => {
                 self.total_packets += 1;
                 self.total_bytes += data.len() as u64;
                 let recv_ns = now.duration_since(self.epoch).as_nanos() as u64;
-                let Some(peer) = self.tagged_peer(addr, header.session, now, drops) else {
+                let Some(slot) = self.tagged_slot(addr, header.session, now, socket, drops) else {
                     self.overflow.packets += 1;
                     self.overflow.bytes += data.len() as u64;
                     return None;
                 };
+                let peer = self.tagged.get_mut(slot);
                 let t = peer
                     .tagged
                     .as_mut()
@@ -358,21 +523,20 @@ impl PeerTable {
                 peer.count(data.len(), now);
                 None
             }
-            Ok(Message::End(end)) => self.on_end(end, addr, from, now, drops, events),
+            Ok(Message::End(end)) => self.on_end(end, addr, from, now, socket, drops, events),
             Ok(Message::EndAck(_)) => None,
             Err(_) => {
                 self.total_packets += 1;
                 self.total_bytes += data.len() as u64;
-                let full = self.untagged.len() >= self.max_peers;
-                match self.untagged.get_mut(&addr) {
-                    Some(peer) => peer.count(data.len(), now),
-                    None if full => {
+                match self.untagged.find(&addr) {
+                    Some(slot) => self.untagged.get_mut(slot).count(data.len(), now),
+                    None if self.untagged.len() >= self.max_peers => {
                         self.overflow.packets += 1;
                         self.overflow.bytes += data.len() as u64;
                     }
                     None => {
                         self.peers_seen += 1;
-                        let mut peer = Peer::new(addr, now, drops, None);
+                        let mut peer = Peer::new(addr, now, socket, drops, None);
                         peer.count(data.len(), now);
                         self.untagged.insert(addr, peer);
                     }
@@ -382,46 +546,55 @@ impl PeerTable {
         }
     }
 
-    fn tagged_peer(
+    fn tagged_slot(
         &mut self,
         addr: SocketAddr,
         session: u64,
         now: Instant,
+        socket: usize,
         drops: Option<u64>,
-    ) -> Option<&mut Peer> {
-        let full = self.tagged.len() >= self.max_peers;
+    ) -> Option<usize> {
         let key = (addr, session);
-        if full && !self.tagged.contains_key(&key) {
+        if let Some(slot) = self.tagged.find(&key) {
+            return Some(slot);
+        }
+        if self.tagged.len() >= self.max_peers {
             return None;
         }
-        Some(self.tagged.entry(key).or_insert_with(|| {
-            self.peers_seen += 1;
-            Peer::new(addr, now, drops, Some(session))
-        }))
+        self.peers_seen += 1;
+        Some(
+            self.tagged
+                .insert(key, Peer::new(addr, now, socket, drops, Some(session))),
+        )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_end(
         &mut self,
         end: End,
         addr: SocketAddr,
         from: SocketAddr,
         now: Instant,
+        socket: usize,
         drops: Option<u64>,
         events: &mut dyn FnMut(Event),
     ) -> Option<Reply> {
-        let merge = self.untagged.remove(&addr);
-        let peer = self.tagged_peer(addr, end.header.session, now, drops);
-        let Some(peer) = peer else {
-            if let Some(m) = merge {
-                self.untagged.insert(addr, m);
-            }
-            return None;
-        };
-        let t = peer.tagged.as_mut().expect("tagged");
-        if t.declared.is_none() {
+        let slot = self.tagged_slot(addr, end.header.session, now, socket, drops)?;
+        let first_end = self
+            .tagged
+            .get(slot)
+            .tagged
+            .as_ref()
+            .expect("tagged")
+            .declared
+            .is_none();
+        if first_end {
+            // The same socket's datagrams that were too short to tag.
+            let merge = self.untagged.remove(&addr);
+            let peer = self.tagged.get_mut(slot);
+            let t = peer.tagged.as_mut().expect("tagged");
             t.declared = Some(end);
             if let Some(m) = merge {
-                // The same socket's datagrams that were too short to tag.
                 t.untagged_packets += m.packets;
                 if peer.packets == 0 {
                     peer.first = m.first;
@@ -436,28 +609,24 @@ impl PeerTable {
             }
             if peer.done_at.is_none() {
                 peer.done_at = Some(now);
-                events(Event::Done(peer.summary(drops, DoneReason::End)));
+                let drops_now = Self::drops_for(&self.socket_drops, peer);
+                events(Event::Done(peer.summary(drops_now, DoneReason::End)));
             }
-        } else if let Some(m) = merge {
-            self.untagged.insert(addr, m);
         }
-        let peer = self.tagged.get(&(addr, end.header.session))?;
         if !self.limiter.allow(addr.ip(), now) {
             self.answers_limited += 1;
             return None;
         }
-        Some((wire::encode_end_ack(&peer.ack(drops)), from))
+        let peer = self.tagged.get(slot);
+        let drops_now = Self::drops_for(&self.socket_drops, peer);
+        Some((wire::encode_end_ack(&peer.ack(drops_now)), from))
     }
 
     /// Interval lines for every peer that received something since the last
     /// tick. Call every `--interval`.
-    pub fn tick_intervals(
-        &mut self,
-        now: Instant,
-        drops: Option<u64>,
-        events: &mut dyn FnMut(Event),
-    ) {
-        for peer in self.tagged.values_mut().chain(self.untagged.values_mut()) {
+    pub fn tick_intervals(&mut self, now: Instant, events: &mut dyn FnMut(Event)) {
+        let socket_drops = &self.socket_drops;
+        for peer in self.tagged.peers_mut().chain(self.untagged.peers_mut()) {
             if peer.done_at.is_some() || peer.packets == peer.mark_packets {
                 continue;
             }
@@ -467,7 +636,7 @@ impl PeerTable {
                 peer.bytes - peer.mark_bytes,
                 peer.wire - peer.mark_wire,
                 seconds,
-                drops,
+                Self::drops_for(socket_drops, peer),
                 None,
             );
             report.total_packets = Some(peer.packets);
@@ -482,21 +651,28 @@ impl PeerTable {
 
     /// Summarises peers idle for `--idle-timeout` and forgets finished
     /// peers once their retries can no longer come.
-    pub fn expire(&mut self, now: Instant, drops: Option<u64>, events: &mut dyn FnMut(Event)) {
+    pub fn expire(&mut self, now: Instant, events: &mut dyn FnMut(Event)) {
         let idle = self.idle_timeout;
         let linger = idle.max(Duration::from_secs(2));
-        self.tagged.retain(|_, peer| match peer.done_at {
+        let socket_drops = &self.socket_drops;
+        self.tagged.retain(|peer| match peer.done_at {
             Some(done) => now.duration_since(done) < linger,
             None if now.duration_since(peer.last) >= idle => {
                 peer.done_at = Some(now);
-                events(Event::Done(peer.summary(drops, DoneReason::Idle)));
+                events(Event::Done(peer.summary(
+                    Self::drops_for(socket_drops, peer),
+                    DoneReason::Idle,
+                )));
                 true
             }
             None => true,
         });
-        self.untagged.retain(|_, peer| {
+        self.untagged.retain(|peer| {
             if now.duration_since(peer.last) >= idle {
-                events(Event::Done(peer.summary(drops, DoneReason::Idle)));
+                events(Event::Done(peer.summary(
+                    Self::drops_for(socket_drops, peer),
+                    DoneReason::Idle,
+                )));
                 false
             } else {
                 true
@@ -505,10 +681,11 @@ impl PeerTable {
     }
 
     /// Summarises every unfinished peer; used once, at shutdown.
-    pub fn finish_all(&mut self, drops: Option<u64>, events: &mut dyn FnMut(Event)) {
-        for peer in self.tagged.values().chain(self.untagged.values()) {
+    pub fn finish_all(&mut self, events: &mut dyn FnMut(Event)) {
+        for peer in self.tagged.peers().chain(self.untagged.peers()) {
             if peer.done_at.is_none() && peer.packets > 0 {
-                events(Event::Done(peer.summary(drops, DoneReason::Shutdown)));
+                let drops_now = Self::drops_for(&self.socket_drops, peer);
+                events(Event::Done(peer.summary(drops_now, DoneReason::Shutdown)));
             }
         }
         self.tagged.clear();
@@ -569,18 +746,18 @@ mod tests {
     #[test]
     fn exact_counts_and_answer() {
         let t0 = Instant::now();
-        let mut table = PeerTable::new(16, Duration::from_secs(2), t0);
+        let mut table = PeerTable::new(16, Duration::from_secs(2), t0, 1);
         let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         let mut done = Vec::new();
         for seq in [0, 1, 3, 2, 2, 4] {
             assert!(table
-                .on_datagram(&data(7, seq, 100), a, t0, Some(0), &mut keep(&mut done))
+                .on_datagram(&data(7, seq, 100), a, t0, 0, Some(0), &mut keep(&mut done))
                 .is_none());
         }
         // A short tail from the same socket, untagged until the end merges it.
-        table.on_datagram(&[1, 2, 3], a, t0, Some(0), &mut keep(&mut done));
+        table.on_datagram(&[1, 2, 3], a, t0, 0, Some(0), &mut keep(&mut done));
         let (bytes, to) = table
-            .on_datagram(&end(7, 7, 603), a, t0, Some(5), &mut keep(&mut done))
+            .on_datagram(&end(7, 7, 603), a, t0, 0, Some(5), &mut keep(&mut done))
             .unwrap();
         assert_eq!(to, a);
         let Ok(Message::EndAck(ack)) = wire::decode(&bytes) else {
@@ -602,18 +779,18 @@ mod tests {
     fn garbage_cannot_evict_a_session() {
         let t0 = Instant::now();
         let (_, mut sink) = collect();
-        let mut table = PeerTable::new(4, Duration::from_secs(2), t0);
+        let mut table = PeerTable::new(4, Duration::from_secs(2), t0, 1);
         let real: SocketAddr = "10.0.0.1:9".parse().unwrap();
-        table.on_datagram(&data(1, 0, 64), real, t0, None, &mut sink);
+        table.on_datagram(&data(1, 0, 64), real, t0, 0, None, &mut sink);
         for port in 0..1000u16 {
             let spoofed = SocketAddr::from(([10, 0, 0, 2], port));
-            table.on_datagram(&[0xFF; 40], spoofed, t0, None, &mut sink);
+            table.on_datagram(&[0xFF; 40], spoofed, t0, 0, None, &mut sink);
         }
-        table.on_datagram(&data(1, 1, 64), real, t0, None, &mut sink);
+        table.on_datagram(&data(1, 1, 64), real, t0, 0, None, &mut sink);
         assert!(table.len() <= 8);
         assert_eq!(table.overflow.packets, 996);
         let reply = table
-            .on_datagram(&end(1, 2, 128), real, t0, None, &mut sink)
+            .on_datagram(&end(1, 2, 128), real, t0, 0, None, &mut sink)
             .unwrap();
         let Ok(Message::EndAck(ack)) = wire::decode(&reply.0) else {
             panic!()
@@ -626,12 +803,12 @@ mod tests {
     fn answers_are_rate_limited_per_source() {
         let t0 = Instant::now();
         let (_, mut sink) = collect();
-        let mut table = PeerTable::new(4096, Duration::from_secs(2), t0);
+        let mut table = PeerTable::new(4096, Duration::from_secs(2), t0, 1);
         let a: SocketAddr = "10.0.0.1:9".parse().unwrap();
         let answered = (0..100)
             .filter(|i| {
                 table
-                    .on_datagram(&end(*i, 0, 0), a, t0, None, &mut sink)
+                    .on_datagram(&end(*i, 0, 0), a, t0, 0, None, &mut sink)
                     .is_some()
             })
             .count();
@@ -639,36 +816,89 @@ mod tests {
         assert_eq!(table.answers_limited, 100 - ANSWERS_PER_SECOND as u64);
         let later = t0 + Duration::from_millis(1001);
         assert!(table
-            .on_datagram(&end(1, 0, 0), a, later, None, &mut sink)
+            .on_datagram(&end(1, 0, 0), a, later, 0, None, &mut sink)
             .is_some());
     }
 
     #[test]
     fn idle_peers_are_summarised_and_forgotten() {
         let t0 = Instant::now();
-        let mut table = PeerTable::new(16, Duration::from_secs(2), t0);
+        let mut table = PeerTable::new(16, Duration::from_secs(2), t0, 1);
         let mut done = Vec::new();
         let a: SocketAddr = "[::1]:1".parse().unwrap();
-        table.on_datagram(&data(3, 0, 100), a, t0, None, &mut keep(&mut done));
+        table.on_datagram(&data(3, 0, 100), a, t0, 0, None, &mut keep(&mut done));
         table.on_datagram(
             &data(3, 2, 100),
             a,
             t0 + Duration::from_secs(1),
+            0,
             None,
             &mut keep(&mut done),
         );
-        table.on_datagram(b"hello", a, t0, None, &mut keep(&mut done));
-        table.expire(t0 + Duration::from_millis(2500), None, &mut keep(&mut done));
+        table.on_datagram(b"hello", a, t0, 0, None, &mut keep(&mut done));
+        table.expire(t0 + Duration::from_millis(2500), &mut keep(&mut done));
         assert_eq!(done.len(), 1, "untagged peer idle, tagged still active");
-        table.expire(t0 + Duration::from_millis(3100), None, &mut keep(&mut done));
+        table.expire(t0 + Duration::from_millis(3100), &mut keep(&mut done));
         assert_eq!(done.len(), 2);
         let tagged = done.iter().find(|r| r.tagged).unwrap();
         assert_eq!(tagged.loss_basis, Some("sequence"));
         assert_eq!(tagged.lost, Some(1));
         assert_eq!(tagged.seconds, 1.0);
         assert_eq!(tagged.reason, Some(DoneReason::Idle));
-        table.expire(t0 + Duration::from_secs(10), None, &mut keep(&mut done));
+        table.expire(t0 + Duration::from_secs(10), &mut keep(&mut done));
         assert!(table.is_empty());
+    }
+
+    #[test]
+    fn gro_buffers_are_split_into_their_datagrams() {
+        let t0 = Instant::now();
+        let mut table = PeerTable::new(16, Duration::from_secs(2), t0, 2);
+        let a: SocketAddr = "127.0.0.1:7".parse().unwrap();
+        // Five 100-byte datagrams and a 40-byte tail, coalesced.
+        let mut buf = Vec::new();
+        for seq in 0..5 {
+            buf.extend_from_slice(&data(4, seq, 100));
+        }
+        buf.extend_from_slice(&data(4, 5, 40));
+        let mut replies = Vec::new();
+        let mut done = Vec::new();
+        table.on_receive(
+            &buf,
+            Some(100),
+            a,
+            t0,
+            1,
+            Some(3),
+            &mut keep(&mut done),
+            &mut replies,
+        );
+        // The end-of-test message may be the last segment of a GRO buffer.
+        let mut tail = data(4, 6, 96);
+        let end_msg = end(4, 7, 636);
+        tail.extend_from_slice(&end_msg);
+        table.on_receive(
+            &tail,
+            Some(96),
+            a,
+            t0,
+            1,
+            Some(3),
+            &mut keep(&mut done),
+            &mut replies,
+        );
+        assert_eq!(replies.len(), 1);
+        let Ok(Message::EndAck(ack)) = wire::decode(&replies[0].0) else {
+            panic!()
+        };
+        assert_eq!(
+            (ack.received_packets, ack.received_bytes, ack.lost),
+            (7, 636, 0)
+        );
+        assert_eq!(
+            ack.kernel_drops, 0,
+            "drops are per socket, from the peer's start"
+        );
+        assert_eq!(table.kernel_drops(), Some(3));
     }
 
     #[test]

@@ -38,6 +38,10 @@ impl RecvBatch {
         }
     }
 
+    pub fn recv_one(&mut self, socket: &Socket) -> io::Result<usize> {
+        self.recv(socket)
+    }
+
     pub fn recv(&mut self, socket: &Socket) -> io::Result<usize> {
         let (len, addr) = socket.recv_from(&mut self.buf)?;
         self.len = len;
@@ -55,6 +59,7 @@ impl RecvBatch {
             data: bytes,
             from: self.from,
             kernel_drops: None,
+            segment_size: None,
         }
     }
 }
@@ -73,3 +78,11 @@ pub const RCVBUF_SYSCTL: &str = "kern.ipc.maxsockbuf";
 #[cfg(not(target_os = "macos"))]
 pub const RCVBUF_SYSCTL: &str = "the OS socket buffer limit";
 pub const RCVBUF_DOUBLES: bool = false;
+
+/// sched_setscheduler with these policies is Linux's; say so.
+pub fn set_scheduler(_policy: super::SchedPolicy, _priority: i32) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this platform has no sched_setscheduler with these policies (Linux only)",
+    ))
+}

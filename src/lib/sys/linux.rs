@@ -73,6 +73,8 @@ pub struct RecvBatch {
     headers: Vec<libc::mmsghdr>,
     /// Per datagram: the socket's drop counter when it was queued.
     drops: Vec<u64>,
+    /// Per datagram: the GRO segment size, when the kernel coalesced.
+    segments: Vec<u32>,
     filled: usize,
 }
 
@@ -89,6 +91,7 @@ impl RecvBatch {
             controls: vec![[0u64; CONTROL_LEN / 8]; batch],
             headers: Vec::with_capacity(batch),
             drops: vec![0; batch],
+            segments: vec![0; batch],
             filled: 0,
         };
         for i in 0..batch {
@@ -114,12 +117,7 @@ impl RecvBatch {
     /// timeout passes), then takes as many as are queued, up to the batch
     /// size. Returns how many were received.
     pub fn recv(&mut self, socket: &Socket) -> io::Result<usize> {
-        for header in &mut self.headers {
-            header.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            header.msg_hdr.msg_controllen = CONTROL_LEN as _;
-            header.msg_hdr.msg_flags = 0;
-            header.msg_len = 0;
-        }
+        self.reset_headers(self.headers.len());
         // SAFETY: every pointer in `headers` points into buffers owned by
         // `self` that are neither moved nor resized after `new` (the Vecs
         // are never pushed to again), and each length matches its buffer.
@@ -137,17 +135,50 @@ impl RecvBatch {
             return Err(io::Error::last_os_error());
         }
         self.filled = n as usize;
-        for i in 0..self.filled {
-            // Linux attaches the counter only once it is non-zero.
-            self.drops[i] = self.read_drop_counter(i).unwrap_or(0);
-        }
+        self.read_controls();
         Ok(self.filled)
     }
 
-    /// Reads SO_RXQ_OVFL from datagram `i`'s control messages.
-    fn read_drop_counter(&self, i: usize) -> Option<u64> {
+    /// Receives one datagram with recvmsg (the `thread`, `select`, `poll`,
+    /// `epoll` and `tokio` methods), into slot 0. Returns 1, or an error
+    /// (WouldBlock on a non-blocking socket with nothing queued).
+    pub fn recv_one(&mut self, socket: &Socket) -> io::Result<usize> {
+        self.reset_headers(1);
+        // SAFETY: as in `recv`: slot 0's pointers are valid and sized.
+        let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut self.headers[0].msg_hdr, 0) };
+        if n < 0 {
+            self.filled = 0;
+            return Err(io::Error::last_os_error());
+        }
+        self.headers[0].msg_len = n as libc::c_uint;
+        self.filled = 1;
+        self.read_controls();
+        Ok(1)
+    }
+
+    fn reset_headers(&mut self, count: usize) {
+        for header in &mut self.headers[..count] {
+            header.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            header.msg_hdr.msg_controllen = CONTROL_LEN as _;
+            header.msg_hdr.msg_flags = 0;
+            header.msg_len = 0;
+        }
+    }
+
+    fn read_controls(&mut self) {
+        for i in 0..self.filled {
+            let (drops, segment) = self.read_control(i);
+            // Linux attaches the counter only once it is non-zero.
+            self.drops[i] = drops.unwrap_or(0);
+            self.segments[i] = segment.unwrap_or(0);
+        }
+    }
+
+    /// Reads SO_RXQ_OVFL and UDP_GRO from datagram `i`'s control messages.
+    fn read_control(&self, i: usize) -> (Option<u64>, Option<u32>) {
         let msg = &self.headers[i].msg_hdr;
         let mut found = None;
+        let mut segment = None;
         // SAFETY: `msg` was filled by the kernel in the last recvmmsg; its
         // control pointer and length describe our own control buffer, and
         // the CMSG_* macros stay within msg_controllen.
@@ -159,10 +190,14 @@ impl RecvBatch {
                     let data = libc::CMSG_DATA(cmsg) as *const u32;
                     found = Some(u64::from(data.read_unaligned()));
                 }
+                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+                    let data = libc::CMSG_DATA(cmsg) as *const libc::c_int;
+                    segment = u32::try_from(data.read_unaligned()).ok();
+                }
                 cmsg = libc::CMSG_NXTHDR(msg, cmsg);
             }
         }
-        found
+        (found, segment)
     }
 
     /// Datagram `i` of the last batch, who sent it, and how many datagrams
@@ -175,6 +210,10 @@ impl RecvBatch {
             data: &self.buffers[start..start + len],
             from: sockaddr_to_std(&self.addrs[i], header.msg_hdr.msg_namelen),
             kernel_drops: Some(self.drops[i]),
+            segment_size: match self.segments[i] {
+                0 => None,
+                n => Some(n as usize),
+            },
         }
     }
 }
@@ -220,3 +259,264 @@ pub fn force_recv_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
 pub const RCVBUF_SYSCTL: &str = "net.core.rmem_max";
 /// The kernel doubles the requested buffer to leave room for bookkeeping.
 pub const RCVBUF_DOUBLES: bool = true;
+
+/// Turns on UDP_GRO: the kernel may hand us several datagrams of one flow
+/// coalesced into one buffer, with their size in a control message.
+pub fn enable_gro(socket: &Socket) -> io::Result<()> {
+    setsockopt_int(socket, libc::SOL_UDP, libc::UDP_GRO, 1)
+}
+
+/// Sets UDP_SEGMENT (GSO) on the socket: every send larger than `size` is
+/// cut by the kernel into `size`-byte datagrams. 0 turns it off. Set on the
+/// socket, not per call, to keep the connected-socket fast path.
+pub fn set_gso_segment(socket: &Socket, size: u16) -> io::Result<()> {
+    setsockopt_int(
+        socket,
+        libc::SOL_UDP,
+        libc::UDP_SEGMENT,
+        libc::c_int::from(size),
+    )
+}
+
+/// SO_SNDBUFFORCE: like SO_SNDBUF but past `net.core.wmem_max`; needs
+/// CAP_NET_ADMIN.
+pub fn force_send_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(socket, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, value)
+}
+
+/// Sends many datagrams per sendmmsg call. Reused across calls so that
+/// the hot path does not allocate.
+pub struct SendBatch {
+    headers: Vec<libc::mmsghdr>,
+    iovecs: Vec<libc::iovec>,
+    dest: Option<socket2::SockAddr>,
+}
+
+impl SendBatch {
+    /// Up to `batch` datagrams per call, to `dest` (None on a connected socket).
+    pub fn new(batch: usize, dest: Option<SocketAddr>) -> Self {
+        let batch = batch.max(1);
+        SendBatch {
+            // SAFETY: mmsghdr and iovec are plain old data; all-zero is valid.
+            headers: vec![unsafe { zeroed() }; batch],
+            iovecs: vec![unsafe { zeroed() }; batch],
+            dest: dest.map(socket2::SockAddr::from),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.headers.len()
+    }
+
+    /// Sends `datagrams` (at most `capacity()`) in one sendmmsg call.
+    /// Returns how many the kernel took; the caller resends the rest.
+    pub fn send(&mut self, socket: &Socket, datagrams: &[&[u8]]) -> io::Result<usize> {
+        let count = datagrams.len().min(self.headers.len());
+        for (i, datagram) in datagrams[..count].iter().enumerate() {
+            self.iovecs[i] = libc::iovec {
+                iov_base: datagram.as_ptr() as *mut libc::c_void,
+                iov_len: datagram.len(),
+            };
+            let header = &mut self.headers[i];
+            header.msg_hdr.msg_iov = &mut self.iovecs[i];
+            header.msg_hdr.msg_iovlen = 1;
+            match &self.dest {
+                Some(dest) => {
+                    header.msg_hdr.msg_name = dest.as_ptr() as *mut libc::c_void;
+                    header.msg_hdr.msg_namelen = dest.len();
+                }
+                None => {
+                    header.msg_hdr.msg_name = std::ptr::null_mut();
+                    header.msg_hdr.msg_namelen = 0;
+                }
+            }
+            header.msg_hdr.msg_control = std::ptr::null_mut();
+            header.msg_hdr.msg_controllen = 0;
+            header.msg_len = 0;
+        }
+        // SAFETY: the first `count` headers point at iovecs we own and at
+        // `datagrams`, which the kernel only reads and which outlive the
+        // call; the destination address is owned by `self`.
+        let n = unsafe {
+            libc::sendmmsg(
+                socket.as_raw_fd(),
+                self.headers.as_mut_ptr(),
+                count as libc::c_uint,
+                0,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+/// A Linux scheduling policy (sched(7)).
+pub fn set_scheduler(policy: super::SchedPolicy, priority: i32) -> io::Result<()> {
+    use super::SchedPolicy::*;
+    let policy = match policy {
+        Other => libc::SCHED_OTHER,
+        Batch => libc::SCHED_BATCH,
+        Idle => libc::SCHED_IDLE,
+        Fifo => libc::SCHED_FIFO,
+        Rr => libc::SCHED_RR,
+    };
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `param` is a valid sched_param for the duration of the call;
+    // pid 0 means the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Waits until one of `fds` is readable, with select(2). Returns a bit per
+/// fd (in `ready`), re-arming the fd set and timeout on every call (seed
+/// 002 forgot to re-arm its timeout).
+pub fn select_readable(
+    fds: &[std::os::fd::RawFd],
+    timeout: std::time::Duration,
+    ready: &mut [bool],
+) -> io::Result<usize> {
+    // SAFETY: fd_set is plain old data; FD_ZERO/FD_SET only write inside it,
+    // and every fd is checked against FD_SETSIZE first.
+    unsafe {
+        let mut set: libc::fd_set = zeroed();
+        libc::FD_ZERO(&mut set);
+        let mut max = -1;
+        for &fd in fds {
+            if fd as usize >= libc::FD_SETSIZE {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "fd too large for select()",
+                ));
+            }
+            libc::FD_SET(fd, &mut set);
+            max = max.max(fd);
+        }
+        let mut tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        };
+        let n = libc::select(
+            max + 1,
+            &mut set,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut tv,
+        );
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for (i, &fd) in fds.iter().enumerate() {
+            ready[i] = libc::FD_ISSET(fd, &set);
+        }
+        Ok(n as usize)
+    }
+}
+
+/// Waits until one of `fds` is readable, with poll(2).
+pub fn poll_readable(
+    fds: &[std::os::fd::RawFd],
+    timeout: std::time::Duration,
+    ready: &mut [bool],
+    scratch: &mut Vec<libc::pollfd>,
+) -> io::Result<usize> {
+    scratch.clear();
+    scratch.extend(fds.iter().map(|&fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }));
+    // SAFETY: `scratch` holds `fds.len()` initialised pollfds.
+    let n = unsafe {
+        libc::poll(
+            scratch.as_mut_ptr(),
+            scratch.len() as libc::nfds_t,
+            timeout.as_millis() as libc::c_int,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for (i, p) in scratch.iter().enumerate() {
+        ready[i] = p.revents & (libc::POLLIN | libc::POLLERR) != 0;
+    }
+    Ok(n as usize)
+}
+
+/// An epoll instance watching sockets for readability.
+pub struct Epoll {
+    fd: std::os::fd::OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+impl Epoll {
+    pub fn new(capacity: usize) -> io::Result<Self> {
+        // SAFETY: plain syscall; the returned fd is checked and then owned.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(Epoll {
+            fd,
+            // SAFETY: epoll_event is plain old data.
+            events: vec![unsafe { zeroed() }; capacity.max(1)],
+        })
+    }
+
+    /// Watches `fd` for input, reporting it as `token`.
+    pub fn add(&self, fd: std::os::fd::RawFd, token: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: `event` is valid for the call; both fds are open.
+        let rc = unsafe {
+            libc::epoll_ctl(
+                std::os::fd::AsRawFd::as_raw_fd(&self.fd),
+                libc::EPOLL_CTL_ADD,
+                fd,
+                &mut event,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits for readiness; calls `ready(token)` for each ready fd.
+    pub fn wait(
+        &mut self,
+        timeout: std::time::Duration,
+        mut ready: impl FnMut(u64),
+    ) -> io::Result<usize> {
+        // SAFETY: `events` has room for `len` entries the kernel may write.
+        let n = unsafe {
+            libc::epoll_wait(
+                std::os::fd::AsRawFd::as_raw_fd(&self.fd),
+                self.events.as_mut_ptr(),
+                self.events.len() as libc::c_int,
+                timeout.as_millis() as libc::c_int,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for event in &self.events[..n as usize] {
+            let token = event.u64;
+            ready(token);
+        }
+        Ok(n as usize)
+    }
+}

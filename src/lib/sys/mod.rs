@@ -16,6 +16,11 @@ mod imp;
 #[path = "fallback.rs"]
 mod imp;
 
+#[cfg(target_os = "linux")]
+pub use imp::{
+    enable_gro, force_send_buffer, poll_readable, select_readable, set_gso_segment, Epoll,
+    SendBatch,
+};
 pub use imp::{
     enable_kernel_drop_counter, enable_send_errors, force_recv_buffer, RecvBatch,
     KERNEL_DROPS_SUPPORTED, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
@@ -29,6 +34,56 @@ pub struct Received<'a> {
     /// The socket's cumulative drop counter (receive buffer full) when this
     /// datagram was queued; None where the platform cannot tell.
     pub kernel_drops: Option<u64>,
+    /// With UDP_GRO: `data` holds several datagrams of this size (the last
+    /// may be shorter), coalesced by the kernel.
+    pub segment_size: Option<usize>,
+}
+
+/// Scheduling policies (sched(7)), as seed 002's `-S` offered them.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedPolicy {
+    Other,
+    Batch,
+    Idle,
+    Fifo,
+    Rr,
+}
+
+impl SchedPolicy {
+    /// The priorities the policy accepts.
+    pub fn priority_range(self) -> std::ops::RangeInclusive<i32> {
+        match self {
+            SchedPolicy::Fifo | SchedPolicy::Rr => 1..=99,
+            _ => 0..=0,
+        }
+    }
+}
+
+/// Applies a scheduling policy to the calling thread (threads it starts
+/// later inherit it), with an error that says what grants the right.
+pub fn apply_scheduler(policy: SchedPolicy, priority: i32) -> Result<(), String> {
+    let range = policy.priority_range();
+    if !range.contains(&priority) {
+        return Err(format!(
+            "--priority {priority} is not valid for --scheduler {policy:?}: use {}..={}",
+            range.start(),
+            range.end()
+        )
+        .to_lowercase());
+    }
+    imp::set_scheduler(policy, priority).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EPERM) {
+            format!(
+                "not permitted to use scheduler {} with priority {priority}: run as root, grant CAP_SYS_NICE (setcap cap_sys_nice+ep BINARY), or raise the realtime limit (ulimit -r {priority})",
+                format!("{policy:?}").to_lowercase()
+            )
+        } else {
+            format!("cannot set scheduler {}: {e}", format!("{policy:?}").to_lowercase())
+        }
+    })
 }
 
 /// What kind of send failure this is, for the client's retry logic.

@@ -1,0 +1,322 @@
+//! The send paths: one datagram per call, `--batch N` datagrams per
+//! sendmmsg call, `--gso` super-buffers cut by the kernel (UDP_SEGMENT),
+//! or both. Whatever the path, a datagram is never skipped: a full queue
+//! (ENOBUFS, EAGAIN) means back off and send the same message again.
+//!
+//! GSO is probed on the first real send: 128 segments per call (newer
+//! kernels), then 64 on EINVAL, then plain sends on EINVAL or EIO (a device
+//! without checksum offload). The message that failed is re-sent in
+//! smaller pieces, so the probe costs no datagram. The report says which
+//! path was really used.
+
+use super::pacing::Backoff;
+use crate::error::{Error, Result};
+use crate::shutdown::Shutdown;
+use crate::sys::{self, SendFailure};
+use serde::Serialize;
+use socket2::SockRef;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+/// ECONNREFUSED answers (ICMP port unreachable, surfaced by IP_RECVERR)
+/// after which we conclude that nobody is listening and stop sending.
+pub const MAX_REFUSED: u64 = 3;
+/// The segment count newer kernels accept per GSO send (UDP_MAX_SEGMENTS).
+pub const GSO_SEGMENTS_NEW: usize = 128;
+/// The count older kernels accept.
+pub const GSO_SEGMENTS_OLD: usize = 64;
+
+/// What the GSO path is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gso {
+    NotRequested,
+    /// On, with at most this many segments per send.
+    On(usize),
+    /// Asked for, but off, for this reason.
+    Off(String),
+}
+
+/// How the datagrams were really sent, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct SendPath {
+    /// Datagrams (or GSO buffers) handed to the kernel per call.
+    pub batch: usize,
+    /// "on", "off" or "not requested".
+    pub gso: String,
+    /// Segments per GSO buffer, when on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gso_segments: Option<usize>,
+    /// Why a requested feature is off.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// sendmsg/sendto/sendmmsg calls that the kernel accepted.
+    pub calls: u64,
+}
+
+/// Sends messages (datagrams or GSO buffers) with retries and fallbacks.
+pub struct Transmitter<'a> {
+    socket: &'a UdpSocket,
+    server: SocketAddr,
+    connected: bool,
+    size: usize,
+    batch: usize,
+    #[cfg(target_os = "linux")]
+    mmsg: Option<sys::SendBatch>,
+    pub gso: Gso,
+    notes: Vec<String>,
+    backoff: Backoff,
+    pub enobufs_retries: u64,
+    pub backoff_time: Duration,
+    pub refused: u64,
+    calls: u64,
+}
+
+fn is_gso_refusal(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(code) if code == libc::EINVAL || code == libc::EIO)
+}
+
+impl<'a> Transmitter<'a> {
+    /// `size` is the datagram payload size; `batch` messages per call;
+    /// `gso` asks for UDP_SEGMENT.
+    pub fn new(
+        socket: &'a UdpSocket,
+        server: SocketAddr,
+        connected: bool,
+        size: usize,
+        batch: usize,
+        gso: bool,
+    ) -> Self {
+        let mut notes = Vec::new();
+        let mut batch = batch.max(1);
+        if batch > 1 && !cfg!(target_os = "linux") {
+            notes.push("sendmmsg is Linux-only: one call per datagram".to_string());
+            batch = 1;
+        }
+        let gso = if !gso {
+            Gso::NotRequested
+        } else {
+            enable_gso(socket, size)
+        };
+        #[cfg(target_os = "linux")]
+        let mmsg = (batch > 1).then(|| sys::SendBatch::new(batch, (!connected).then_some(server)));
+        Transmitter {
+            socket,
+            server,
+            connected,
+            size,
+            batch,
+            #[cfg(target_os = "linux")]
+            mmsg,
+            gso,
+            notes,
+            backoff: Backoff::default(),
+            enobufs_retries: 0,
+            backoff_time: Duration::ZERO,
+            refused: 0,
+            calls: 0,
+        }
+    }
+
+    /// Messages per call.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Datagrams per message under the current GSO state, given the
+    /// largest UDP payload the address family allows.
+    pub fn segments_per_message(&self, max_payload: usize) -> usize {
+        match self.gso {
+            Gso::On(max) if self.size > 0 => (max_payload / self.size).clamp(1, max),
+            _ => 1,
+        }
+    }
+
+    pub fn path(&self) -> SendPath {
+        let (gso, segments) = match &self.gso {
+            Gso::NotRequested => ("not requested".to_string(), None),
+            Gso::On(n) => ("on".to_string(), Some(*n)),
+            Gso::Off(_) => ("off".to_string(), None),
+        };
+        let mut notes = self.notes.clone();
+        if let Gso::Off(why) = &self.gso {
+            notes.push(format!("gso: off ({why})"));
+        }
+        SendPath {
+            batch: self.batch,
+            gso,
+            gso_segments: segments,
+            notes,
+            calls: self.calls,
+        }
+    }
+
+    pub fn nobody_listening(&self) -> Error {
+        Error::runtime(format!(
+            "nothing is listening at {}: the host answered 'port unreachable' (is udp_server running?)",
+            self.server
+        ))
+    }
+
+    fn disable_gso(&mut self, why: String) {
+        #[cfg(target_os = "linux")]
+        let _ = sys::set_gso_segment(&SockRef::from(self.socket), 0);
+        self.gso = Gso::Off(why);
+    }
+
+    /// Turns GSO off before control messages, which must not be segmented.
+    pub fn end_gso(&mut self) {
+        if let Gso::On(_) = self.gso {
+            #[cfg(target_os = "linux")]
+            let _ = sys::set_gso_segment(&SockRef::from(self.socket), 0);
+        }
+    }
+
+    fn send_one(&self, message: &[u8]) -> io::Result<usize> {
+        if self.connected {
+            self.socket.send(message)
+        } else {
+            self.socket.send_to(message, self.server)
+        }
+    }
+
+    /// One call: returns how many of `messages` the kernel took (at least 1).
+    fn try_send(&mut self, messages: &[&[u8]]) -> io::Result<usize> {
+        #[cfg(target_os = "linux")]
+        if let Some(mmsg) = &mut self.mmsg {
+            if messages.len() > 1 {
+                let n = mmsg.send(
+                    &SockRef::from(self.socket),
+                    &messages[..messages.len().min(self.batch)],
+                )?;
+                return if n == 0 {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(n)
+                };
+            }
+        }
+        self.send_one(messages[0]).map(|_| 1)
+    }
+
+    /// Sends every message, in order. Returns how many were sent, which is
+    /// fewer than `messages.len()` only when `shutdown` interrupted a
+    /// back-off.
+    pub fn send_all(&mut self, messages: &[&[u8]], shutdown: &Shutdown) -> Result<usize> {
+        let mut sent = 0;
+        while sent < messages.len() {
+            match self.try_send(&messages[sent..]) {
+                Ok(n) => {
+                    sent += n;
+                    self.calls += 1;
+                    self.backoff.reset();
+                }
+                Err(e) => {
+                    let message = messages[sent];
+                    if let Gso::On(max) = self.gso {
+                        if message.len() > self.size && is_gso_refusal(&e) {
+                            self.gso_fallback(message, max, &e, shutdown)?;
+                            sent += 1;
+                            continue;
+                        }
+                    }
+                    match sys::classify_send_error(&e) {
+                        SendFailure::QueueFull => {
+                            self.enobufs_retries += 1;
+                            self.backoff_time += self.backoff.wait();
+                            if shutdown.is_triggered() {
+                                return Ok(sent);
+                            }
+                        }
+                        SendFailure::Interrupted => {}
+                        SendFailure::Refused => {
+                            // The error belonged to an earlier datagram;
+                            // this one was not sent, so it is retried.
+                            self.refused += 1;
+                            if self.refused >= MAX_REFUSED {
+                                return Err(self.nobody_listening());
+                            }
+                        }
+                        SendFailure::TooBig => {
+                            return Err(Error::runtime(too_big_message(
+                                self.size,
+                                self.server,
+                                &e,
+                            )));
+                        }
+                        SendFailure::Other => {
+                            return Err(Error::runtime(format!(
+                                "cannot send to {}: {e}",
+                                self.server
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    /// The kernel refused a GSO buffer: re-send it in pieces it accepts.
+    fn gso_fallback(
+        &mut self,
+        message: &[u8],
+        max: usize,
+        e: &io::Error,
+        shutdown: &Shutdown,
+    ) -> Result<()> {
+        let pieces: usize = if e.raw_os_error() == Some(libc::EINVAL) && max > GSO_SEGMENTS_OLD {
+            self.gso = Gso::On(GSO_SEGMENTS_OLD);
+            GSO_SEGMENTS_OLD * self.size
+        } else {
+            let why = if e.raw_os_error() == Some(libc::EIO) {
+                "EIO: the outgoing device cannot checksum UDP GSO buffers"
+            } else {
+                "EINVAL: the kernel refused UDP_SEGMENT sends"
+            };
+            self.disable_gso(why.to_string());
+            self.size
+        };
+        for piece in message.chunks(pieces.max(1)) {
+            // Without a shutdown check here: a message is sent whole or
+            // the error is returned, so the counts stay exact.
+            while self.send_all(&[piece], &Shutdown::new())? == 0 {}
+        }
+        let _ = shutdown;
+        Ok(())
+    }
+}
+
+/// Turns on UDP_SEGMENT for `size`-byte segments, or says why not.
+fn enable_gso(socket: &UdpSocket, size: usize) -> Gso {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(segment) = u16::try_from(size) else {
+            return Gso::Off(format!("{size}-byte datagrams are too large to segment"));
+        };
+        if size == 0 {
+            return Gso::Off("0-byte datagrams cannot be segmented".into());
+        }
+        match sys::set_gso_segment(&SockRef::from(socket), segment) {
+            Ok(()) => Gso::On(GSO_SEGMENTS_NEW),
+            Err(e) => Gso::Off(format!("UDP_SEGMENT unavailable: {e}")),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (socket, size);
+        Gso::Off("UDP GSO is Linux-only".into())
+    }
+}
+
+/// The error for a datagram the OS refused as too large, with the fix.
+pub fn too_big_message(size: usize, server: SocketAddr, err: &io::Error) -> String {
+    let hint = if cfg!(target_os = "macos") {
+        "macOS limits UDP datagrams to 9216 bytes by default; raise it with: sudo sysctl -w net.inet.udp.maxdgram=65535"
+    } else if cfg!(target_os = "linux") {
+        "Linux allows 65507 bytes over IPv4 and 65527 over IPv6; a smaller limit means the don't-fragment option or the path MTU"
+    } else {
+        "lower --buffer-size or raise the OS's maximum UDP datagram size"
+    };
+    format!("the OS refused a {size}-byte datagram to {server} ({err}); {hint}")
+}

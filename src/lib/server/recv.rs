@@ -1,0 +1,301 @@
+//! The receive methods: six real, separate ways to wait for and read
+//! datagrams (seed 002 compared SELECT, EPOLL and THREAD; its EPOLL was
+//! never written). Each loop reads into a [`RecvBatch`] allocated once per
+//! socket and hands what it read to a [`Deliver`], which does the counting.
+//! `udp_server` and `sockbench mux` share these loops.
+//!
+//! Every loop wakes at least every [`POLL`] to check the shutdown flag.
+
+use crate::shutdown::{Shutdown, POLL};
+use crate::sys::RecvBatch;
+use serde::Serialize;
+use socket2::Socket;
+use std::io;
+
+/// Datagrams per recvmmsg call. More than 32 gains nothing measurable
+/// (daeuniverse/honk #80); 8 already gets most of the benefit.
+pub const RECV_BATCH: usize = 32;
+/// Each receive buffer holds the largest datagram, or a whole GRO buffer.
+pub const RECV_BUF_SIZE: usize = 65536;
+
+/// How the server waits for and reads datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// A blocking thread per socket, one recvmsg per datagram.
+    Thread,
+    /// select(2) over the sockets, then recvmsg until EAGAIN.
+    Select,
+    /// poll(2) over the sockets, then recvmsg until EAGAIN.
+    Poll,
+    /// epoll(7) over the sockets, then recvmsg until EAGAIN.
+    Epoll,
+    /// A tokio current-thread runtime: readiness from tokio, recvmsg ours.
+    Tokio,
+    /// recvmmsg(2): up to 32 datagrams per call on a blocking socket.
+    Mmsg,
+}
+
+impl Method {
+    /// The best method this platform has.
+    pub fn default_for_platform() -> Self {
+        if cfg!(target_os = "linux") {
+            Method::Mmsg
+        } else {
+            Method::Thread
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Thread => "thread",
+            Method::Select => "select",
+            Method::Poll => "poll",
+            Method::Epoll => "epoll",
+            Method::Tokio => "tokio",
+            Method::Mmsg => "mmsg",
+        }
+    }
+
+    /// Every method, for sweeps.
+    pub const ALL: [Method; 6] = [
+        Method::Thread,
+        Method::Select,
+        Method::Poll,
+        Method::Epoll,
+        Method::Tokio,
+        Method::Mmsg,
+    ];
+
+    /// An error naming the platform when this method does not exist on it.
+    pub fn check_available(self) -> Result<(), String> {
+        let linux_only = matches!(
+            self,
+            Method::Select | Method::Poll | Method::Epoll | Method::Mmsg
+        );
+        if linux_only && !cfg!(target_os = "linux") {
+            return Err(format!(
+                "--method {} is not available on this platform (built for Linux); use thread or tokio",
+                self.name()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Receives what a loop read.
+pub trait Deliver: Sync {
+    /// `batch` holds `count` datagrams just read from socket `index`.
+    fn deliver(&self, index: usize, socket: &Socket, batch: &RecvBatch, count: usize);
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// A receive error that is not "nothing there": an ICMP error for one of
+/// our answers and the like. One bad peer must not stop the server, so it
+/// is skipped after a short pause (no busy loop on a persistent error).
+fn pause_after_error() {
+    std::thread::sleep(std::time::Duration::from_millis(1));
+}
+
+/// Runs `method` over `sockets` until `shutdown`. `first_index` numbers the
+/// sockets for [`Deliver`]. Blocking methods (thread, mmsg) need blocking
+/// sockets; the readiness methods set their sockets non-blocking.
+pub fn run_method(
+    method: Method,
+    sockets: &[&Socket],
+    first_index: usize,
+    deliver: &dyn Deliver,
+    shutdown: &Shutdown,
+) -> io::Result<()> {
+    method
+        .check_available()
+        .map_err(|e| io::Error::new(io::ErrorKind::Unsupported, e))?;
+    match method {
+        Method::Thread | Method::Mmsg if sockets.len() > 1 => {
+            // One blocking thread per socket.
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = sockets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        scope.spawn(move || {
+                            blocking_loop(method, s, first_index + i, deliver, shutdown)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(io::Error::other("receive thread panicked")))
+                    })
+                    .collect::<io::Result<Vec<()>>>()
+                    .map(|_| ())
+            })
+        }
+        Method::Thread | Method::Mmsg => {
+            blocking_loop(method, sockets[0], first_index, deliver, shutdown)
+        }
+        #[cfg(target_os = "linux")]
+        Method::Select | Method::Poll | Method::Epoll => {
+            readiness_loop(method, sockets, first_index, deliver, shutdown)
+        }
+        #[cfg(not(target_os = "linux"))]
+        Method::Select | Method::Poll | Method::Epoll => unreachable!("checked by check_available"),
+        Method::Tokio => tokio_loop(sockets, first_index, deliver, shutdown),
+    }
+}
+
+fn blocking_loop(
+    method: Method,
+    socket: &Socket,
+    index: usize,
+    deliver: &dyn Deliver,
+    shutdown: &Shutdown,
+) -> io::Result<()> {
+    socket.set_nonblocking(false)?;
+    socket.set_read_timeout(Some(POLL))?;
+    let batch_size = if method == Method::Mmsg {
+        RECV_BATCH
+    } else {
+        1
+    };
+    let mut batch = RecvBatch::new(batch_size, RECV_BUF_SIZE);
+    while !shutdown.is_triggered() {
+        let result = if method == Method::Mmsg {
+            batch.recv(socket)
+        } else {
+            batch.recv_one(socket)
+        };
+        match result {
+            Ok(n) => deliver.deliver(index, socket, &batch, n),
+            Err(e) if is_transient(&e) => {}
+            Err(_) => pause_after_error(),
+        }
+    }
+    Ok(())
+}
+
+/// Reads `socket` until it would block, delivering each datagram.
+fn drain(socket: &Socket, index: usize, batch: &mut RecvBatch, deliver: &dyn Deliver) {
+    // Bounded, so that one busy socket cannot starve the others.
+    for _ in 0..1024 {
+        match batch.recv_one(socket) {
+            Ok(n) => deliver.deliver(index, socket, batch, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_transient(&e) => return,
+            Err(_) => {
+                pause_after_error();
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn readiness_loop(
+    method: Method,
+    sockets: &[&Socket],
+    first_index: usize,
+    deliver: &dyn Deliver,
+    shutdown: &Shutdown,
+) -> io::Result<()> {
+    use crate::sys::{poll_readable, select_readable, Epoll};
+    use std::os::fd::AsRawFd;
+    for s in sockets {
+        s.set_nonblocking(true)?;
+    }
+    let fds: Vec<_> = sockets.iter().map(|s| s.as_raw_fd()).collect();
+    let mut ready = vec![false; sockets.len()];
+    let mut batch = RecvBatch::new(1, RECV_BUF_SIZE);
+    let mut scratch = Vec::with_capacity(sockets.len());
+    let mut epoll = if method == Method::Epoll {
+        let ep = Epoll::new(sockets.len())?;
+        for (i, &fd) in fds.iter().enumerate() {
+            ep.add(fd, i as u64)?;
+        }
+        Some(ep)
+    } else {
+        None
+    };
+    while !shutdown.is_triggered() {
+        let result = match method {
+            Method::Select => select_readable(&fds, POLL, &mut ready),
+            Method::Poll => poll_readable(&fds, POLL, &mut ready, &mut scratch),
+            _ => {
+                ready.fill(false);
+                let ep = epoll.as_mut().expect("epoll set up");
+                ep.wait(POLL, |token| ready[token as usize] = true)
+            }
+        };
+        match result {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        for (i, socket) in sockets.iter().enumerate() {
+            if ready[i] {
+                drain(socket, first_index + i, &mut batch, deliver);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn tokio_loop(
+    sockets: &[&Socket],
+    first_index: usize,
+    deliver: &dyn Deliver,
+    shutdown: &Shutdown,
+) -> io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for (i, socket) in sockets.iter().enumerate() {
+            socket.set_nonblocking(true)?;
+            // tokio owns a duplicate of the fd for readiness; reads go
+            // through our recvmsg on the original, to get the cmsgs.
+            let registered = tokio::net::UdpSocket::from_std(socket.try_clone()?.into())?;
+            let socket: &Socket = socket;
+            tasks.push(async move {
+                let mut batch = RecvBatch::new(1, RECV_BUF_SIZE);
+                while !shutdown.is_triggered() {
+                    match tokio::time::timeout(POLL, registered.readable()).await {
+                        Err(_) => continue,
+                        Ok(Err(e)) => return Err(e),
+                        Ok(Ok(())) => {}
+                    }
+                    // Read until it would block, telling tokio so.
+                    for _ in 0..1024 {
+                        match registered
+                            .try_io(tokio::io::Interest::READABLE, || batch.recv_one(socket))
+                        {
+                            Ok(n) => deliver.deliver(first_index + i, socket, &batch, n),
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(_) => {
+                                pause_after_error();
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok::<(), io::Error>(())
+            });
+        }
+        // All sockets are served concurrently by this one thread.
+        for result in futures::future::join_all(tasks).await {
+            result?;
+        }
+        Ok(())
+    })
+}
