@@ -123,7 +123,12 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
         out += "\n  loss      unknown: these datagrams carry no netspeed header";
     }
     if let Some(d) = r.kernel_drops {
-        out += &format!("\n  kernel    {d} datagrams dropped on the server socket while this peer was active (receive buffer full)");
+        let what = if r.kernel_drops_are_buffers {
+            "GRO buffers (each up to 64 KiB of datagrams)"
+        } else {
+            "datagrams"
+        };
+        out += &format!("\n  kernel    {d} {what} dropped on the server socket while this peer was active (receive buffer full)");
     }
     out
 }
@@ -153,9 +158,10 @@ pub fn server_summary(s: &ServerSummary, json_out: bool) -> String {
 }
 
 fn server_line(v: &ServerView, sent_packets: u64) -> String {
-    let drops = match v.kernel_drops {
-        Some(d) => format!(", kernel drops {d}"),
-        None => String::new(),
+    let drops = match (v.kernel_drops, v.kernel_drops_are_buffers) {
+        (Some(d), false) => format!(", kernel drops {d}"),
+        (Some(d), true) => format!(", kernel drops {d} GRO buffers"),
+        (None, _) => String::new(),
     };
     format!(
         "received  {} packets, {} in {:.3} s = {:.3} Gbit/s (server side); lost {} of {} ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms{drops}",
@@ -188,6 +194,21 @@ fn client_lines(c: &ClientReport) -> String {
         "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting",
         c.enobufs_retries, c.backoff_seconds
     );
+    let p = &c.send_path;
+    let gso = match p.gso_segments {
+        Some(n) => format!("gso: on (up to {n} datagrams per buffer)"),
+        None => format!("gso: {}", p.gso),
+    };
+    out += &format!("\npath      {} per call, {gso}, {} calls", p.batch, p.calls);
+    for note in &p.notes {
+        out += &format!("\n          {note}");
+    }
+    if let Some(b) = &c.sndbuf {
+        out += &format!("\nsndbuf    {} bytes granted", b.granted);
+        if let Some(w) = &b.warning {
+            out += &format!(" ({w})");
+        }
+    }
     out
 }
 

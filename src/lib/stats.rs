@@ -130,7 +130,9 @@ impl SeqTracker {
     /// that did not arrive.
     pub fn lost_estimate(&self, first: u64) -> u64 {
         match self.highest {
-            Some(h) => (h.wrapping_sub(first) + 1).saturating_sub(self.unique()),
+            Some(h) => (u128::from(h.wrapping_sub(first)) + 1)
+                .saturating_sub(u128::from(self.unique()))
+                .min(u128::from(u64::MAX)) as u64,
             None => 0,
         }
     }
@@ -261,6 +263,14 @@ mod tests {
         assert_eq!(t.reordered, 2);
         assert_eq!(t.duplicates, 1);
         assert_eq!(t.lost_estimate(u64::MAX - 1), 0);
+    }
+
+    #[test]
+    fn estimate_survives_a_forged_far_sequence() {
+        // A single forged datagram with the highest sequence number: the
+        // estimate saturates instead of overflowing.
+        let t = track(&[u64::MAX]);
+        assert_eq!(t.lost_estimate(0), u64::MAX);
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub const END_LEN: usize = 96;
 /// In an [`EndAck`], the value of `kernel_drops` when the server cannot know.
 pub const UNKNOWN: u64 = u64::MAX;
 
+/// In an [`EndAck`]'s flags: the server had UDP_GRO on, so its
+/// `kernel_drops` counts dropped buffers, each of up to 64 KiB of datagrams.
+pub const ACK_FLAG_GRO: u16 = 1;
+
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;
 const KIND_END_ACK: u8 = 2;
@@ -64,6 +68,8 @@ pub struct EndAck {
     /// Datagrams the kernel dropped on the server's socket while this
     /// session ran, or [`UNKNOWN`].
     pub kernel_drops: u64,
+    /// [`ACK_FLAG_GRO`], or 0.
+    pub flags: u16,
 }
 
 /// A decoded datagram.
@@ -103,6 +109,7 @@ fn put_header(buf: &mut [u8], kind: u8, header: &Header) {
     buf[0..4].copy_from_slice(&MAGIC);
     buf[4] = VERSION;
     buf[5] = kind;
+    // Flags: 0 except in an EndAck (set by encode_end_ack).
     buf[6] = 0;
     buf[7] = 0;
     put_u64(buf, 8, header.session);
@@ -139,6 +146,7 @@ pub fn encode_end_ack(ack: &EndAck) -> [u8; END_LEN] {
         send_time_ns: 0,
     };
     put_header(&mut buf, KIND_END_ACK, &header);
+    buf[6..8].copy_from_slice(&ack.flags.to_be_bytes());
     let fields = [
         ack.received_packets,
         ack.received_bytes,
@@ -192,6 +200,7 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
             first_to_last_ns: u64_at(buf, 72),
             jitter_ns: u64_at(buf, 80),
             kernel_drops: u64_at(buf, 88),
+            flags: u16::from_be_bytes([buf[6], buf[7]]),
         })),
         other => Err(WireError::BadKind(other)),
     }
@@ -254,6 +263,7 @@ mod tests {
             first_to_last_ns: 6,
             jitter_ns: 7,
             kernel_drops: UNKNOWN,
+            flags: ACK_FLAG_GRO,
         };
         let bytes = encode_end_ack(&ack);
         assert!(

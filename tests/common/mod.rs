@@ -20,6 +20,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod udp;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};

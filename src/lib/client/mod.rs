@@ -46,6 +46,10 @@ pub struct ServerView {
     /// the server cannot know.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
+    /// The server had UDP_GRO on: `kernel_drops` counts dropped buffers of
+    /// up to 64 KiB of datagrams each, not datagrams.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kernel_drops_are_buffers: bool,
 }
 
 /// One client socket's result.
@@ -346,6 +350,7 @@ pub fn run_one(
             gbps: units::gbps(a.received_bytes, seconds),
             seconds,
             kernel_drops: (a.kernel_drops != wire::UNKNOWN).then_some(a.kernel_drops),
+            kernel_drops_are_buffers: a.flags & wire::ACK_FLAG_GRO != 0,
         }
     });
     Ok(ClientReport {
@@ -415,6 +420,7 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
             s.gbps += v.gbps;
             s.seconds = s.seconds.max(v.seconds);
             s.kernel_drops = v.kernel_drops.max(s.kernel_drops);
+            s.kernel_drops_are_buffers |= v.kernel_drops_are_buffers;
         }
         let answered_sent: u64 = clients
             .iter()

@@ -4,8 +4,9 @@
 //! (ENOBUFS, EAGAIN) means back off and send the same message again.
 //!
 //! GSO is probed on the first real send: 128 segments per call (newer
-//! kernels), then 64 on EINVAL, then plain sends on EINVAL or EIO (a device
-//! without checksum offload). The message that failed is re-sent in
+//! kernels), then 64 on EINVAL, then plain sends on EINVAL (an old
+//! kernel), EMSGSIZE (a segment larger than the path MTU) or EIO (IPsec, or a device
+//! without checksum offload on kernels before 6.11). The message that failed is re-sent in
 //! smaller pieces, so the probe costs no datagram. The report says which
 //! path was really used.
 
@@ -73,7 +74,7 @@ pub struct Transmitter<'a> {
 }
 
 fn is_gso_refusal(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(code) if code == libc::EINVAL || code == libc::EIO)
+    matches!(e.raw_os_error(), Some(code) if code == libc::EINVAL || code == libc::EIO || code == libc::EMSGSIZE)
 }
 
 impl<'a> Transmitter<'a> {
@@ -199,10 +200,30 @@ impl<'a> Transmitter<'a> {
         self.send_one(messages[0]).map(|_| 1)
     }
 
+    /// The longest message the current send path takes in one piece.
+    fn message_limit(&self) -> usize {
+        match self.gso {
+            Gso::On(max) => self.size.max(1) * max,
+            _ => self.size.max(1),
+        }
+    }
+
     /// Sends every message, in order. Returns how many were sent, which is
     /// fewer than `messages.len()` only when `shutdown` interrupted a
     /// back-off.
     pub fn send_all(&mut self, messages: &[&[u8]], shutdown: &Shutdown) -> Result<usize> {
+        let limit = self.message_limit();
+        if messages.iter().any(|m| m.len() > limit) {
+            // Laid out for a GSO state that has since changed: send each
+            // message in pieces the current path takes. Pieces are never
+            // interrupted, so a message is sent whole or not at all.
+            for message in messages {
+                for piece in message.chunks(limit) {
+                    self.send_all(&[piece], &Shutdown::new())?;
+                }
+            }
+            return Ok(messages.len());
+        }
         let mut sent = 0;
         while sent < messages.len() {
             match self.try_send(&messages[sent..]) {
@@ -212,12 +233,10 @@ impl<'a> Transmitter<'a> {
                     self.backoff.reset();
                 }
                 Err(e) => {
-                    let message = messages[sent];
                     if let Gso::On(max) = self.gso {
-                        if message.len() > self.size && is_gso_refusal(&e) {
-                            self.gso_fallback(message, max, &e, shutdown)?;
-                            sent += 1;
-                            continue;
+                        if is_gso_refusal(&e) {
+                            self.gso_refused(max, &e);
+                            return Ok(sent + self.send_all(&messages[sent..], shutdown)?);
                         }
                     }
                     match sys::classify_send_error(&e) {
@@ -257,33 +276,21 @@ impl<'a> Transmitter<'a> {
         Ok(sent)
     }
 
-    /// The kernel refused a GSO buffer: re-send it in pieces it accepts.
-    fn gso_fallback(
-        &mut self,
-        message: &[u8],
-        max: usize,
-        e: &io::Error,
-        shutdown: &Shutdown,
-    ) -> Result<()> {
-        let pieces: usize = if e.raw_os_error() == Some(libc::EINVAL) && max > GSO_SEGMENTS_OLD {
+    /// The kernel refused a GSO send (nothing was sent): use fewer
+    /// segments, or turn GSO off.
+    fn gso_refused(&mut self, max: usize, e: &io::Error) {
+        if e.raw_os_error() == Some(libc::EINVAL) && max > GSO_SEGMENTS_OLD {
             self.gso = Gso::On(GSO_SEGMENTS_OLD);
-            GSO_SEGMENTS_OLD * self.size
-        } else {
-            let why = if e.raw_os_error() == Some(libc::EIO) {
-                "EIO: the outgoing device cannot checksum UDP GSO buffers"
-            } else {
-                "EINVAL: the kernel refused UDP_SEGMENT sends"
-            };
-            self.disable_gso(why.to_string());
-            self.size
-        };
-        for piece in message.chunks(pieces.max(1)) {
-            // Without a shutdown check here: a message is sent whole or
-            // the error is returned, so the counts stay exact.
-            while self.send_all(&[piece], &Shutdown::new())? == 0 {}
+            return;
         }
-        let _ = shutdown;
-        Ok(())
+        let why = match e.raw_os_error() {
+            Some(libc::EIO) => "EIO: the outgoing device cannot checksum UDP GSO buffers",
+            Some(libc::EMSGSIZE) => {
+                "EMSGSIZE: a segment plus its headers exceeds the path MTU, and GSO does not fragment"
+            }
+            _ => "EINVAL: the kernel refused UDP_SEGMENT sends",
+        };
+        self.disable_gso(why.to_string());
     }
 }
 

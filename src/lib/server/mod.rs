@@ -145,9 +145,19 @@ fn size_recv_buffer(socket: &Socket, requested: Option<usize>) -> Result<BufferG
             warning: None,
         });
     };
-    socket
-        .set_recv_buffer_size(want)
-        .map_err(|e| Error::runtime(format!("cannot set SO_RCVBUF to {want}: {e}")))?;
+    if let Err(e) = socket.set_recv_buffer_size(want) {
+        // BSD kernels refuse a size above kern.ipc.maxsockbuf outright
+        // instead of capping it: keep the default and say why.
+        return Ok(BufferGrant {
+            requested: Some(want),
+            granted: read(socket)?,
+            forced: false,
+            warning: Some(format!(
+                "cannot set a {want}-byte receive buffer ({e}); raise the limit ({}) or ask for less",
+                sys::RCVBUF_SYSCTL
+            )),
+        });
+    }
     let full = if sys::RCVBUF_DOUBLES {
         want.saturating_mul(2)
     } else {
@@ -261,8 +271,10 @@ pub fn run(
         .iter()
         .all(|s| sys::enable_kernel_drop_counter(s).unwrap_or(false));
     let start = Instant::now();
+    let mut table = PeerTable::new(cfg.max_peers, cfg.idle_timeout, start, bound.sockets.len());
+    table.gro = bound.gro;
     let shared = Mutex::new(Shared {
-        table: PeerTable::new(cfg.max_peers, cfg.idle_timeout, start, bound.sockets.len()),
+        table,
         pending: Vec::new(),
     });
     let counter = Counter { shared: &shared };

@@ -1,0 +1,144 @@
+//! Helpers for tests that run `udp_server` and `udp_client`: start a server
+//! on port 0 and read its events, run a client and parse its JSON, and
+//! check that counts are exact at both ends.
+
+use super::netns::Netns;
+use super::{run_bounded, ChildGuard, LineReader};
+use serde_json::Value;
+use std::cell::RefCell;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SERVER: &str = env!("CARGO_BIN_EXE_udp_server");
+pub const CLIENT: &str = env!("CARGO_BIN_EXE_udp_client");
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A running `udp_server --json` and the address it really bound.
+pub struct Server {
+    pub guard: ChildGuard,
+    pub lines: LineReader,
+    pub addr: String,
+    /// Every event read so far: waiting for one must not lose the others.
+    pub events: RefCell<Vec<Value>>,
+}
+
+impl Server {
+    pub fn start(listen: &str, extra: &[&str]) -> Server {
+        Self::start_with(Command::new(SERVER), listen, extra)
+    }
+
+    /// Starts the server inside a network namespace.
+    pub fn start_in(ns: &Netns, listen: &str, extra: &[&str]) -> Server {
+        Self::start_with(ns.cmd(SERVER), listen, extra)
+    }
+
+    fn start_with(mut cmd: Command, listen: &str, extra: &[&str]) -> Server {
+        cmd.args(["--listen", listen, "--json", "--interval", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut guard = ChildGuard::spawn(&mut cmd, "udp_server");
+        let lines = guard.stdout_lines();
+        let listening = lines
+            .wait_for_json(WAIT, |v| v["event"] == "listening")
+            .unwrap_or_else(|| panic!("no listening event; server said:\n{}", lines.transcript()));
+        let addr = listening["addr"].as_str().expect("addr").to_string();
+        Server {
+            guard,
+            lines,
+            addr,
+            events: RefCell::new(vec![listening]),
+        }
+    }
+
+    /// The first event, read so far or arriving within [`WAIT`], that
+    /// matches `pred`.
+    pub fn find(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(v) = self.events.borrow().iter().find(|v| pred(v)) {
+            return v.clone();
+        }
+        let deadline = Instant::now() + WAIT;
+        while let Some(line) = self
+            .lines
+            .next_line(deadline.saturating_duration_since(Instant::now()))
+        {
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                panic!("server wrote a line that is not JSON: {line}")
+            };
+            self.events.borrow_mut().push(v.clone());
+            if pred(&v) {
+                return v;
+            }
+        }
+        panic!("no {what}; server said:\n{}", self.lines.transcript())
+    }
+
+    /// The `peer_done` event for `session`.
+    pub fn done_for(&self, session: &str) -> Value {
+        self.find(&format!("peer_done for {session}"), |v| {
+            v["event"] == "peer_done" && v["session"] == session
+        })
+    }
+
+    pub fn done_for_peer(&self, peer: &str) -> Value {
+        self.find(&format!("peer_done for {peer}"), |v| {
+            v["event"] == "peer_done" && v["peer"] == peer
+        })
+    }
+}
+
+/// Runs `udp_client --json` with `args`; returns its JSON report.
+pub fn client(args: &[&str]) -> Value {
+    client_with(Command::new(CLIENT), args)
+}
+
+/// Runs `udp_client --json` inside a network namespace.
+pub fn client_in(ns: &Netns, args: &[&str]) -> Value {
+    client_with(ns.cmd(CLIENT), args)
+}
+
+fn client_with(mut cmd: Command, args: &[&str]) -> Value {
+    let out = run_bounded(cmd.args(args).arg("--json"), WAIT);
+    assert!(
+        out.status.success(),
+        "udp_client {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output is not one JSON object ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+pub fn u(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing or not an integer in {v}"))
+}
+
+/// The client's sent counts equal the request, the server's answer and its
+/// own peer_done line equal what was sent.
+pub fn assert_exact(report: &Value, client: &Value, server_done: &Value) {
+    let (sent_p, sent_b) = (u(client, "sent_packets"), u(client, "sent_bytes"));
+    let answer = &client["server"];
+    assert_eq!(
+        u(answer, "received_packets"),
+        sent_p,
+        "server answer: {report}"
+    );
+    assert_eq!(
+        u(answer, "received_bytes"),
+        sent_b,
+        "server answer: {report}"
+    );
+    assert_eq!(u(answer, "lost_packets"), 0);
+    assert_eq!(u(answer, "duplicates"), 0);
+    assert_eq!(u(server_done, "packets"), sent_p, "{server_done}");
+    assert_eq!(u(server_done, "bytes"), sent_b, "{server_done}");
+    assert_eq!(u(server_done, "lost"), 0);
+    assert_eq!(u(server_done, "sent_packets"), sent_p);
+    assert_eq!(server_done["reason"], "end");
+}

@@ -1,0 +1,68 @@
+//! UDP tests across network namespaces: real links, real devices, and
+//! impairments whose effect is known exactly.
+
+mod common;
+
+use common::netns::{veth_pair, Netns};
+use common::udp::{assert_exact, client_in, u, Server};
+
+fn port_of(addr: &str) -> &str {
+    addr.rsplit(':').next().unwrap()
+}
+
+#[test]
+fn gso_falls_back_when_segments_exceed_the_mtu() {
+    let srv = Netns::new("gsos");
+    let cli = Netns::new("gsoc");
+    veth_pair(&srv, "10.77.2.1/24", &cli, "10.77.2.2/24");
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let target = format!("10.77.2.1:{}", port_of(&server.addr));
+    let args = [
+        "-s",
+        target.as_str(),
+        "-b",
+        "1400",
+        "-t",
+        "1400000",
+        "--rate",
+        "100Mbit",
+        "--gso",
+        "--batch",
+        "4",
+    ];
+
+    // Segments that fit the 1500-byte MTU: the veth takes GSO buffers.
+    let report = client_in(&cli, &args);
+    let c = &report["clients"][0];
+    assert_eq!(c["send_path"]["gso"], "on", "{report}");
+    assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
+
+    // 2000-byte segments do not fit: the kernel answers EMSGSIZE, and the
+    // client falls back to plain (fragmented) sends, loses nothing, and
+    // says so.
+    let args = [
+        "-s",
+        target.as_str(),
+        "-b",
+        "2000",
+        "-t",
+        "2000000",
+        "--rate",
+        "100Mbit",
+        "--gso",
+        "--batch",
+        "4",
+    ];
+    let report = client_in(&cli, &args);
+    let c = &report["clients"][0];
+    let path = &c["send_path"];
+    assert_eq!(path["gso"], "off", "{report}");
+    let notes = path["notes"].to_string();
+    assert!(
+        notes.contains("gso: off") && notes.contains("EMSGSIZE"),
+        "{notes}"
+    );
+    assert_eq!(u(c, "sent_packets"), 1000);
+    assert_eq!(u(c, "sent_bytes"), 2_000_000);
+    assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
+}
