@@ -8,8 +8,10 @@
 #   REPS               runs per cell; median reported (default 3)
 #   SECS               seconds per run                 (default 3)
 #   IPERF3             iperf3 binary                   (default iperf3; installed with apt-get if missing)
-#   NETSPEED_VARIANTS  "name:client flags;name:flags"  (default "plain: ")
-#                      e.g. "plain: ;gso:--gso --batch 64" adds a row netspeed[gso]
+#   NETSPEED_VARIANTS  "name[@size,size]:client flags;..."
+#                      (default "plain: ;gso@64,1460:--gso --batch 8")
+#                      a variant with @sizes runs only at those sizes; each
+#                      variant is its own row, e.g. netspeed[gso]
 #   GSRO_SIZES         sizes for the extra "iperf3 --gsro" rows, only if this
 #                      iperf3 knows --gsro             (default "64 1460")
 #
@@ -24,7 +26,7 @@ SIZES=${SIZES:-"64 1460 8972 65500"}
 REPS=${REPS:-3}
 SECS=${SECS:-3}
 IPERF3=${IPERF3:-iperf3}
-NETSPEED_VARIANTS=${NETSPEED_VARIANTS:-"plain: "}
+NETSPEED_VARIANTS=${NETSPEED_VARIANTS:-"plain: ;gso@64,1460:--gso --batch 8"}
 GSRO_SIZES=${GSRO_SIZES:-"64 1460"}
 HOST=127.0.0.1
 
@@ -338,6 +340,7 @@ fi
 # NETSPEED_VARIANTS -> parallel arrays of labels and flag strings.
 V_LABEL=()
 V_FLAGS=()
+V_SIZES=()
 IFS=';' read -r -a _variants <<<"$NETSPEED_VARIANTS"
 for v in ${_variants[@]+"${_variants[@]}"}; do
     name=${v%%:*}
@@ -345,6 +348,13 @@ for v in ${_variants[@]+"${_variants[@]}"}; do
     [[ $v == *:* ]] && flags=${v#*:}
     name=$(printf '%s' "$name" | tr -d '[:space:]')
     [[ -n $name ]] || continue
+    sizes_only=""
+    if [[ $name == *@* ]]; then
+        sizes_only=" ${name#*@} "
+        sizes_only=${sizes_only//,/ }
+        name=${name%%@*}
+    fi
+    V_SIZES+=("$sizes_only")
     if [[ $name == plain ]]; then V_LABEL+=("netspeed"); else V_LABEL+=("netspeed[$name]"); fi
     V_FLAGS+=("$flags")
 done
@@ -455,6 +465,7 @@ for size in "${SIZE_LIST[@]}"; do
         for ((v = 0; v < ${#V_LABEL[@]}; v++)); do
             label=${V_LABEL[v]}
             [[ -z ${skip[$label]:-} ]] || continue
+            [[ -z ${V_SIZES[v]// /} || ${V_SIZES[v]} == *" $size "* ]] || continue
             log "size $size, run $rep/$REPS: $label"
             vrc=0
             run_netspeed "$size" "$label" "$rep" "${V_FLAGS[v]}" || vrc=$?

@@ -393,3 +393,23 @@ fn port_in_use_is_a_runtime_error() {
         "{err}"
     );
 }
+
+#[test]
+fn small_datagrams_still_get_an_exact_answer() {
+    // Smaller than the 96-byte end-of-test message, smaller than the
+    // 32-byte header (untagged, merged at end of test), and empty.
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    for args in [
+        &["-b", "64", "-n", "3000", "--batch", "16"][..],
+        &["-b", "64", "-n", "3000", "--connected"],
+        &["-b", "20", "-n", "500"],
+        &["-b", "0", "-n", "100"],
+    ] {
+        let mut all = vec!["-s", server.addr.as_str(), "--rate", "50Mbit"];
+        all.extend_from_slice(args);
+        let report = client(&all);
+        let c = &report["clients"][0];
+        assert!(c["server"].is_object(), "{args:?}: no answer: {report}");
+        assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
+    }
+}

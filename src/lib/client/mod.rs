@@ -153,7 +153,7 @@ fn end_of_test(
     let mut buf = [0u8; 256];
     for _ in 0..END_ATTEMPTS {
         // A refusal here is counted by the transmitter; keep listening.
-        let _ = tx.send_all(&[&message], &Shutdown::new());
+        let _ = tx.send_control(&message);
         let deadline = Instant::now() + per_attempt;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -212,8 +212,18 @@ impl<'a> Transmitter<'a> {
     /// fewer than `messages.len()` only when `shutdown` interrupted a
     /// back-off.
     pub fn send_all(&mut self, messages: &[&[u8]], shutdown: &Shutdown) -> Result<usize> {
+        self.send_messages(messages, shutdown, true)
+    }
+
+    /// Sends a control message (end of test) whole, whatever the datagram
+    /// size: it must never be cut into pieces. Call [`Self::end_gso`] first.
+    pub fn send_control(&mut self, message: &[u8]) -> Result<usize> {
+        self.send_messages(&[message], &Shutdown::new(), false)
+    }
+
+    fn send_messages(&mut self, messages: &[&[u8]], shutdown: &Shutdown, split: bool) -> Result<usize> {
         let limit = self.message_limit();
-        if messages.iter().any(|m| m.len() > limit) {
+        if split && messages.iter().any(|m| m.len() > limit) {
             // Laid out for a GSO state that has since changed: send each
             // message in pieces the current path takes. Pieces are never
             // interrupted, so a message is sent whole or not at all.
@@ -233,7 +243,8 @@ impl<'a> Transmitter<'a> {
                     self.backoff.reset();
                 }
                 Err(e) => {
-                    if let Gso::On(max) = self.gso {
+                    if let (Gso::On(max), true) = (&self.gso, split) {
+                        let max = *max;
                         if is_gso_refusal(&e) {
                             self.gso_refused(max, &e);
                             return Ok(sent + self.send_all(&messages[sent..], shutdown)?);
