@@ -9,7 +9,7 @@
 #   SECS               seconds per run                 (default 3)
 #   IPERF3             iperf3 binary                   (default iperf3; installed with apt-get if missing)
 #   NETSPEED_VARIANTS  "name[@size,size]:client flags;..."
-#                      (default "plain: ;gso@64,1460:--gso --batch 8")
+#                      (default "plain: ;mmsg:--connected --batch 32;gso@64,1460:--connected --gso --batch 8")
 #                      a variant with @sizes runs only at those sizes; each
 #                      variant is its own row, e.g. netspeed[gso]
 #   GSRO_SIZES         sizes for the extra "iperf3 --gsro" rows, only if this
@@ -26,7 +26,7 @@ SIZES=${SIZES:-"64 1460 8972 65500"}
 REPS=${REPS:-3}
 SECS=${SECS:-3}
 IPERF3=${IPERF3:-iperf3}
-NETSPEED_VARIANTS=${NETSPEED_VARIANTS:-"plain: ;gso@64,1460:--gso --batch 8"}
+NETSPEED_VARIANTS=${NETSPEED_VARIANTS:-"plain: ;mmsg:--connected --batch 32;gso@64,1460:--connected --gso --batch 8"}
 GSRO_SIZES=${GSRO_SIZES:-"64 1460"}
 HOST=127.0.0.1
 

@@ -221,7 +221,12 @@ impl<'a> Transmitter<'a> {
         self.send_messages(&[message], &Shutdown::new(), false)
     }
 
-    fn send_messages(&mut self, messages: &[&[u8]], shutdown: &Shutdown, split: bool) -> Result<usize> {
+    fn send_messages(
+        &mut self,
+        messages: &[&[u8]],
+        shutdown: &Shutdown,
+        split: bool,
+    ) -> Result<usize> {
         let limit = self.message_limit();
         if split && messages.iter().any(|m| m.len() > limit) {
             // Laid out for a GSO state that has since changed: send each

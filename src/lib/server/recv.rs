@@ -167,12 +167,18 @@ fn blocking_loop(
         1
     };
     let mut batch = RecvBatch::new(batch_size, RECV_BUF_SIZE);
+    let mut busy = false;
     while !shutdown.is_triggered() {
-        let result = if method == Method::Mmsg {
-            batch.recv(socket)
-        } else {
-            batch.recv_one(socket)
+        let result = match (method, busy) {
+            // While traffic flows, poll without sleeping for a moment
+            // before blocking: a receiver that never sleeps spares the
+            // sender a wake-up per datagram (sock_def_readable was 12% of
+            // a loopback sender's time).
+            (Method::Mmsg, true) => poll_briefly(&mut batch, socket),
+            (Method::Mmsg, false) => batch.recv(socket),
+            _ => batch.recv_one(socket),
         };
+        busy = result.is_ok();
         match result {
             Ok(n) => deliver.deliver(index, socket, &batch, n),
             Err(e) if is_transient(&e) => {}
@@ -180,6 +186,22 @@ fn blocking_loop(
         }
     }
     Ok(())
+}
+
+/// How long the mmsg loop polls an empty socket before it goes to sleep.
+pub const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+fn poll_briefly(batch: &mut RecvBatch, socket: &Socket) -> io::Result<usize> {
+    let start = std::time::Instant::now();
+    loop {
+        match batch.try_recv(socket) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && start.elapsed() < SPIN => {
+                std::hint::spin_loop()
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return batch.recv(socket),
+            other => return other,
+        }
+    }
 }
 
 /// Reads `socket` until it would block, delivering each datagram.

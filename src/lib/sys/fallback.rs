@@ -42,6 +42,12 @@ impl RecvBatch {
         self.recv(socket)
     }
 
+    /// Non-blocking receive is not offered here: always WouldBlock, so
+    /// callers fall through to a blocking receive.
+    pub fn try_recv(&mut self, _socket: &Socket) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
     pub fn recv(&mut self, socket: &Socket) -> io::Result<usize> {
         let (len, addr) = socket.recv_from(&mut self.buf)?;
         self.len = len;

@@ -117,6 +117,16 @@ impl RecvBatch {
     /// timeout passes), then takes as many as are queued, up to the batch
     /// size. Returns how many were received.
     pub fn recv(&mut self, socket: &Socket) -> io::Result<usize> {
+        self.recv_mmsg(socket, libc::MSG_WAITFORONE)
+    }
+
+    /// Like [`Self::recv`], but returns WouldBlock at once when nothing is
+    /// queued (MSG_DONTWAIT), for polling before going to sleep.
+    pub fn try_recv(&mut self, socket: &Socket) -> io::Result<usize> {
+        self.recv_mmsg(socket, libc::MSG_DONTWAIT)
+    }
+
+    fn recv_mmsg(&mut self, socket: &Socket, flags: libc::c_int) -> io::Result<usize> {
         self.reset_headers(self.headers.len());
         // SAFETY: every pointer in `headers` points into buffers owned by
         // `self` that are neither moved nor resized after `new` (the Vecs
@@ -126,7 +136,7 @@ impl RecvBatch {
                 socket.as_raw_fd(),
                 self.headers.as_mut_ptr(),
                 self.headers.len() as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };
