@@ -24,9 +24,11 @@
 #![deny(unsafe_code)]
 
 pub mod client;
+pub mod bench;
 pub mod config;
 pub mod error;
 pub mod progress;
+pub mod proxy;
 pub mod report;
 pub mod server;
 pub mod shutdown;

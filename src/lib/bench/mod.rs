@@ -1,0 +1,1 @@
+//! Socket benchmark matrices (issue 5).

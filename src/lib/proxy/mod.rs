@@ -1,0 +1,1 @@
+//! TCP proxy implementations (issue 4).
