@@ -16,6 +16,10 @@ mod imp;
 #[path = "fallback.rs"]
 mod imp;
 
+/// splice(2) through a pipe: the zero-copy proxy path.
+#[cfg(target_os = "linux")]
+pub mod splice;
+
 #[cfg(target_os = "linux")]
 pub use imp::{
     enable_gro, force_send_buffer, poll_readable, select_readable, set_gso_segment, Epoll,
