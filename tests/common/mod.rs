@@ -19,6 +19,7 @@
 // part of it.
 #![allow(dead_code)]
 
+pub mod impair;
 pub mod netns;
 pub mod udp;
 

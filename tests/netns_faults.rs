@@ -1,0 +1,730 @@
+//! Proof under faults (issue 6, UDP part): the network misbehaves on
+//! purpose, in known and countable ways, and netspeed must report exactly
+//! what happened. Each test builds its own hosts (network namespaces) on its
+//! own 10.61.N.0/24 subnet, so the tests run in parallel; the namespaces, and
+//! with them every link, qdisc and nftables ruleset, are deleted on drop.
+//!
+//! What each test injects, how the expected figure is known, and the
+//! figures of the last run are in `docs/testing.md`.
+
+mod common;
+
+use common::impair::{
+    delta, nft_apply, nft_counter, read_snmp, require_nft, require_tc, run_capture, spawn_in,
+    sysctl, tc, tc_drops, vm_rss_kib, SwapRelay,
+};
+use common::netns::{veth_pair, Bridge, Netns};
+use common::udp::{assert_exact, client, client_in, u, Server, CLIENT};
+use serde_json::Value;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::time::{Duration, Instant};
+
+fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+fn session(c: &Value) -> &str {
+    c["session"].as_str().expect("session")
+}
+
+/// Stops the server with SIGTERM and returns its `shutdown` event.
+fn shutdown(server: &Server) -> Value {
+    server.guard.signal(libc::SIGTERM);
+    server.find("shutdown event", |v| v["event"] == "shutdown")
+}
+
+/// Prints a figure for docs/testing.md (visible with `--nocapture`).
+macro_rules! figure {
+    ($($arg:tt)*) => { eprintln!("FIGURE {}", format!($($arg)*)) };
+}
+
+// ---------------------------------------------------------------------------
+// 1. Three client hosts and one server host on a bridge.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn three_client_hosts_one_server_on_a_bridge() {
+    let bridge = Bridge::new("f1br");
+    let srv = Netns::new("f1srv");
+    bridge.attach(&srv, "10.61.1.1/24");
+    let hosts: Vec<Netns> = (0..3)
+        .map(|i| {
+            let ns = Netns::new(&format!("f1cli{i}"));
+            bridge.attach(&ns, &format!("10.61.1.{}/24", 11 + i));
+            ns
+        })
+        .collect();
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let target = format!("10.61.1.1:{}", port_of(&server.addr));
+
+    // Different volumes per host, so a mix-up cannot cancel out.
+    let counts = [1000u64, 1100, 1200];
+    let reports: Vec<Value> = std::thread::scope(|s| {
+        let handles: Vec<_> = hosts
+            .iter()
+            .zip(counts)
+            .map(|(ns, n)| {
+                let target = target.clone();
+                s.spawn(move || {
+                    let n = n.to_string();
+                    client_in(
+                        ns,
+                        &["-s", &target, "-b", "1200", "-n", &n, "--rate", "50Mbit"],
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+
+    let mut peers = Vec::new();
+    let mut server_sum = 0;
+    for (i, (report, n)) in reports.iter().zip(counts).enumerate() {
+        let c = &report["clients"][0];
+        assert_eq!(u(c, "sent_packets"), n, "{report}");
+        assert_eq!(u(c, "sent_bytes"), n * 1200, "{report}");
+        let done = server.done_for(session(c));
+        assert_exact(report, c, &done);
+        let peer = done["peer"].as_str().unwrap().to_string();
+        assert!(
+            peer.starts_with(&format!("10.61.1.{}:", 11 + i)),
+            "peer {peer} is not host {i}"
+        );
+        server_sum += u(&done, "packets");
+        peers.push(peer);
+    }
+    peers.sort();
+    peers.dedup();
+    assert_eq!(peers.len(), 3, "three distinct peers: {peers:?}");
+    let total: u64 = counts.iter().sum();
+    assert_eq!(server_sum, total);
+    let down = shutdown(&server);
+    assert_eq!(u(&down, "packets"), total, "{down}");
+    assert_eq!(u(&down, "peers"), 3, "{down}");
+    figure!("bridge: clients {counts:?}, server peers {peers:?}, sum {server_sum}");
+}
+
+// ---------------------------------------------------------------------------
+// 2. Deterministic and random loss with nftables on the server's input.
+// ---------------------------------------------------------------------------
+
+/// A table `inet NAME` dropping data datagrams to `port` that match `cond`.
+/// End messages (UDP length 8 + 96 = 104) are never dropped: an End retry
+/// would otherwise show in the counter without being a lost data datagram.
+fn loss_rules(name: &str, port: u16, cond: &str) -> String {
+    format!(
+        "table inet {name} {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
+         udp dport {port} udp length != 104 {cond} counter drop\n  }}\n}}\n"
+    )
+}
+
+#[test]
+fn nft_loss_is_reported_exactly() {
+    require_nft();
+    let srv = Netns::new("f2srv");
+    let cli = Netns::new("f2cli");
+    veth_pair(&srv, "10.61.2.1/24", &cli, "10.61.2.2/24");
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let port = port_of(&server.addr);
+    let target = format!("10.61.2.1:{port}");
+    let args = [
+        "-s", &target, "-b", "1000", "-n", "5000", "--rate", "100Mbit",
+    ];
+
+    // Every 100th data datagram: exactly 50 of 5000.
+    nft_apply(&srv, &loss_rules("every", port, "numgen inc mod 100 0"));
+    let report = client_in(&cli, &args);
+    let (dropped, _) = nft_counter(&srv, "inet", "every");
+    let c = &report["clients"][0];
+    let done = server.done_for(session(c));
+    assert_eq!(dropped, 50, "numgen inc mod 100 over 5000 datagrams");
+    assert_eq!(u(c, "sent_packets"), 5000);
+    assert_eq!(u(&done, "lost"), dropped, "{done}");
+    assert_eq!(done["loss_basis"], "declared");
+    assert_eq!(u(&c["server"], "lost_packets"), dropped, "{report}");
+    assert_eq!(u(&c["server"], "received_packets"), 5000 - dropped);
+    assert_eq!(u(&done, "packets"), 5000 - dropped);
+    assert_eq!(u(&done, "kernel_drops"), 0, "{done}");
+    figure!(
+        "deterministic loss: sent 5000, nft counter {dropped}, server lost {}, client lost {}",
+        u(&done, "lost"),
+        u(&c["server"], "lost_packets")
+    );
+
+    // Random loss of 0.5 %: the counter is the truth.
+    srv.run(&["nft", "delete", "table", "inet", "every"]);
+    nft_apply(&srv, &loss_rules("rnd", port, "numgen random mod 1000 < 5"));
+    let report = client_in(&cli, &args);
+    let (dropped, _) = nft_counter(&srv, "inet", "rnd");
+    let c = &report["clients"][0];
+    let done = server.done_for(session(c));
+    assert!(dropped > 0, "0.5 % of 5000 dropped nothing?");
+    assert_eq!(u(&done, "lost"), dropped, "{done}");
+    assert_eq!(u(&c["server"], "lost_packets"), dropped, "{report}");
+    assert_eq!(u(&c["server"], "received_packets"), 5000 - dropped);
+    assert_eq!(u(&done, "kernel_drops"), 0, "{done}");
+    figure!(
+        "random loss: sent 5000, nft counter {dropped}, server lost {}, client lost {}",
+        u(&done, "lost"),
+        u(&c["server"], "lost_packets")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 3. Duplication with a netdev egress dup rule on the client's veth.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn nft_duplicates_are_counted_not_received() {
+    require_nft();
+    let srv = Netns::new("f3srv");
+    let cli = Netns::new("f3cli");
+    let (_, cli_dev) = veth_pair(&srv, "10.61.3.1/24", &cli, "10.61.3.2/24");
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let port = port_of(&server.addr);
+    let target = format!("10.61.3.1:{port}");
+    nft_apply(
+        &cli,
+        &format!(
+            "table netdev dupl {{\n  chain egress {{\n    type filter hook egress device \"{cli_dev}\" priority 0;\n    \
+             udp dport {port} udp length != 104 numgen inc mod 10 0 counter dup to \"{cli_dev}\"\n  }}\n}}\n"
+        ),
+    );
+    let before = server_udp(&srv);
+    let report = client_in(
+        &cli,
+        &[
+            "-s", &target, "-b", "1000", "-n", "2000", "--rate", "50Mbit",
+        ],
+    );
+    let after = server_udp(&srv);
+    let (copies, _) = nft_counter(&cli, "netdev", "dupl");
+    let c = &report["clients"][0];
+    let done = server.done_for(session(c));
+    assert!(copies >= 200, "dup rule made only {copies} copies");
+    assert_eq!(u(&done, "duplicates"), copies, "{done}");
+    assert_eq!(u(&c["server"], "duplicates"), copies, "{report}");
+    // Not counted as data twice.
+    assert_eq!(u(&done, "packets"), 2000, "{done}");
+    assert_eq!(u(&done, "bytes"), 2_000_000, "{done}");
+    assert_eq!(u(&c["server"], "received_packets"), 2000);
+    assert_eq!(u(&c["server"], "received_bytes"), 2_000_000);
+    assert_eq!(u(&done, "lost"), 0);
+    // The server host really received the copies: every datagram delivered
+    // is data, a copy or an End, and each delivered End got one answer.
+    let delivered = delta(&before, &after, "InDatagrams") - delta(&before, &after, "OutDatagrams");
+    assert_eq!(delivered, 2000 + copies, "snmp: data + copies");
+    figure!(
+        "duplication: sent 2000, nft copies {copies}, server duplicates {}, received {}",
+        u(&done, "duplicates"),
+        u(&done, "packets")
+    );
+}
+
+fn server_udp(ns: &Netns) -> std::collections::HashMap<String, u64> {
+    ns.read_snmp_udp()
+}
+
+// ---------------------------------------------------------------------------
+// 4. Reordering through a deterministic relay on loopback.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn relay_swaps_are_counted_as_reordered() {
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server_addr: SocketAddr = server.addr.parse().unwrap();
+    let relay = SwapRelay::start(server_addr, 50, Duration::from_secs(30));
+    let target = relay.addr.to_string();
+    let report = client(&[
+        "-s", &target, "-b", "1000", "-n", "5000", "--rate", "100Mbit",
+    ]);
+    let stats = relay.finish();
+    let c = &report["clients"][0];
+    let done = server.done_for(session(c));
+    // Indices 49, 99, ..., 4949 are swapped with their successor; 4999 is the
+    // last data datagram and is flushed before the End, unswapped.
+    assert_eq!(stats.data, 5000, "{stats:?}");
+    assert_eq!(stats.swaps, 99, "{stats:?}");
+    assert!(stats.control >= 1 && stats.answers >= 1, "{stats:?}");
+    assert_eq!(u(&done, "reordered"), stats.swaps, "{done}");
+    assert_eq!(u(&c["server"], "reordered"), stats.swaps, "{report}");
+    assert_eq!(u(&done, "lost"), 0, "{done}");
+    assert_eq!(u(&done, "duplicates"), 0, "{done}");
+    assert_exact(&report, c, &done);
+    figure!(
+        "reordering: relay {stats:?}, server reordered {}",
+        u(&done, "reordered")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 5. ENOBUFS from a tiny qdisc on the client's link.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn enobufs_backoff_skips_nothing_and_matches_qdisc_drops() {
+    require_tc();
+    let srv = Netns::new("f5srv");
+    let cli = Netns::new("f5cli");
+    // No IPv6 on the client host: router/neighbour solicitations must not
+    // land in (or be dropped by) the tiny qdisc and skew its counter.
+    sysctl(
+        &cli,
+        &[
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ],
+    );
+    let (_, cli_dev) = veth_pair(&srv, "10.61.5.1/24", &cli, "10.61.5.2/24");
+    tc(
+        &cli,
+        &[
+            "qdisc", "add", "dev", &cli_dev, "root", "tbf", "rate", "50mbit", "burst", "16kb",
+            "limit", "32kb",
+        ],
+    );
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let target = format!("10.61.5.1:{}", port_of(&server.addr));
+    let drops_before = tc_drops(&cli, &cli_dev);
+    let report = client_in(
+        &cli,
+        &["-s", &target, "-b", "1400", "-n", "1000", "--clients", "4"],
+    );
+    let drops = tc_drops(&cli, &cli_dev) - drops_before;
+    let clients = report["clients"].as_array().expect("clients");
+    assert_eq!(clients.len(), 4, "{report}");
+    let mut retries = 0;
+    for c in clients {
+        assert_eq!(u(c, "sent_packets"), 1000, "{c}");
+        assert_eq!(u(c, "sent_bytes"), 1_400_000, "{c}");
+        retries += u(c, "enobufs_retries");
+        let done = server.done_for(session(c));
+        assert_exact(&report, c, &done);
+    }
+    assert_eq!(u(&report, "enobufs_retries"), retries, "{report}");
+    assert!(
+        retries > 0,
+        "no ENOBUFS at all through a 50 Mbit tbf: {report}"
+    );
+    figure!(
+        "enobufs: 4 x 1000 sent, retries {retries}, qdisc drops {drops}, backoff {} s",
+        report["backoff_seconds"]
+    );
+    assert_eq!(
+        drops, retries,
+        "qdisc drops {drops} != ENOBUFS retries {retries}: {report}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 6. Receive-buffer overflow.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn receive_buffer_overflow_equals_rcvbuf_errors() {
+    require_nft();
+    let srv = Netns::new("f6srv");
+    let cli = Netns::new("f6cli");
+    veth_pair(&srv, "10.61.6.1/24", &cli, "10.61.6.2/24");
+    let server = Server::start_in(
+        &srv,
+        "0.0.0.0:0",
+        &["--recv-buffer-size", "64K", "--no-gro"],
+    );
+    let port = port_of(&server.addr);
+    // Count the End messages that reach the server host: an End can be
+    // dropped by the full socket buffer too (and is then retried), which
+    // the socket's drop counter includes but which is not data.
+    nft_apply(
+        &srv,
+        &format!(
+            "table inet ends {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
+             udp dport {port} udp length 104 counter\n  }}\n}}\n"
+        ),
+    );
+    let target = format!("10.61.6.1:{port}");
+    let before = srv.read_snmp_udp();
+    let report = client_in(&cli, &["-s", &target, "-b", "1400", "-n", "20000"]);
+    let after = srv.read_snmp_udp();
+    let (ends_arrived, _) = nft_counter(&srv, "inet", "ends");
+    let c = &report["clients"][0];
+    let done = server.done_for(session(c));
+    let sent = u(c, "sent_packets");
+    let received = u(&done, "packets");
+    let kdrops = u(&done, "kernel_drops");
+    let rcvbuf = delta(&before, &after, "RcvbufErrors");
+    let answered = delta(&before, &after, "OutDatagrams");
+    let ends_dropped = ends_arrived - answered;
+    figure!(
+        "rcvbuf: sent {sent}, received {received}, kernel_drops {kdrops}, RcvbufErrors +{rcvbuf}, \
+         Ends arrived {ends_arrived}, answered {answered}, granted {}",
+        server.events.borrow()[0]["recv_buffer"]
+    );
+    assert_eq!(sent, 20000);
+    assert!(kdrops > 0, "an unpaced sender never overflowed 64K: {done}");
+    assert_eq!(
+        kdrops, rcvbuf,
+        "kernel_drops vs RcvbufErrors growth: {done}"
+    );
+    assert_eq!(u(&c["server"], "kernel_drops"), kdrops, "{report}");
+    assert_eq!(
+        received + kdrops,
+        sent + ends_dropped,
+        "received + kernel drops = sent (+ {ends_dropped} dropped End retries): {done}"
+    );
+    assert_eq!(u(&done, "lost"), sent - received, "{done}");
+}
+
+// ---------------------------------------------------------------------------
+// 7. Flood of garbage from 100,000 sources during a real session.
+// ---------------------------------------------------------------------------
+
+const FLOOD: u64 = 1_000_000;
+const FLOOD_SOURCES: u64 = 100_000;
+const FLOOD_PPS: u64 = 110_000;
+/// Bound on the server's resident memory during the flood (see
+/// docs/testing.md for what it really used).
+const RSS_BOUND_KIB: u64 = 32 * 1024;
+
+/// A UDP header + 24 bytes that are not a netspeed header.
+fn garbage(src_port: u16, dst_port: u16) -> [u8; 32] {
+    let mut p = [0u8; 32];
+    p[0..2].copy_from_slice(&src_port.to_be_bytes());
+    p[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    p[4..6].copy_from_slice(&32u16.to_be_bytes());
+    // checksum 0: none (allowed over IPv4)
+    p[8..32].copy_from_slice(b"garbage, not a header!!!");
+    p
+}
+
+/// Sends `FLOOD` raw UDP datagrams from `srcs` (two addresses x 50,000
+/// ports = 100,000 distinct sources) at about `FLOOD_PPS`. Runs inside the
+/// flooder's namespace. Returns (sent, seconds).
+fn raw_flood(srcs: [Ipv4Addr; 2], dst: Ipv4Addr, dst_port: u16) -> (u64, f64) {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let socks: Vec<Socket> = srcs
+        .iter()
+        .map(|ip| {
+            let s = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).expect("raw socket");
+            s.bind(&SockAddr::from(SocketAddrV4::new(*ip, 0)))
+                .expect("bind raw");
+            s
+        })
+        .collect();
+    let to = SockAddr::from(SocketAddrV4::new(dst, 0));
+    let per_ip = FLOOD_SOURCES / 2;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(20);
+    let mut sent = 0u64;
+    while sent < FLOOD && Instant::now() < deadline {
+        let k = sent % FLOOD_SOURCES;
+        let src_port = 10_000 + (k / 2) as u16 % per_ip as u16;
+        let pkt = garbage(src_port, dst_port);
+        match socks[(k % 2) as usize].send_to(&pkt, &to) {
+            Ok(_) => sent += 1,
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                std::thread::sleep(Duration::from_micros(50))
+            }
+            Err(e) => panic!("raw send: {e}"),
+        }
+        if sent % 1000 == 0 {
+            let due = start + Duration::from_secs_f64(sent as f64 / FLOOD_PPS as f64);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    (sent, start.elapsed().as_secs_f64())
+}
+
+#[test]
+fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
+    let bridge = Bridge::new("f7br");
+    let srv = Netns::new("f7srv");
+    let cli = Netns::new("f7cli");
+    let flooder = Netns::new("f7fld");
+    bridge.attach(&srv, "10.61.7.1/24");
+    bridge.attach(&cli, "10.61.7.2/24");
+    let (fdev, _) = bridge.attach(&flooder, "10.61.7.3/24");
+    flooder.ip(&["addr", "add", "10.61.7.4/24", "dev", &fdev]);
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "16M"]);
+    let port = port_of(&server.addr);
+    let pid = server.guard.id();
+    let rss_idle = vm_rss_kib(pid);
+
+    let flood = spawn_in(&flooder, move || {
+        raw_flood(
+            [Ipv4Addr::new(10, 61, 7, 3), Ipv4Addr::new(10, 61, 7, 4)],
+            Ipv4Addr::new(10, 61, 7, 1),
+            port,
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let target = format!("10.61.7.1:{port}");
+    let session_run = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            client_in(
+                &cli,
+                &[
+                    "-s",
+                    &target,
+                    "-b",
+                    "1000",
+                    "--rate",
+                    "10Mbit",
+                    "--duration",
+                    "4s",
+                ],
+            )
+        });
+        let mut rss_max = rss_idle;
+        let t0 = Instant::now();
+        while !(h.is_finished() && flood.is_finished()) && t0.elapsed() < Duration::from_secs(30) {
+            rss_max = rss_max.max(vm_rss_kib(pid));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (h.join().unwrap(), rss_max)
+    });
+    let (report, rss_max) = session_run;
+    let (flood_sent, flood_secs) = flood.join().expect("flood thread");
+    let alive = std::fs::metadata(format!("/proc/{pid}")).is_ok();
+    let c = &report["clients"][0];
+    let done = server.done_for(session(c));
+    let down = shutdown(&server);
+    figure!(
+        "flood: {flood_sent} garbage datagrams in {flood_secs:.2} s; session sent {} received {} lost {} \
+         kernel_drops {}; RSS idle {rss_idle} KiB, max {rss_max} KiB; shutdown {down}",
+        u(c, "sent_packets"),
+        u(&done, "packets"),
+        u(&done, "lost"),
+        done["kernel_drops"]
+    );
+    assert_eq!(
+        flood_sent, FLOOD,
+        "the flooder could not send everything in time"
+    );
+    assert!(alive, "server died during the flood");
+    assert!(
+        rss_max < RSS_BOUND_KIB,
+        "server RSS {rss_max} KiB >= bound {RSS_BOUND_KIB} KiB"
+    );
+    assert_exact(&report, c, &done);
+    // Every datagram is accounted for: flood + session (+ kernel drops).
+    let kd = down["kernel_drops"].as_u64().unwrap_or(0);
+    assert_eq!(
+        u(&down, "packets") + kd,
+        FLOOD + u(c, "sent_packets"),
+        "{down}"
+    );
+    assert!(u(&down["overflow"], "packets") > 0, "{down}");
+}
+
+// ---------------------------------------------------------------------------
+// 8. MTU: 65500-byte datagrams across a 1500-byte MTU.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn jumbo_datagrams_fragment_and_reassemble_exactly() {
+    let srv = Netns::new("f8srv");
+    let cli = Netns::new("f8cli");
+    veth_pair(&srv, "10.61.8.1/24", &cli, "10.61.8.2/24");
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
+    let target = format!("10.61.8.1:{}", port_of(&server.addr));
+    let (srv_before, cli_before) = (read_snmp(&srv, "Ip"), read_snmp(&cli, "Ip"));
+    let report = client_in(
+        &cli,
+        &[
+            "-s", &target, "-b", "65500", "-t", "6550000", "--rate", "100Mbit",
+        ],
+    );
+    let (srv_after, cli_after) = (read_snmp(&srv, "Ip"), read_snmp(&cli, "Ip"));
+    let c = &report["clients"][0];
+    assert_eq!(u(c, "sent_packets"), 100);
+    assert_eq!(u(c, "sent_bytes"), 6_550_000);
+    assert_exact(&report, c, &server.done_for(session(c)));
+    // 65500 + 8 bytes of UDP in fragments of 1480: 45 per datagram.
+    let frag_oks = delta(&cli_before, &cli_after, "FragOKs");
+    let frag_creates = delta(&cli_before, &cli_after, "FragCreates");
+    let reasm_oks = delta(&srv_before, &srv_after, "ReasmOKs");
+    figure!("mtu: 100 x 65500 sent, FragOKs {frag_oks}, FragCreates {frag_creates}, ReasmOKs {reasm_oks}");
+    assert_eq!(frag_oks, 100);
+    assert_eq!(frag_creates, 4500);
+    assert_eq!(reasm_oks, 100);
+
+    // Don't-fragment: a clear one-line error, exit 1.
+    let (code, stdout, stderr) = run_capture(
+        cli.cmd(CLIENT).args([
+            "-s",
+            &target,
+            "-b",
+            "65500",
+            "-n",
+            "10",
+            "--dont-fragment",
+            "--json",
+        ]),
+        Duration::from_secs(20),
+    );
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    figure!("mtu --dont-fragment: exit {code:?}, stderr {stderr:?}");
+    assert_eq!(code, Some(1), "stdout {stdout} stderr {stderr}");
+    assert_eq!(lines.len(), 1, "one line of error: {stderr}");
+    assert!(
+        lines[0].contains("MTU") && lines[0].contains("dont-fragment"),
+        "{stderr}"
+    );
+    assert!(stdout.trim().is_empty(), "no report on error: {stdout}");
+}
+
+// ---------------------------------------------------------------------------
+// 9. A flood of End messages: no amplification, answers rate-limited.
+// ---------------------------------------------------------------------------
+
+const ANSWERS_PER_SECOND: usize = 2048; // src/lib/server/peers.rs
+const END_FLOOD: u64 = 20_000;
+const END_FLOOD_MS: u64 = 1500;
+
+fn end_message(session: u64) -> [u8; 96] {
+    let mut m = [0u8; 96];
+    m[0..4].copy_from_slice(b"NSPD");
+    m[4] = 1;
+    m[5] = 1;
+    m[8..16].copy_from_slice(&session.to_be_bytes());
+    m[16..24].copy_from_slice(&1000u64.to_be_bytes()); // seq: data sent
+    m[24..32].copy_from_slice(&5_000_000u64.to_be_bytes());
+    m[32..40].copy_from_slice(&1000u64.to_be_bytes()); // sent_packets
+    m[40..48].copy_from_slice(&1_000_000u64.to_be_bytes()); // sent_bytes
+    m[48..56].copy_from_slice(&5_000_000u64.to_be_bytes()); // duration_ns
+    m
+}
+
+/// Sends END_FLOOD End messages (fresh session each) over END_FLOOD_MS, so
+/// that the server's one-second answer window restarts once, and collects
+/// the answers for another 500 ms. Returns (sent, seconds from the first
+/// to the last send, answer times since start, answer bytes).
+fn end_flood(server: SocketAddr) -> (u64, f64, Vec<Duration>, u64) {
+    let sock = UdpSocket::bind("0.0.0.0:0").expect("bind");
+    socket2::SockRef::from(&sock)
+        .set_recv_buffer_size(4 << 20)
+        .unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut answers = Vec::new();
+    let mut answer_bytes = 0u64;
+    let mut buf = [0u8; 2048];
+    let mut drain = |answers: &mut Vec<Duration>, answer_bytes: &mut u64| {
+        for _ in 0..100_000 {
+            let Ok(n) = sock.recv(&mut buf) else { break };
+            answers.push(start.elapsed());
+            *answer_bytes += n as u64;
+        }
+    };
+    let mut sent = 0u64;
+    let deadline = start + Duration::from_secs(10);
+    while sent < END_FLOOD && Instant::now() < deadline {
+        let m = end_message(0x5eed_0000_0000_0000 + sent);
+        match sock.send_to(&m, server) {
+            Ok(_) => sent += 1,
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+            Err(e) => panic!("send End: {e}"),
+        }
+        if sent % 500 == 0 {
+            drain(&mut answers, &mut answer_bytes);
+            let due = start + Duration::from_millis(sent * END_FLOOD_MS / END_FLOOD);
+            if let Some(w) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(w);
+            }
+        }
+    }
+    let sending = start.elapsed().as_secs_f64();
+    let quiet = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < quiet {
+        drain(&mut answers, &mut answer_bytes);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (sent, sending, answers, answer_bytes)
+}
+
+#[test]
+fn end_flood_is_not_amplified_and_is_rate_limited() {
+    let srv = Netns::new("f9srv");
+    let cli = Netns::new("f9cli");
+    veth_pair(&srv, "10.61.9.1/24", &cli, "10.61.9.2/24");
+    // Room for every forged session, so that only the rate limiter decides
+    // which End is answered (with the default 4096 the full session table
+    // refuses the rest, see docs/testing.md).
+    let server = Server::start_in(
+        &srv,
+        "0.0.0.0:0",
+        &["--recv-buffer-size", "4M", "--max-peers", "32768"],
+    );
+    let dst: SocketAddr = format!("10.61.9.1:{}", port_of(&server.addr))
+        .parse()
+        .unwrap();
+    let before = srv.read_snmp_udp();
+    let (sent, sending, answers, answer_bytes) = spawn_in(&cli, move || end_flood(dst))
+        .join()
+        .expect("flood thread");
+    let after = srv.read_snmp_udp();
+    let down = shutdown(&server);
+    let (inp, out) = (
+        delta(&before, &after, "InDatagrams"),
+        delta(&before, &after, "OutDatagrams"),
+    );
+    let limited = u(&down, "answers_limited");
+    // The most answers seen in any 1 s sliding window at the flooder.
+    let mut max_window = 0;
+    let mut lo = 0;
+    for hi in 0..answers.len() {
+        while answers[hi] - answers[lo] >= Duration::from_secs(1) {
+            lo += 1;
+        }
+        max_window = max_window.max(hi - lo + 1);
+    }
+    let span = match (answers.first(), answers.last()) {
+        (Some(a), Some(b)) => (*b - *a).as_secs_f64(),
+        _ => 0.0,
+    };
+    figure!(
+        "end flood: sent {sent} in {sending:.3} s, server In {inp} Out {out}, answers seen {} ({answer_bytes} B) over {span:.3} s, \
+         max in 1 s window {max_window}, answers_limited {limited}; shutdown {down}",
+        answers.len(),
+    );
+    assert_eq!(sent, END_FLOOD);
+    assert!(out <= inp, "server sent {out} datagrams for {inp} received");
+    assert!(
+        answer_bytes <= inp * 96,
+        "answer bytes {answer_bytes} > End bytes {}",
+        inp * 96
+    );
+    assert_eq!(
+        answers.len() as u64,
+        out,
+        "every answer sent reached the flooder"
+    );
+    // Each End that reached the server was either answered or refused.
+    assert_eq!(
+        out + limited,
+        inp,
+        "answered + limited = Ends received: {down}"
+    );
+    // Windows start at least a second apart, and only while Ends arrive:
+    // at most floor(sending time) + 1 of them (0.1 s slack for delivery).
+    let windows = (sending + 0.1).floor() as usize + 1;
+    assert!(
+        answers.len() <= ANSWERS_PER_SECOND * windows,
+        "{} answers to Ends sent over {sending:.3} s exceeds {ANSWERS_PER_SECOND} per window",
+        answers.len()
+    );
+    // The flood outpaces the limit, so the first window is used to the full.
+    assert!(
+        answers.len() >= ANSWERS_PER_SECOND,
+        "only {} answers: the limiter refused more than it must",
+        answers.len()
+    );
+    assert!(
+        max_window <= 2 * ANSWERS_PER_SECOND,
+        "{max_window} answers within one second"
+    );
+    assert!(limited > 0, "no answer was refused: {down}");
+}
