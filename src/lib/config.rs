@@ -392,6 +392,10 @@ pub struct ClientArgs {
     /// SO_SNDBUF to ask for (e.g. 4M); the granted size is reported.
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub sndbuf: Option<u64>,
+    /// Set the don't-fragment option: a datagram larger than the path MTU
+    /// is refused (EMSGSIZE) instead of being fragmented.
+    #[arg(long)]
+    pub dont_fragment: bool,
     #[command(flatten)]
     pub sched: SchedArgs,
     /// Start an in-process server on an ephemeral loopback port and test against it.
@@ -424,6 +428,7 @@ pub struct ClientFile {
     pub batch: Option<usize>,
     pub gso: Option<bool>,
     pub sndbuf: Option<SizeValue>,
+    pub dont_fragment: Option<bool>,
     pub scheduler: Option<SchedPolicy>,
     pub priority: Option<i32>,
     pub json: Option<bool>,
@@ -455,6 +460,7 @@ pub struct ClientConfig {
     pub batch: usize,
     pub gso: bool,
     pub sndbuf: Option<usize>,
+    pub dont_fragment: bool,
     pub sched: Option<Sched>,
     pub json: bool,
     pub quiet: bool,
@@ -587,6 +593,7 @@ impl ClientConfig {
             batch,
             gso,
             sndbuf: sndbuf.map(|b| b as usize),
+            dont_fragment: args.dont_fragment || file.dont_fragment.unwrap_or(false),
             sched,
             json: args.json || file.json.unwrap_or(false),
             quiet: args.quiet || file.quiet.unwrap_or(false),

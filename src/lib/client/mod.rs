@@ -115,7 +115,7 @@ fn random_session() -> u64 {
 }
 
 /// Creates a client socket for `server`.
-fn open_socket(server: SocketAddr, connected: bool) -> Result<UdpSocket> {
+fn open_socket(server: SocketAddr, connected: bool, dont_fragment: bool) -> Result<UdpSocket> {
     let socket = Socket::new(
         Domain::for_address(server),
         Type::DGRAM,
@@ -132,6 +132,10 @@ fn open_socket(server: SocketAddr, connected: bool) -> Result<UdpSocket> {
         .map_err(|e| Error::runtime(format!("cannot bind a client socket: {e}")))?;
     // Without this, Linux silently drops datagrams its own queue refused.
     let _ = sys::enable_send_errors(&socket);
+    if dont_fragment {
+        sys::set_dont_fragment(&socket, server.is_ipv6())
+            .map_err(|e| Error::runtime(format!("cannot set the don't-fragment option: {e}")))?;
+    }
     if connected {
         socket
             .connect(&server.into())
@@ -229,7 +233,7 @@ pub fn run_one(
     shutdown: &Shutdown,
     progress: &Progress,
 ) -> Result<ClientReport> {
-    let socket = open_socket(cfg.server, cfg.connected)?;
+    let socket = open_socket(cfg.server, cfg.connected, cfg.dont_fragment)?;
     let sndbuf = match cfg.sndbuf {
         Some(want) => Some(size_send_buffer(&socket, want)?),
         None => None,
@@ -241,6 +245,7 @@ pub fn run_one(
     let session = random_session();
     let size = cfg.buffer_size;
     let mut tx = Transmitter::new(&socket, cfg.server, cfg.connected, size, cfg.batch, cfg.gso);
+    tx.dont_fragment = cfg.dont_fragment;
     let max_payload = if cfg.server.is_ipv4() {
         sys::MAX_UDP_PAYLOAD_V4
     } else {

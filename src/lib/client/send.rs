@@ -62,6 +62,8 @@ pub struct Transmitter<'a> {
     connected: bool,
     size: usize,
     batch: usize,
+    /// The don't-fragment option is set (for error messages).
+    pub dont_fragment: bool,
     #[cfg(target_os = "linux")]
     mmsg: Option<sys::SendBatch>,
     pub gso: Gso,
@@ -107,6 +109,7 @@ impl<'a> Transmitter<'a> {
             connected,
             size,
             batch,
+            dont_fragment: false,
             #[cfg(target_os = "linux")]
             mmsg,
             gso,
@@ -277,6 +280,7 @@ impl<'a> Transmitter<'a> {
                                 self.size,
                                 self.server,
                                 &e,
+                                self.dont_fragment,
                             )));
                         }
                         SendFailure::Other => {
@@ -333,8 +337,15 @@ fn enable_gso(socket: &UdpSocket, size: usize) -> Gso {
 }
 
 /// The error for a datagram the OS refused as too large, with the fix.
-pub fn too_big_message(size: usize, server: SocketAddr, err: &io::Error) -> String {
-    let hint = if cfg!(target_os = "macos") {
+pub fn too_big_message(
+    size: usize,
+    server: SocketAddr,
+    err: &io::Error,
+    dont_fragment: bool,
+) -> String {
+    let hint = if dont_fragment {
+        "--dont-fragment forbids fragmentation, so a datagram must fit the path MTU: at most 1472 bytes over IPv4 (1452 over IPv6) on a 1500-byte Ethernet MTU; lower -b or drop --dont-fragment"
+    } else if cfg!(target_os = "macos") {
         "macOS limits UDP datagrams to 9216 bytes by default; raise it with: sudo sysctl -w net.inet.udp.maxdgram=65535"
     } else if cfg!(target_os = "linux") {
         "Linux allows 65507 bytes over IPv4 and 65527 over IPv6; a smaller limit means the don't-fragment option or the path MTU"

@@ -228,6 +228,10 @@ fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
 impl Deliver for Counter<'_> {
     fn deliver(&self, index: usize, socket: &Socket, batch: &RecvBatch, count: usize) {
         let now = Instant::now();
+        let real_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
         let mut replies = Vec::new();
         {
             // One lock per batch: the receive threads share one table so a
@@ -238,11 +242,19 @@ impl Deliver for Counter<'_> {
             for i in 0..count {
                 let received = batch.datagram(i);
                 let Some(from) = received.from else { continue };
+                // The kernel's receive time, on our monotonic clock: rates
+                // and jitter then do not depend on when the batch was read.
+                let at = received
+                    .rx_time_ns
+                    .and_then(|rx| {
+                        now.checked_sub(Duration::from_nanos(real_now.saturating_sub(rx)))
+                    })
+                    .unwrap_or(now);
                 table.on_receive(
                     received.data,
                     received.segment_size,
                     from,
-                    now,
+                    at,
                     index,
                     received.kernel_drops,
                     &mut events,
@@ -270,6 +282,10 @@ pub fn run(
         .sockets
         .iter()
         .all(|s| sys::enable_kernel_drop_counter(s).unwrap_or(false));
+    for socket in &bound.sockets {
+        // Best effort: without it datagrams are timed when read.
+        let _ = sys::enable_rx_timestamps(socket);
+    }
     let start = Instant::now();
     let mut table = PeerTable::new(cfg.max_peers, cfg.idle_timeout, start, bound.sockets.len());
     table.gro = bound.gro;

@@ -66,6 +66,7 @@ impl RecvBatch {
             from: self.from,
             kernel_drops: None,
             segment_size: None,
+            rx_time_ns: None,
         }
     }
 }
@@ -90,5 +91,21 @@ pub fn set_scheduler(_policy: super::SchedPolicy, _priority: i32) -> io::Result<
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "this platform has no sched_setscheduler with these policies (Linux only)",
+    ))
+}
+
+/// Not offered here; the caller reports it.
+pub fn set_dont_fragment(_socket: &Socket, _ipv6: bool) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "--dont-fragment is implemented for Linux only",
+    ))
+}
+
+/// Not offered here: datagrams are timed when read.
+pub fn enable_rx_timestamps(_socket: &Socket) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "kernel receive timestamps are read on Linux only",
     ))
 }

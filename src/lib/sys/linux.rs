@@ -57,9 +57,10 @@ pub fn enable_kernel_drop_counter(socket: &Socket) -> io::Result<bool> {
     setsockopt_int(socket, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1).map(|()| true)
 }
 
-/// Room for the control messages we ask for: SO_RXQ_OVFL (u32) and
-/// UDP_GRO (int), with headers and alignment, plus slack.
-const CONTROL_LEN: usize = 64;
+/// Room for the control messages we ask for: SO_RXQ_OVFL (u32), UDP_GRO
+/// (int) and SO_TIMESTAMPNS (timespec), with headers and alignment, plus
+/// slack.
+const CONTROL_LEN: usize = 128;
 
 /// Buffers for one recvmmsg call, allocated once per socket and reused, so
 /// that the hot path never allocates.
@@ -75,6 +76,8 @@ pub struct RecvBatch {
     drops: Vec<u64>,
     /// Per datagram: the GRO segment size, when the kernel coalesced.
     segments: Vec<u32>,
+    /// Per datagram: the kernel's receive time (CLOCK_REALTIME ns), or 0.
+    stamps: Vec<u64>,
     filled: usize,
 }
 
@@ -92,6 +95,7 @@ impl RecvBatch {
             headers: Vec::with_capacity(batch),
             drops: vec![0; batch],
             segments: vec![0; batch],
+            stamps: vec![0; batch],
             filled: 0,
         };
         for i in 0..batch {
@@ -177,18 +181,20 @@ impl RecvBatch {
 
     fn read_controls(&mut self) {
         for i in 0..self.filled {
-            let (drops, segment) = self.read_control(i);
+            let (drops, segment, stamp) = self.read_control(i);
             // Linux attaches the counter only once it is non-zero.
             self.drops[i] = drops.unwrap_or(0);
             self.segments[i] = segment.unwrap_or(0);
+            self.stamps[i] = stamp.unwrap_or(0);
         }
     }
 
     /// Reads SO_RXQ_OVFL and UDP_GRO from datagram `i`'s control messages.
-    fn read_control(&self, i: usize) -> (Option<u64>, Option<u32>) {
+    fn read_control(&self, i: usize) -> (Option<u64>, Option<u32>, Option<u64>) {
         let msg = &self.headers[i].msg_hdr;
         let mut found = None;
         let mut segment = None;
+        let mut stamp = None;
         // SAFETY: `msg` was filled by the kernel in the last recvmmsg; its
         // control pointer and length describe our own control buffer, and
         // the CMSG_* macros stay within msg_controllen.
@@ -200,6 +206,12 @@ impl RecvBatch {
                     let data = libc::CMSG_DATA(cmsg) as *const u32;
                     found = Some(u64::from(data.read_unaligned()));
                 }
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                    && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+                {
+                    let ts = (libc::CMSG_DATA(cmsg) as *const libc::timespec).read_unaligned();
+                    stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                }
                 if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
                     let data = libc::CMSG_DATA(cmsg) as *const libc::c_int;
                     segment = u32::try_from(data.read_unaligned()).ok();
@@ -207,7 +219,7 @@ impl RecvBatch {
                 cmsg = libc::CMSG_NXTHDR(msg, cmsg);
             }
         }
-        (found, segment)
+        (found, segment, stamp)
     }
 
     /// Datagram `i` of the last batch, who sent it, and how many datagrams
@@ -223,6 +235,10 @@ impl RecvBatch {
             segment_size: match self.segments[i] {
                 0 => None,
                 n => Some(n as usize),
+            },
+            rx_time_ns: match self.stamps[i] {
+                0 => None,
+                t => Some(t),
             },
         }
     }
@@ -529,4 +545,31 @@ impl Epoll {
         }
         Ok(n as usize)
     }
+}
+
+/// Sets the don't-fragment option (IP_MTU_DISCOVER / IPV6_MTU_DISCOVER =
+/// PMTUDISC_DO): a datagram larger than the path MTU then fails with
+/// EMSGSIZE instead of being fragmented.
+pub fn set_dont_fragment(socket: &Socket, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        setsockopt_int(
+            socket,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    } else {
+        setsockopt_int(
+            socket,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    }
+}
+
+/// Turns on SO_TIMESTAMPNS: every datagram carries the time the kernel
+/// received it, so rates and jitter do not depend on when we read it.
+pub fn enable_rx_timestamps(socket: &Socket) -> io::Result<()> {
+    setsockopt_int(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
 }

@@ -26,8 +26,8 @@ pub use imp::{
     SendBatch,
 };
 pub use imp::{
-    enable_kernel_drop_counter, enable_send_errors, force_recv_buffer, RecvBatch,
-    KERNEL_DROPS_SUPPORTED, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
+    enable_kernel_drop_counter, enable_rx_timestamps, enable_send_errors, force_recv_buffer,
+    set_dont_fragment, RecvBatch, KERNEL_DROPS_SUPPORTED, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
 };
 
 /// One received datagram.
@@ -41,6 +41,8 @@ pub struct Received<'a> {
     /// With UDP_GRO: `data` holds several datagrams of this size (the last
     /// may be shorter), coalesced by the kernel.
     pub segment_size: Option<usize>,
+    /// When the kernel received it (CLOCK_REALTIME, ns), if known.
+    pub rx_time_ns: Option<u64>,
 }
 
 /// Scheduling policies (sched(7)), as seed 002's `-S` offered them.
