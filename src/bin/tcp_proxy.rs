@@ -1,5 +1,72 @@
-//! tcp_proxy: forwards TCP connections (being written; see issue 4).
+//! tcp_proxy: forwards TCP connections to one upstream, six ways; and
+//! `tcp_proxy bench`, the latency benchmark that compares them. See
+//! `--help`, `tcp_proxy bench --help` and docs/proxy.md.
+
+use netspeed::config::parse_args;
+use netspeed::error::{Error, Result};
+use netspeed::exit_with;
+use netspeed::proxy::bench::{self, BenchArgs, BenchConfig};
+use netspeed::proxy::{self, EventLog, ProxyArgs, ProxyConfig};
+use netspeed::shutdown::Shutdown;
+use std::ffi::OsString;
+use std::io::Write;
+
 fn main() {
-    eprintln!("tcp_proxy: not built yet");
-    std::process::exit(1);
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    let result = if args.get(1).is_some_and(|a| a == "bench") {
+        args.splice(0..2, [OsString::from("tcp_proxy bench")]);
+        run_bench(args)
+    } else {
+        run_proxy(args)
+    };
+    if let Err(e) = result {
+        exit_with(&e);
+    }
+}
+
+fn signals() -> Result<Shutdown> {
+    Shutdown::on_signals()
+        .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))
+}
+
+fn run_proxy(args: Vec<OsString>) -> Result<()> {
+    let args: ProxyArgs = parse_args(args)?;
+    let cfg = ProxyConfig::from_args(args)?;
+    let shutdown = signals()?;
+    let listener = proxy::bind(cfg.listen)?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::runtime(format!("cannot read the bound address: {e}")))?;
+    let log = EventLog { json: cfg.json };
+    log.listening(addr, &cfg);
+    proxy::run(listener, &cfg, &shutdown, log)?;
+    Ok(())
+}
+
+fn run_bench(args: Vec<OsString>) -> Result<()> {
+    let args: BenchArgs = parse_args(args)?;
+    let cfg = BenchConfig::from_args(args)?;
+    let shutdown = signals()?;
+    let json = cfg.json;
+    let rows = bench::run(&cfg, &shutdown, &mut |row| {
+        let mut out = std::io::stdout().lock();
+        if json {
+            let _ = writeln!(out, "{}", serde_json::to_string(row).unwrap_or_default());
+        } else {
+            // Progress on stderr; the table comes once at the end.
+            eprintln!("tcp_proxy bench: {} {} done", row.test.label(), row.case);
+        }
+        let _ = out.flush();
+    })?;
+    if !json {
+        let mut out = std::io::stdout().lock();
+        let _ = bench::print_table(&mut out, &rows);
+    }
+    let failed = rows.iter().filter(|r| r.error.is_some()).count();
+    if failed > 0 {
+        return Err(Error::runtime(format!(
+            "{failed} benchmark rows failed (see the table)"
+        )));
+    }
+    Ok(())
 }

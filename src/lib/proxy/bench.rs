@@ -1,0 +1,709 @@
+//! `tcp_proxy bench`: seed 004's latency benchmark, reproduced and extended.
+//!
+//! One process runs the HTTP test server ([`super::http`]) on an ephemeral
+//! loopback port, then, for each case of the matrix, starts a proxy as a
+//! child process (this same binary, `--listen 127.0.0.1:0`, its bound
+//! address read back from its first NDJSON line), measures `/test1` and
+//! `/test2` over one keep-alive connection each, and kills and reaps the
+//! proxy before the next case. The matrix: the direct connection, every
+//! mode × buffer sizes (where the mode takes one) × threads 1 and N, and
+//! the outside peers that are installed (HAProxy, socat, the Go `io.Copy`
+//! proxy from bench/peers/).
+//!
+//! Every wait is bounded: the proxy must print its address within 10 s, a
+//! request must answer within `--request-timeout`, a row lasts at most
+//! `--duration` or `--requests`. A failed request fails its row loudly
+//! (status, length and body are checked) instead of being counted.
+
+use super::config::{default_threads, Mode};
+use super::histogram::{format_us, Latencies, LatencySummary};
+use super::http::{Client, Test, TestServer};
+use crate::error::{Error, Result};
+use crate::shutdown::Shutdown;
+use crate::units;
+use clap::Parser;
+use serde::Serialize;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn size_arg(s: &str) -> std::result::Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// `tcp_proxy bench`'s flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "tcp_proxy bench",
+    version,
+    about = "Request latency through each proxy mode vs a direct connection (seed 004's benchmark).",
+    long_about = None
+)]
+pub struct BenchArgs {
+    /// How long each row measures.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "1s")]
+    pub duration: Duration,
+    /// At most this many measured requests per row.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    pub requests: u64,
+    /// Requests sent before measuring, on the same connection.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub warmup: u64,
+    /// Modes to run, comma-separated [default: all six on Linux].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub modes: Vec<Mode>,
+    /// Buffer sizes for the modes that take one [default: 2KiB,8KiB,32KiB,64KiB,1MiB].
+    #[arg(long, value_name = "BYTES", value_parser = size_arg, value_delimiter = ',')]
+    pub buffer_sizes: Vec<u64>,
+    /// The "N" of threads 1 and N for the runtime modes [default: the number of CPUs].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Tests to run, comma-separated [default: test1,test2].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub tests: Vec<Test>,
+    /// Run the proxies with --no-nodelay, to reproduce seed 004's stalls.
+    #[arg(long)]
+    pub no_nodelay: bool,
+    /// Skip the direct connection and outside peers; only our modes.
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Also measure this Go io.Copy proxy (bench/peers/goproxy, built by
+    /// bench/proxy-bench.sh).
+    #[arg(long, value_name = "PATH")]
+    pub go_proxy: Option<PathBuf>,
+    /// A request with no complete answer within this long fails its row.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "5s")]
+    pub request_timeout: Duration,
+    /// The tcp_proxy binary to benchmark [default: this one].
+    #[arg(long, value_name = "PATH")]
+    pub proxy_bin: Option<PathBuf>,
+    /// One JSON object per row on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A validated benchmark configuration.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub duration: Duration,
+    pub requests: u64,
+    pub warmup: u64,
+    pub modes: Vec<Mode>,
+    pub buffer_sizes: Vec<usize>,
+    pub threads: usize,
+    pub tests: Vec<Test>,
+    pub nodelay: bool,
+    pub peers: bool,
+    pub go_proxy: Option<PathBuf>,
+    pub request_timeout: Duration,
+    pub proxy_bin: PathBuf,
+    pub json: bool,
+}
+
+pub const DEFAULT_BUFFER_SIZES: [usize; 5] = [2 << 10, 8 << 10, 32 << 10, 64 << 10, 1 << 20];
+
+impl BenchConfig {
+    pub fn from_args(args: BenchArgs) -> Result<BenchConfig> {
+        if args.duration.is_zero() && args.requests == 0 {
+            return Err(Error::usage("--duration and --requests cannot both be 0"));
+        }
+        if args.requests == 0 {
+            return Err(Error::usage("--requests must be at least 1"));
+        }
+        if args.request_timeout < Duration::from_millis(10) {
+            return Err(Error::usage("--request-timeout must be at least 10ms"));
+        }
+        let mut modes = if args.modes.is_empty() {
+            Mode::ALL.to_vec()
+        } else {
+            args.modes
+        };
+        if let Some(m) = modes.iter().find(|m| !m.available()) {
+            return Err(Error::usage(format!("--modes {}: needs Linux", m.name())));
+        }
+        modes.dedup();
+        let buffer_sizes: Vec<usize> = if args.buffer_sizes.is_empty() {
+            DEFAULT_BUFFER_SIZES.to_vec()
+        } else {
+            args.buffer_sizes.iter().map(|&b| b as usize).collect()
+        };
+        if let Some(b) = buffer_sizes
+            .iter()
+            .find(|&&b| b == 0 || b as u64 > super::config::MAX_BUFFER_SIZE)
+        {
+            return Err(Error::usage(format!(
+                "--buffer-sizes {b}: each must be between 1 and {} bytes",
+                super::config::MAX_BUFFER_SIZE
+            )));
+        }
+        let threads = args.threads.unwrap_or_else(default_threads);
+        if threads == 0 || threads > super::config::MAX_THREADS {
+            return Err(Error::usage("--threads must be between 1 and 256"));
+        }
+        let tests = if args.tests.is_empty() {
+            vec![Test::Test1, Test::Test2]
+        } else {
+            args.tests
+        };
+        if let Some(go) = &args.go_proxy {
+            if !go.is_file() {
+                return Err(Error::usage(format!(
+                    "--go-proxy {}: no such file (build it with bench/proxy-bench.sh)",
+                    go.display()
+                )));
+            }
+        }
+        let proxy_bin = match args.proxy_bin {
+            Some(p) => p,
+            None => std::env::current_exe()
+                .map_err(|e| Error::runtime(format!("cannot find this program's path: {e}")))?,
+        };
+        Ok(BenchConfig {
+            duration: args.duration,
+            requests: args.requests,
+            warmup: args.warmup,
+            modes,
+            buffer_sizes,
+            threads,
+            tests,
+            nodelay: !args.no_nodelay,
+            peers: !args.no_peers,
+            go_proxy: args.go_proxy,
+            request_timeout: args.request_timeout,
+            proxy_bin,
+            json: args.json,
+        })
+    }
+}
+
+/// What a row measured through.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Case {
+    Direct,
+    Proxy {
+        mode: Mode,
+        buffer_size: Option<usize>,
+        threads: Option<usize>,
+    },
+    Go(PathBuf),
+    HaProxy(PathBuf),
+    Socat(PathBuf),
+}
+
+/// `2K`, `1M`, or `1500 B` for a size that is not a whole KiB.
+pub fn size_label(b: usize) -> String {
+    if b >= 1 << 20 && b % (1 << 20) == 0 {
+        format!("{}M", b >> 20)
+    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+        format!("{}K", b >> 10)
+    } else {
+        format!("{b} B")
+    }
+}
+
+impl Case {
+    /// The row label, shaped like seed 004's.
+    pub fn label(&self) -> String {
+        match self {
+            Case::Direct => "Direct connection".into(),
+            Case::Go(_) => "Go io.Copy proxy".into(),
+            Case::HaProxy(_) => "HAProxy (mode tcp)".into(),
+            Case::Socat(_) => "socat (fork, nodelay)".into(),
+            Case::Proxy {
+                mode,
+                buffer_size,
+                threads,
+            } => {
+                let mut parts = Vec::new();
+                if let Some(b) = buffer_size {
+                    let what = if *mode == Mode::Splice {
+                        "pipe"
+                    } else {
+                        "buffer"
+                    };
+                    parts.push(format!("{} {what}", size_label(*b)));
+                }
+                match threads {
+                    Some(1) => parts.push("1 thread".into()),
+                    Some(n) => parts.push(format!("{n} threads")),
+                    None => parts.push("thread per direction".into()),
+                }
+                format!("{} ({})", mode.name(), parts.join(", "))
+            }
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Case::Direct => "direct",
+            Case::Proxy { .. } => "proxy",
+            _ => "peer",
+        }
+    }
+}
+
+/// The matrix, in the order it runs.
+pub fn cases(cfg: &BenchConfig) -> Vec<Case> {
+    let mut out = Vec::new();
+    if cfg.peers {
+        out.push(Case::Direct);
+        if let Some(go) = &cfg.go_proxy {
+            out.push(Case::Go(go.clone()));
+        }
+        if let Some(p) = find_in_path("haproxy") {
+            out.push(Case::HaProxy(p));
+        }
+        if let Some(p) = find_in_path("socat") {
+            out.push(Case::Socat(p));
+        }
+    }
+    let mut threads = vec![1];
+    if cfg.threads > 1 {
+        threads.push(cfg.threads);
+    }
+    for &mode in &cfg.modes {
+        let buffers: Vec<Option<usize>> = if mode.takes_buffer_size() {
+            cfg.buffer_sizes.iter().map(|&b| Some(b)).collect()
+        } else {
+            vec![None]
+        };
+        let threads: Vec<Option<usize>> = if mode.uses_runtime() {
+            threads.iter().map(|&t| Some(t)).collect()
+        } else {
+            vec![None]
+        };
+        for &buffer_size in &buffers {
+            for &t in &threads {
+                out.push(Case::Proxy {
+                    mode,
+                    buffer_size,
+                    threads: t,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub test: Test,
+    pub case: String,
+    pub kind: &'static str,
+    pub mode: Option<&'static str>,
+    pub buffer_size: Option<usize>,
+    pub threads: Option<usize>,
+    pub nodelay: bool,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
+    pub requests_per_second: f64,
+    /// p50 minus the direct connection's p50 for the same test.
+    pub added_p50_us: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// Runs the matrix; each row goes to `emit` as soon as it is measured.
+pub fn run(cfg: &BenchConfig, shutdown: &Shutdown, emit: &mut dyn FnMut(&Row)) -> Result<Vec<Row>> {
+    let server = TestServer::start(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .map_err(|e| Error::runtime(format!("cannot start the HTTP test server: {e}")))?;
+    let mut rows: Vec<Row> = Vec::new();
+    for case in cases(cfg) {
+        if shutdown.is_triggered() {
+            break;
+        }
+        let started = start_case(&case, cfg, server.addr());
+        for &test in &cfg.tests {
+            if shutdown.is_triggered() {
+                break;
+            }
+            let measured = match &started {
+                Ok(target) => measure(target.addr, test, cfg, shutdown),
+                Err(e) => Err(e.clone()),
+            };
+            let direct_p50 = rows
+                .iter()
+                .find(|r| r.test == test && r.kind == "direct" && r.error.is_none())
+                .map(|r| r.latency.p50_us);
+            let (latency, rps, error) = match measured {
+                Ok((l, secs)) => {
+                    let s = l.summary();
+                    (s, units::per_second(s.count as f64, secs), None)
+                }
+                Err(e) => (LatencySummary::default(), 0.0, Some(e)),
+            };
+            let (mode, buffer_size, threads) = match &case {
+                Case::Proxy {
+                    mode,
+                    buffer_size,
+                    threads,
+                } => (Some(mode.name()), *buffer_size, *threads),
+                _ => (None, None, None),
+            };
+            let row = Row {
+                test,
+                case: case.label(),
+                kind: case.kind(),
+                mode,
+                buffer_size,
+                threads,
+                nodelay: cfg.nodelay || !matches!(case, Case::Proxy { .. }),
+                latency,
+                requests_per_second: rps,
+                added_p50_us: match (&error, direct_p50, &case) {
+                    (None, Some(d), c) if *c != Case::Direct => Some(latency.p50_us - d),
+                    _ => None,
+                },
+                error,
+            };
+            emit(&row);
+            rows.push(row);
+        }
+        // `started` drops here: the proxy is killed and reaped.
+    }
+    Ok(rows)
+}
+
+/// A proxy under test, killed and reaped on drop.
+struct Target {
+    addr: SocketAddr,
+    child: Option<Child>,
+    _tempdir: Option<TempDir>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn start_case(
+    case: &Case,
+    cfg: &BenchConfig,
+    upstream: SocketAddr,
+) -> std::result::Result<Target, String> {
+    let up = upstream.to_string();
+    match case {
+        Case::Direct => Ok(Target {
+            addr: upstream,
+            child: None,
+            _tempdir: None,
+        }),
+        Case::Proxy {
+            mode,
+            buffer_size,
+            threads,
+        } => {
+            let mut cmd = Command::new(&cfg.proxy_bin);
+            cmd.args([
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &up,
+                "--mode",
+                mode.name(),
+                "--json",
+            ]);
+            if let Some(b) = buffer_size {
+                cmd.args(["--buffer-size", &b.to_string()]);
+            }
+            cmd.args(["--threads", &threads.unwrap_or(1).to_string()]);
+            if !cfg.nodelay {
+                cmd.arg("--no-nodelay");
+            }
+            spawn_reading_addr(cmd, "tcp_proxy", |line| {
+                let v: serde_json::Value = serde_json::from_str(line).ok()?;
+                (v["event"] == "listening").then(|| v["addr"].as_str()?.parse().ok())?
+            })
+        }
+        Case::Go(path) => {
+            let mut cmd = Command::new(path);
+            cmd.args(["-listen", "127.0.0.1:0", "-upstream", &up]);
+            spawn_reading_addr(cmd, "Go proxy", |line| {
+                line.strip_prefix("listening on ")?.trim().parse().ok()
+            })
+        }
+        Case::HaProxy(path) => {
+            let port = free_port()?;
+            let dir = std::env::temp_dir().join(format!(
+                "tcp_proxy-bench-haproxy-{}-{port}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let tmp = TempDir(dir.clone());
+            let conf = dir.join("haproxy.cfg");
+            std::fs::write(&conf, haproxy_config(port, upstream)).map_err(|e| e.to_string())?;
+            let mut cmd = Command::new(path);
+            cmd.arg("-db").arg("-f").arg(&conf);
+            let mut t = spawn_connectable(cmd, "haproxy", port)?;
+            t._tempdir = Some(tmp);
+            Ok(t)
+        }
+        Case::Socat(path) => {
+            let port = free_port()?;
+            let mut cmd = Command::new(path);
+            cmd.arg(format!(
+                "TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,nodelay"
+            ))
+            .arg(format!("TCP:{up},nodelay"));
+            spawn_connectable(cmd, "socat", port)
+        }
+    }
+}
+
+/// HAProxy in its default TCP mode: no tuning beyond time-outs it requires.
+pub fn haproxy_config(port: u16, upstream: SocketAddr) -> String {
+    format!(
+        "global\n    maxconn 4096\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\n\nlisten bench\n    bind 127.0.0.1:{port}\n    server upstream {upstream}\n"
+    )
+}
+
+/// A free loopback port, for the peers that cannot report one they picked.
+/// Another process could take it before the peer binds; the peer then
+/// fails to start and its row says so.
+fn free_port() -> std::result::Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+/// Starts `cmd` and reads its stdout until `parse` finds the bound address;
+/// the rest of its stdout is drained on a thread so it never blocks.
+fn spawn_reading_addr(
+    mut cmd: Command,
+    what: &str,
+    parse: impl Fn(&str) -> Option<SocketAddr> + Send + 'static,
+) -> std::result::Result<Target, String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {what}: {e}"))?;
+    let Some(out) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("{what}: no stdout"));
+    };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if !sent {
+                if let Some(a) = parse(&line) {
+                    let _ = tx.send(a);
+                    sent = true;
+                }
+            }
+        }
+    });
+    let mut target = Target {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        child: Some(child),
+        _tempdir: None,
+    };
+    match rx.recv_timeout(START_TIMEOUT) {
+        Ok(addr) => {
+            target.addr = addr;
+            Ok(target)
+        }
+        Err(_) => Err(format!(
+            "{what} did not print its address within {START_TIMEOUT:?}"
+        )),
+    }
+}
+
+/// Starts `cmd` and waits until 127.0.0.1:`port` accepts a connection.
+fn spawn_connectable(
+    mut cmd: Command,
+    what: &str,
+    port: u16,
+) -> std::result::Result<Target, String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {what}: {e}"))?;
+    let mut target = Target {
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        child: Some(child),
+        _tempdir: None,
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Some(c) = target.child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                target.child = None;
+                return Err(format!("{what} exited at start: {status}"));
+            }
+        }
+        if TcpStream::connect_timeout(&target.addr, Duration::from_millis(200)).is_ok() {
+            return Ok(target);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!(
+        "{what} did not listen on port {port} within {START_TIMEOUT:?}"
+    ))
+}
+
+/// Warms up, then times requests one after another on one connection for
+/// `--duration` or `--requests`, whichever comes first. Returns the
+/// histogram and the seconds the measured requests took.
+fn measure(
+    addr: SocketAddr,
+    test: Test,
+    cfg: &BenchConfig,
+    shutdown: &Shutdown,
+) -> std::result::Result<(Latencies, f64), String> {
+    let mut client = Client::connect(addr, cfg.request_timeout)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    for i in 0..cfg.warmup {
+        client
+            .request(test)
+            .map_err(|e| format!("warm-up request {}: {e}", i + 1))?;
+    }
+    let mut lat = Latencies::new();
+    let start = Instant::now();
+    while lat.count() < cfg.requests && !shutdown.is_triggered() {
+        let d = client
+            .request(test)
+            .map_err(|e| format!("request {}: {e}", lat.count() + 1))?;
+        lat.record(d);
+        if start.elapsed() >= cfg.duration {
+            break;
+        }
+    }
+    Ok((lat, start.elapsed().as_secs_f64()))
+}
+
+/// The table, shaped like seed 004's with the tail added.
+pub fn print_table(out: &mut dyn Write, rows: &[Row]) -> std::io::Result<()> {
+    let case_w = rows.iter().map(|r| r.case.len()).max().unwrap_or(4).max(4);
+    writeln!(
+        out,
+        "| Test   | {:case_w$} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>11} |",
+        "Case", "Mean", "p50", "p99", "p99.9", "Max", "Req/s", "+p50 vs direct"
+    )?;
+    writeln!(
+        out,
+        "| ------ | {} | ---------: | ---------: | ---------: | ---------: | ---------: | ---------: | ----------: |",
+        "-".repeat(case_w)
+    )?;
+    for r in rows {
+        if let Some(e) = &r.error {
+            writeln!(
+                out,
+                "| {} | {:case_w$} | FAILED: {e}",
+                r.test.label(),
+                r.case
+            )?;
+            continue;
+        }
+        let l = &r.latency;
+        writeln!(
+            out,
+            "| {} | {:case_w$} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10.0} | {:>11} |",
+            r.test.label(),
+            r.case,
+            format_us(l.mean_us),
+            format_us(l.p50_us),
+            format_us(l.p99_us),
+            format_us(l.p999_us),
+            format_us(l.max_us),
+            r.requests_per_second,
+            r.added_p50_us
+                .map(|a| format!("{a:+.1} us"))
+                .unwrap_or_default()
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(args: &[&str]) -> Result<BenchConfig> {
+        let mut argv = vec!["tcp_proxy bench"];
+        argv.extend_from_slice(args);
+        BenchConfig::from_args(crate::config::parse_args(argv.into_iter().map(Into::into))?)
+    }
+
+    #[test]
+    fn matrix_shape() {
+        let c = cfg(&["--threads", "4", "--no-peers"]).unwrap();
+        let all = cases(&c);
+        // tokio and splice: 5 sizes x 2 thread counts; the copy modes: 2
+        // thread counts each; std: 5 sizes; std-copy: 1.
+        let expect = if cfg!(target_os = "linux") {
+            10 + 2 + 2 + 5 + 1 + 10
+        } else {
+            10 + 2 + 2 + 5 + 1
+        };
+        assert_eq!(all.len(), expect);
+        assert!(all
+            .iter()
+            .any(|c| c.label() == "tokio (8K buffer, 4 threads)"));
+        assert!(all
+            .iter()
+            .any(|c| c.label() == "std (1M buffer, thread per direction)"));
+        assert!(all.iter().any(|c| c.label() == "tokio-copy (1 thread)"));
+        let c = cfg(&["--threads", "1", "--modes", "tokio", "--buffer-sizes", "8K"]).unwrap();
+        assert_eq!(cases(&c)[0], Case::Direct);
+        assert!(cases(&c)
+            .iter()
+            .any(|c| c.label() == "tokio (8000 B buffer, 1 thread)"));
+    }
+
+    #[test]
+    fn bad_bench_flags() {
+        for bad in [
+            &["--requests", "0"][..],
+            &["--buffer-sizes", "0"],
+            &["--threads", "0"],
+            &["--modes", "nope"],
+            &["--duration", "x"],
+            &["--go-proxy", "/nonexistent/goproxy"],
+        ] {
+            let e = cfg(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(size_label(2048), "2K");
+        assert_eq!(size_label(1 << 20), "1M");
+        assert_eq!(size_label(1500), "1500 B");
+        assert!(haproxy_config(5, "127.0.0.1:9".parse().unwrap()).contains("mode tcp"));
+    }
+}
