@@ -1,0 +1,628 @@
+//! `sockbench mux`: seed 002's IO-multiplexing table. One receiver waits
+//! on K UDP sockets with each of the server's receive methods (the very
+//! loops `udp_server` runs, [`run_method`]), while a sender drives all K
+//! sockets round-robin with a fixed payload and a fixed number of packets.
+//!
+//! Why a rate: seed 002 ran over a 1 Gbit/s wire, which paced its sender.
+//! On loopback an unpaced sender is limited only by the CPU, and the loss
+//! would measure the sender's speed more than the receiver's. With
+//! `--rate` the sender is paced like a wire, and what the receive buffer
+//! does is visible again: a small buffer overflows during the receiver's
+//! scheduling hiccups, a large one absorbs them, and the loss falls to 0
+//! as `--rcvbuf` grows, as in the seed's table.
+//!
+//! Loss is (sent − received) / sent over exact counts from both ends. Data
+//! Mbit/s counts payload bytes; wire Mbit/s counts what each datagram
+//! would occupy on Ethernet ([`wire_bytes`]: headers, preamble, gap, FCS
+//! and fragmentation), both over the receiver's first-to-last datagram.
+
+use super::output::{self, Format, Table};
+use super::plot::{self, Series};
+use super::{Bar, OutputArgs};
+use crate::error::{Error, Result};
+use crate::server::recv::{run_method, Deliver, Method};
+use crate::shutdown::Shutdown;
+use crate::stats::wire_bytes;
+use crate::sys::{self, RecvBatch, SchedPolicy};
+use crate::units;
+use serde::Serialize;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Most sockets one receiver waits on.
+pub const MAX_SOCKETS: usize = 256;
+
+/// `sockbench mux` flags.
+#[derive(clap::Args, Debug)]
+pub struct MuxArgs {
+    /// Receive methods to compare.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "thread,select,poll,epoll,tokio,mmsg"
+    )]
+    pub method: Vec<Method>,
+    /// UDP sockets the receiver waits on (K).
+    #[arg(long, default_value_t = 4)]
+    pub sockets: usize,
+    /// UDP payload sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "64", value_parser = super::size_arg)]
+    pub payload: Vec<u64>,
+    /// Packets per configuration, over all sockets.
+    #[arg(long, default_value_t = 100_000)]
+    pub total: u64,
+    /// Receive buffer sizes to ask for (SO_RCVBUF, forced past the sysctl
+    /// limit when running as root).
+    #[arg(long, value_delimiter = ',', default_value = "64K,256K,2M,8M", value_parser = super::size_arg)]
+    pub rcvbuf: Vec<u64>,
+    /// Receiver scheduling policies (fifo and rr need root or CAP_SYS_NICE).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "other")]
+    pub scheduler: Vec<SchedPolicy>,
+    /// Realtime priority for fifo and rr (1..=99).
+    #[arg(long, default_value_t = 10)]
+    pub priority: i32,
+    /// Sender socket mode (`connected` uses one connected socket per target).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "unconnected")]
+    pub conn: Vec<super::udp::Conn>,
+    /// Pace the sender to this payload rate (e.g. 100Mbit); `0` is unpaced.
+    #[arg(long, default_value = "100Mbit", value_parser = rate_or_zero)]
+    pub rate: u64,
+    /// IP version (loopback).
+    #[arg(long, value_enum, default_value = "v4")]
+    pub ip: super::udp::Ip,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+fn rate_or_zero(s: &str) -> std::result::Result<u64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    units::parse_rate(s).map_err(|e| e.to_string())
+}
+
+/// One configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MuxCase {
+    pub method: Method,
+    pub sockets: usize,
+    pub payload: usize,
+    pub total: u64,
+    pub rcvbuf: usize,
+    pub scheduler: SchedPolicy,
+    pub priority: i32,
+    pub conn: super::udp::Conn,
+    /// Payload bits per second; 0 is unpaced.
+    pub rate_bps: u64,
+    pub ipv6: bool,
+}
+
+/// One row of results.
+#[derive(Debug, Clone, Serialize)]
+pub struct MuxRow {
+    pub method: Method,
+    pub sockets: usize,
+    pub payload: usize,
+    pub conn: super::udp::Conn,
+    pub scheduler: SchedPolicy,
+    pub rate_mbit: f64,
+    /// SO_RCVBUF asked for.
+    pub rcvbuf: usize,
+    /// What getsockopt(SO_RCVBUF) returned (Linux doubles the request for
+    /// its bookkeeping).
+    pub rcvbuf_granted: usize,
+    pub sent_packets: u64,
+    pub received_packets: u64,
+    pub received_bytes: u64,
+    pub loss_percent: f64,
+    /// Receiver's first to last datagram.
+    pub seconds: f64,
+    pub data_mbit_per_s: f64,
+    pub wire_mbit_per_s: f64,
+    /// Sockets that received nothing (should be 0).
+    pub idle_sockets: usize,
+}
+
+/// Counts per socket, and the first and last arrival; `run_method`'s
+/// loops call it from one or many threads.
+struct Counter {
+    base: Instant,
+    packets: Vec<AtomicU64>,
+    bytes: Vec<AtomicU64>,
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
+}
+
+impl Counter {
+    fn new(k: usize) -> Self {
+        Counter {
+            base: Instant::now(),
+            packets: (0..k).map(|_| AtomicU64::new(0)).collect(),
+            bytes: (0..k).map(|_| AtomicU64::new(0)).collect(),
+            first_ns: AtomicU64::new(u64::MAX),
+            last_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn total_packets(&self) -> u64 {
+        self.packets.iter().map(|p| p.load(Ordering::Relaxed)).sum()
+    }
+}
+
+impl Deliver for Counter {
+    fn deliver(&self, index: usize, _socket: &Socket, batch: &RecvBatch, count: usize) {
+        let bytes: usize = (0..count).map(|i| batch.datagram(i).data.len()).sum();
+        if let (Some(p), Some(b)) = (self.packets.get(index), self.bytes.get(index)) {
+            p.fetch_add(count as u64, Ordering::Relaxed);
+            b.fetch_add(bytes as u64, Ordering::Relaxed);
+        }
+        let now = self.base.elapsed().as_nanos() as u64;
+        self.first_ns.fetch_min(now, Ordering::Relaxed);
+        self.last_ns.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+/// The validated matrix.
+#[derive(Debug, Clone)]
+pub struct MuxMatrix {
+    pub cases: Vec<MuxCase>,
+}
+
+impl MuxMatrix {
+    /// Checks the flags and expands the axes: payload, connection mode,
+    /// scheduler, receive buffer, then method innermost.
+    pub fn from_args(a: &MuxArgs) -> Result<Self> {
+        if a.sockets == 0 || a.sockets > MAX_SOCKETS {
+            return Err(Error::usage(format!(
+                "--sockets {}: must be between 1 and {MAX_SOCKETS}",
+                a.sockets
+            )));
+        }
+        if a.total == 0 || a.total > 1_000_000_000 {
+            return Err(Error::usage(format!(
+                "--total {}: must be between 1 and 1000000000 packets",
+                a.total
+            )));
+        }
+        let ipv6 = a.ip == super::udp::Ip::V6;
+        let limit = if ipv6 {
+            sys::MAX_UDP_PAYLOAD_V6
+        } else {
+            sys::MAX_UDP_PAYLOAD_V4
+        };
+        for &p in &a.payload {
+            if p == 0 || p > limit as u64 {
+                return Err(Error::usage(format!(
+                    "--payload {p}: must be between 1 and {limit} bytes"
+                )));
+            }
+        }
+        for &b in &a.rcvbuf {
+            if b == 0 || b > i32::MAX as u64 / 2 {
+                return Err(Error::usage(format!(
+                    "--rcvbuf {b}: must be between 1 and {}",
+                    i32::MAX / 2
+                )));
+            }
+        }
+        for &m in &a.method {
+            m.check_available().map_err(Error::usage)?;
+        }
+        for &s in &a.scheduler {
+            let range = s.priority_range();
+            if range.end() > &0 && !range.contains(&a.priority) {
+                return Err(Error::usage(format!(
+                    "--priority {}: must be in {}..={} for --scheduler {}",
+                    a.priority,
+                    range.start(),
+                    range.end(),
+                    format!("{s:?}").to_lowercase()
+                )));
+            }
+        }
+        let mut cases = Vec::new();
+        for &payload in &a.payload {
+            for &conn in &a.conn {
+                for &scheduler in &a.scheduler {
+                    for &rcvbuf in &a.rcvbuf {
+                        for &method in &a.method {
+                            let priority = if scheduler.priority_range().end() > &0 {
+                                a.priority
+                            } else {
+                                0
+                            };
+                            cases.push(MuxCase {
+                                method,
+                                sockets: a.sockets,
+                                payload: payload as usize,
+                                total: a.total,
+                                rcvbuf: rcvbuf as usize,
+                                scheduler,
+                                priority,
+                                conn,
+                                rate_bps: a.rate,
+                                ipv6,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(MuxMatrix { cases })
+    }
+}
+
+/// Tries each scheduler once on a scratch thread, so that a policy the
+/// process may not use fails the run before any cell, with the reason.
+pub fn check_schedulers(cases: &[MuxCase]) -> Result<()> {
+    let mut seen: Vec<(SchedPolicy, i32)> = Vec::new();
+    for c in cases {
+        if seen.contains(&(c.scheduler, c.priority)) {
+            continue;
+        }
+        seen.push((c.scheduler, c.priority));
+        let (p, prio) = (c.scheduler, c.priority);
+        std::thread::spawn(move || sys::apply_scheduler(p, prio))
+            .join()
+            .unwrap_or_else(|_| Err("scheduler check panicked".into()))
+            .map_err(Error::runtime)?;
+    }
+    Ok(())
+}
+
+fn loopback(ipv6: bool) -> SocketAddr {
+    if ipv6 {
+        (Ipv6Addr::LOCALHOST, 0).into()
+    } else {
+        (Ipv4Addr::LOCALHOST, 0).into()
+    }
+}
+
+/// A receive socket with the buffer asked for (forced past the sysctl
+/// limit where allowed); returns the socket and what the kernel granted.
+fn receive_socket(addr: SocketAddr, rcvbuf: usize) -> std::io::Result<(Socket, usize)> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_recv_buffer_size(rcvbuf)?;
+    let full = if sys::RCVBUF_DOUBLES {
+        rcvbuf.saturating_mul(2)
+    } else {
+        rcvbuf
+    };
+    if s.recv_buffer_size()? < full {
+        let _ = sys::force_recv_buffer(&s, rcvbuf);
+    }
+    s.bind(&addr.into())?;
+    let granted = s.recv_buffer_size()?;
+    Ok((s, granted))
+}
+
+/// When packet `i` is due for a paced sender: `i × payload × 8 / rate`.
+pub fn due(i: u64, payload: usize, rate_bps: u64) -> Duration {
+    if rate_bps == 0 {
+        return Duration::ZERO;
+    }
+    let bits = i as u128 * payload as u128 * 8;
+    Duration::from_nanos((bits * 1_000_000_000 / rate_bps as u128).min(u64::MAX as u128) as u64)
+}
+
+/// Sends `total` packets round-robin over the targets; returns how many
+/// went out. A full queue is retried, anything else fails.
+fn send_all(case: &MuxCase, senders: &[(UdpSocket, SocketAddr)], stop: &Shutdown) -> Result<u64> {
+    let connected = case.conn == super::udp::Conn::Connected;
+    let buf = vec![0x5Au8; case.payload];
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let k = senders.len();
+    while sent < case.total {
+        if stop.is_triggered() {
+            break;
+        }
+        if case.rate_bps > 0 {
+            let at = due(sent, case.payload, case.rate_bps);
+            loop {
+                let now = start.elapsed();
+                if now >= at {
+                    break;
+                }
+                if at - now > Duration::from_millis(1) {
+                    std::thread::sleep(at - now - Duration::from_micros(500));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        let (sock, dest) = &senders[(sent % k as u64) as usize];
+        let r = if connected {
+            sock.send(&buf)
+        } else {
+            sock.send_to(&buf, dest)
+        };
+        match r {
+            Ok(_) => sent += 1,
+            Err(e)
+                if matches!(
+                    sys::classify_send_error(&e),
+                    sys::SendFailure::QueueFull | sys::SendFailure::Interrupted
+                ) =>
+            {
+                std::thread::yield_now()
+            }
+            Err(e) => {
+                return Err(Error::runtime(format!(
+                    "mux sender: send to {dest} failed: {e}"
+                )))
+            }
+        }
+    }
+    Ok(sent)
+}
+
+/// Runs one configuration: receiver thread with the method and scheduler,
+/// the sender on this thread, then a bounded drain.
+pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
+    let addr = loopback(case.ipv6);
+    let mut sockets = Vec::with_capacity(case.sockets);
+    let mut granted = 0;
+    let mut targets = Vec::with_capacity(case.sockets);
+    for _ in 0..case.sockets {
+        let (s, g) = receive_socket(addr, case.rcvbuf).map_err(|e| {
+            Error::runtime(format!("mux: cannot open a receive socket on {addr}: {e}"))
+        })?;
+        granted = g;
+        targets.push(
+            s.local_addr()
+                .ok()
+                .and_then(|a| a.as_socket())
+                .ok_or_else(|| Error::runtime("mux: cannot read a receive socket's address"))?,
+        );
+        sockets.push(s);
+    }
+    let connected = case.conn == super::udp::Conn::Connected;
+    // Unconnected: one socket sends to every target. Connected: one each.
+    let n_senders = if connected { case.sockets } else { 1 };
+    let mut senders = Vec::with_capacity(case.sockets);
+    for (i, &t) in targets.iter().enumerate() {
+        if i < n_senders {
+            let s = UdpSocket::bind(addr)
+                .map_err(|e| Error::runtime(format!("mux: cannot open a send socket: {e}")))?;
+            s.set_write_timeout(Some(Duration::from_millis(100)))
+                .map_err(|e| Error::runtime(format!("mux: {e}")))?;
+            if connected {
+                s.connect(t)
+                    .map_err(|e| Error::runtime(format!("mux: cannot connect to {t}: {e}")))?;
+            }
+            senders.push((s, t));
+        } else {
+            let s = senders[0]
+                .0
+                .try_clone()
+                .map_err(|e| Error::runtime(format!("mux: {e}")))?;
+            senders.push((s, t));
+        }
+    }
+    let counter = Counter::new(case.sockets);
+    let stop = Shutdown::new();
+    let (sent, received) = std::thread::scope(|scope| {
+        let receiver = scope.spawn(|| {
+            sys::apply_scheduler(case.scheduler, case.priority).map_err(Error::runtime)?;
+            let refs: Vec<&Socket> = sockets.iter().collect();
+            run_method(case.method, &refs, 0, &counter, &stop)
+                .map_err(|e| Error::runtime(format!("mux: method {}: {e}", case.method.name())))
+        });
+        // Let the receiver reach its loop before the first datagram.
+        std::thread::sleep(Duration::from_millis(20));
+        let sent = send_all(case, &senders, shutdown);
+        // Drain: until everything arrived, or nothing moved for 200 ms,
+        // or 2 s passed.
+        let sent_n = *sent.as_ref().unwrap_or(&0);
+        let drain_start = Instant::now();
+        let mut last = (counter.total_packets(), Instant::now());
+        while !receiver.is_finished() && drain_start.elapsed() < Duration::from_secs(2) {
+            let now = counter.total_packets();
+            if now >= sent_n {
+                break;
+            }
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() > Duration::from_millis(200) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.trigger();
+        let received = receiver
+            .join()
+            .unwrap_or_else(|_| Err(Error::runtime("mux: the receiver panicked")));
+        (sent, received)
+    });
+    received?;
+    let sent = sent?;
+    let packets = counter.total_packets();
+    let bytes: u64 = counter
+        .bytes
+        .iter()
+        .map(|b| b.load(Ordering::Relaxed))
+        .sum();
+    let first = counter.first_ns.load(Ordering::Relaxed);
+    let last = counter.last_ns.load(Ordering::Relaxed);
+    let seconds = if packets > 1 && last > first {
+        (last - first) as f64 / 1e9
+    } else {
+        0.0
+    };
+    let wire = packets * wire_bytes(case.payload as u64, case.ipv6);
+    Ok(MuxRow {
+        method: case.method,
+        sockets: case.sockets,
+        payload: case.payload,
+        conn: case.conn,
+        scheduler: case.scheduler,
+        rate_mbit: case.rate_bps as f64 / 1e6,
+        rcvbuf: case.rcvbuf,
+        rcvbuf_granted: granted,
+        sent_packets: sent,
+        received_packets: packets,
+        received_bytes: bytes,
+        loss_percent: super::udp::loss_percent(sent, packets),
+        seconds,
+        data_mbit_per_s: units::per_second(bytes as f64 * 8.0, seconds) / 1e6,
+        wire_mbit_per_s: units::per_second(wire as f64 * 8.0, seconds) / 1e6,
+        idle_sockets: counter
+            .packets
+            .iter()
+            .filter(|p| p.load(Ordering::Relaxed) == 0)
+            .count(),
+    })
+}
+
+fn human_size(b: usize) -> String {
+    if b >= 1_000_000 && b % 1_000_000 == 0 {
+        format!("{}M", b / 1_000_000)
+    } else if b >= 1000 && b % 1000 == 0 {
+        format!("{}K", b / 1000)
+    } else {
+        b.to_string()
+    }
+}
+
+/// Seed 002's columns, plus the method and what the kernel granted.
+pub fn table(rows: &[MuxRow]) -> Table {
+    let mut t = Table::new(&[
+        "method",
+        "K",
+        "conn",
+        "payload",
+        "scheduler",
+        "rate",
+        "RcvBuf",
+        "granted",
+        "sent",
+        "loss %",
+        "Data Mbit/s",
+        "Wire Mbit/s",
+    ]);
+    for r in rows {
+        t.push(vec![
+            r.method.name().into(),
+            r.sockets.to_string(),
+            format!("{:?}", r.conn).to_lowercase(),
+            r.payload.to_string(),
+            format!("SCHED_{:?}", r.scheduler).to_uppercase(),
+            if r.rate_mbit > 0.0 {
+                format!("{:.0}M", r.rate_mbit)
+            } else {
+                "unpaced".into()
+            },
+            human_size(r.rcvbuf),
+            r.rcvbuf_granted.to_string(),
+            r.sent_packets.to_string(),
+            format!("{:.3}", r.loss_percent),
+            format!("{:.1}", r.data_mbit_per_s),
+            format!("{:.1}", r.wire_mbit_per_s),
+        ]);
+    }
+    t
+}
+
+/// Loss against receive buffer, one line per method.
+pub fn series(rows: &[MuxRow]) -> Vec<Series> {
+    let mut methods: Vec<Method> = Vec::new();
+    for r in rows {
+        if !methods.contains(&r.method) {
+            methods.push(r.method);
+        }
+    }
+    methods
+        .into_iter()
+        .map(|m| {
+            let mut points: Vec<(f64, f64)> = Vec::new();
+            for r in rows.iter().filter(|r| r.method == m) {
+                let x = r.rcvbuf as f64;
+                match points.iter_mut().find(|p| p.0 == x) {
+                    Some(p) => p.1 = p.1.max(r.loss_percent),
+                    None => points.push((x, r.loss_percent)),
+                }
+            }
+            Series {
+                name: m.name().into(),
+                points,
+            }
+        })
+        .collect()
+}
+
+/// `sockbench mux`.
+pub fn main(a: &MuxArgs, shutdown: &Shutdown) -> Result<()> {
+    let format = Format::from_flags(a.out.json, a.out.csv)?;
+    let m = MuxMatrix::from_args(a)?;
+    check_schedulers(&m.cases)?;
+    let bar = Bar::new(m.cases.len(), a.out.quiet);
+    let mut rows = Vec::new();
+    let mut result = Ok(());
+    for c in &m.cases {
+        if shutdown.is_triggered() {
+            break;
+        }
+        bar.message(&format!(
+            "method={} rcvbuf={} scheduler={:?}",
+            c.method.name(),
+            human_size(c.rcvbuf),
+            c.scheduler
+        ));
+        match run_case(c, shutdown) {
+            Ok(r) => rows.push(r),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+        bar.inc();
+    }
+    bar.finish();
+    result?;
+    let text = match format {
+        Format::Table => table(&rows).render(),
+        Format::Json => output::json("mux", &serde_json::json!({}), &rows)? + "\n",
+        Format::Csv => output::csv(&rows)?,
+    };
+    print!("{text}");
+    if let Some(path) = &a.out.plot {
+        plot::draw(
+            path,
+            &plot::Chart {
+                title: "UDP loss against receive buffer (worst over other axes)",
+                x_label: "SO_RCVBUF requested (bytes)",
+                y_label: "loss %",
+                log_x: true,
+                series: &series(&rows),
+            },
+        )?;
+    }
+    if shutdown.is_triggered() {
+        return Err(Error::runtime("interrupted"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacing_schedule() {
+        assert_eq!(due(0, 64, 1_000_000), Duration::ZERO);
+        // 125 packets of 1000 bytes at 1 Mbit/s: 1 s.
+        assert_eq!(due(125, 1000, 1_000_000), Duration::from_secs(1));
+        assert_eq!(due(5, 1000, 0), Duration::ZERO);
+    }
+
+    #[test]
+    fn sizes_read_back() {
+        assert_eq!(human_size(64_000), "64K");
+        assert_eq!(human_size(8_000_000), "8M");
+        assert_eq!(human_size(1234), "1234");
+    }
+}

@@ -1,0 +1,155 @@
+//! Line charts as SVG files, drawn with plotters.
+//!
+//! Why SVG only: plotters is built without a font backend, so text is
+//! written as plain `<text>` elements that any browser renders; no font
+//! files, no system libraries. One function serves every suite: named
+//! series of (x, y) points, optionally on a logarithmic x axis.
+
+use crate::error::{Error, Result};
+use plotters::prelude::*;
+use std::path::Path;
+
+/// One line on the chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// What to draw and how to label it.
+pub struct Chart<'a> {
+    pub title: &'a str,
+    pub x_label: &'a str,
+    pub y_label: &'a str,
+    pub log_x: bool,
+    pub series: &'a [Series],
+}
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+fn err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::runtime(format!("cannot draw {}: {e}", path.display()))
+}
+
+/// The axis range over all points, padded so that lines do not touch the
+/// frame; a single value still gives a non-empty range.
+fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    if from_zero {
+        lo = lo.min(0.0);
+    }
+    if hi <= lo {
+        hi = lo + lo.abs().max(1.0);
+    }
+    (lo, hi + (hi - lo) * 0.05)
+}
+
+/// Writes `chart` to `path` as an SVG of 900×560 pixels.
+pub fn draw(path: &Path, chart: &Chart<'_>) -> Result<()> {
+    let points = || chart.series.iter().flat_map(|s| s.points.iter());
+    let (x0, x1) = range(points().map(|p| p.0), false);
+    let (y0, y1) = range(points().map(|p| p.1), true);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(chart.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72);
+    macro_rules! finish {
+        ($ctx:expr) => {{
+            let mut ctx = $ctx;
+            ctx.configure_mesh()
+                .x_desc(chart.x_label)
+                .y_desc(chart.y_label)
+                .draw()
+                .map_err(|e| err(path, e))?;
+            for (i, s) in chart.series.iter().enumerate() {
+                let color = COLORS[i % COLORS.len()];
+                let mut pts = s.points.clone();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                ctx.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+                    .map_err(|e| err(path, e))?
+                    .label(s.name.clone())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                    });
+                ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                    .map_err(|e| err(path, e))?;
+            }
+            ctx.configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| err(path, e))?;
+        }};
+    }
+    if chart.log_x && x0 > 0.0 {
+        finish!(builder
+            .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+            .map_err(|e| err(path, e))?);
+    } else {
+        finish!(builder
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .map_err(|e| err(path, e))?);
+    }
+    root.present().map_err(|e| err(path, e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_never_empty() {
+        assert_eq!(range([].into_iter(), false), (0.0, 1.0));
+        let (lo, hi) = range([5.0].into_iter(), true);
+        assert!(lo == 0.0 && hi > 5.0);
+        let (lo, hi) = range([2.0, 4.0].into_iter(), false);
+        assert!(lo == 2.0 && hi > 4.0);
+    }
+
+    #[test]
+    fn draws_an_svg() {
+        let dir = std::env::temp_dir().join(format!("sockbench-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.svg");
+        let series = [Series {
+            name: "std".into(),
+            points: vec![(26.0, 10.0), (1460.0, 900.0), (300.0, 100.0)],
+        }];
+        draw(
+            &path,
+            &Chart {
+                title: "t",
+                x_label: "payload",
+                y_label: "Mbit/s",
+                log_x: true,
+                series: &series,
+            },
+        )
+        .unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("std"));
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

@@ -1,0 +1,205 @@
+//! `sockbench udp`: every backend, briefly, with the counts checked
+//! against each other; the binary's output formats and its usage errors.
+
+use netspeed::bench::udp::{run_case, Conn, Ip, Mode, Reuse, SocketKind, Timing, UdpCase};
+use netspeed::shutdown::Shutdown;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const ALL: [SocketKind; 5] = [
+    SocketKind::Std,
+    SocketKind::Socket2,
+    SocketKind::Nix,
+    SocketKind::Tokio,
+    SocketKind::Async,
+];
+
+fn timing() -> Timing {
+    Timing {
+        warmup: Duration::from_millis(20),
+        duration: Duration::from_millis(150),
+    }
+}
+
+fn case(
+    socket: SocketKind,
+    threads: usize,
+    conn: Conn,
+    ip: Ip,
+    payload: usize,
+    reuse: Reuse,
+) -> UdpCase {
+    UdpCase {
+        socket,
+        threads,
+        conn,
+        ip,
+        payload,
+        reuse,
+    }
+}
+
+/// What every row must satisfy: bytes are whole datagrams of the payload
+/// size, nothing is received that was not sent, and the rates follow
+/// from the counts.
+fn check(row: &netspeed::bench::udp::UdpRow) {
+    assert!(row.received_packets > 0, "{row:?}");
+    assert_eq!(
+        row.received_bytes,
+        row.received_packets * row.payload as u64,
+        "{row:?}"
+    );
+    assert!(row.sent_packets >= row.received_packets, "{row:?}");
+    let mbit = row.received_bytes as f64 * 8.0 / row.seconds / 1e6;
+    assert!(
+        (row.mbit_per_s - mbit).abs() < 1e-6 * mbit.max(1.0),
+        "{row:?}"
+    );
+    assert!((0.0..=100.0).contains(&row.loss_percent), "{row:?}");
+}
+
+#[test]
+fn every_backend_streams_and_counts_exactly() {
+    let stop = Shutdown::new();
+    for socket in ALL {
+        for (conn, ip) in [(Conn::Unconnected, Ip::V4), (Conn::Connected, Ip::V6)] {
+            let c = case(socket, 2, conn, ip, 300, Reuse::Port);
+            let started = Instant::now();
+            let row = run_case(&c, &timing(), &stop).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{c:?} took too long"
+            );
+            assert_eq!(row.mode, Mode::Stream);
+            assert_eq!((row.senders, row.receivers), (1, 1));
+            check(&row);
+        }
+    }
+}
+
+#[test]
+fn one_thread_is_a_labelled_ping_pong() {
+    let stop = Shutdown::new();
+    for socket in ALL {
+        let row = run_case(
+            &case(socket, 1, Conn::Connected, Ip::V4, 26, Reuse::None),
+            &timing(),
+            &stop,
+        )
+        .unwrap();
+        assert_eq!(row.mode, Mode::PingPong);
+        check(&row);
+        // One datagram in flight: every one comes back.
+        assert!(row.sent_packets - row.received_packets <= 1, "{row:?}");
+        assert!(row.rtt_us.unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn odd_threads_and_every_reuse_option_finish() {
+    let stop = Shutdown::new();
+    for (socket, reuse) in [
+        (SocketKind::Std, Reuse::None),
+        (SocketKind::Nix, Reuse::Addr),
+        (SocketKind::Tokio, Reuse::Port),
+        (SocketKind::Async, Reuse::None),
+        (SocketKind::Socket2, Reuse::Addr),
+    ] {
+        let row = run_case(
+            &case(socket, 3, Conn::Unconnected, Ip::V4, 1460, reuse),
+            &timing(),
+            &stop,
+        )
+        .unwrap();
+        assert_eq!((row.senders, row.receivers), (2, 1));
+        check(&row);
+        let row = run_case(
+            &case(socket, 4, Conn::Connected, Ip::V4, 64, reuse),
+            &timing(),
+            &stop,
+        )
+        .unwrap();
+        assert_eq!(row.rx_sockets, if reuse == Reuse::None { 1 } else { 2 });
+        check(&row);
+    }
+}
+
+fn sockbench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sockbench"))
+        .args(args)
+        .output()
+        .expect("run sockbench")
+}
+
+#[test]
+fn json_csv_and_plot() {
+    let dir = std::env::temp_dir().join(format!("sockbench-udp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("udp.svg");
+    let common = [
+        "udp",
+        "--socket",
+        "std,nix",
+        "--threads",
+        "2",
+        "--conn",
+        "connected",
+        "--ip",
+        "v4",
+        "--payload",
+        "64,1460",
+        "--duration",
+        "100ms",
+        "--warmup",
+        "10ms",
+    ];
+    let mut args = common.to_vec();
+    args.extend(["--json", "--plot", svg.to_str().unwrap()]);
+    let out = sockbench(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        assert_eq!(
+            r["received_bytes"].as_u64().unwrap(),
+            r["received_packets"].as_u64().unwrap() * r["payload"].as_u64().unwrap()
+        );
+    }
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg") && text.contains("nix"));
+    let mut args = common.to_vec();
+    args.push("--csv");
+    let out = sockbench(&args);
+    assert!(out.status.success());
+    let csv = String::from_utf8(out.stdout).unwrap();
+    assert!(csv.starts_with("socket,mode,threads,"), "{csv}");
+    assert_eq!(csv.lines().count(), 5);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn bad_input_is_exit_2_with_one_line() {
+    for bad in [
+        &["udp", "--socket", "java"][..],
+        &["udp", "--threads", "0"],
+        &["udp", "--payload", "0"],
+        &["udp", "--payload", "70000"],
+        &["udp", "--duration", "0s"],
+        &["udp", "--reuse", "both"],
+        &["udp", "--json", "--csv"],
+        &["tcp", "--chunk", "0"],
+        &["mux", "--method", "kqueue"],
+        &["nonsense"],
+    ] {
+        let out = sockbench(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{bad:?}: {err}");
+        assert!(err.contains("error"), "{bad:?}: {err}");
+    }
+}
