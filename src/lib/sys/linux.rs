@@ -181,45 +181,16 @@ impl RecvBatch {
 
     fn read_controls(&mut self) {
         for i in 0..self.filled {
-            let (drops, segment, stamp) = self.read_control(i);
-            // Linux attaches the counter only once it is non-zero.
-            self.drops[i] = drops.unwrap_or(0);
-            self.segments[i] = segment.unwrap_or(0);
-            self.stamps[i] = stamp.unwrap_or(0);
+            let len = (self.headers[i].msg_hdr.msg_controllen as usize).min(CONTROL_LEN);
+            // SAFETY: the control buffer is CONTROL_LEN bytes of u64s that
+            // we own; viewing its first `len` bytes as u8 is always valid.
+            let bytes = unsafe { std::slice::from_raw_parts(self.controls[i].as_ptr().cast::<u8>(), len) };
+            let info = parse_control(bytes);
+            // Linux attaches the drop counter only once it is non-zero.
+            self.drops[i] = info.kernel_drops.unwrap_or(0);
+            self.segments[i] = info.segment_size.unwrap_or(0);
+            self.stamps[i] = info.rx_time_ns.unwrap_or(0);
         }
-    }
-
-    /// Reads SO_RXQ_OVFL and UDP_GRO from datagram `i`'s control messages.
-    fn read_control(&self, i: usize) -> (Option<u64>, Option<u32>, Option<u64>) {
-        let msg = &self.headers[i].msg_hdr;
-        let mut found = None;
-        let mut segment = None;
-        let mut stamp = None;
-        // SAFETY: `msg` was filled by the kernel in the last recvmmsg; its
-        // control pointer and length describe our own control buffer, and
-        // the CMSG_* macros stay within msg_controllen.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(msg);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL
-                {
-                    let data = libc::CMSG_DATA(cmsg) as *const u32;
-                    found = Some(u64::from(data.read_unaligned()));
-                }
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET
-                    && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
-                {
-                    let ts = (libc::CMSG_DATA(cmsg) as *const libc::timespec).read_unaligned();
-                    stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                }
-                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
-                    let data = libc::CMSG_DATA(cmsg) as *const libc::c_int;
-                    segment = u32::try_from(data.read_unaligned()).ok();
-                }
-                cmsg = libc::CMSG_NXTHDR(msg, cmsg);
-            }
-        }
-        (found, segment, stamp)
     }
 
     /// Datagram `i` of the last batch, who sent it, and how many datagrams
@@ -572,4 +543,103 @@ pub fn set_dont_fragment(socket: &Socket, ipv6: bool) -> io::Result<()> {
 /// received it, so rates and jitter do not depend on when we read it.
 pub fn enable_rx_timestamps(socket: &Socket) -> io::Result<()> {
     setsockopt_int(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+}
+
+/// What the control messages of one received datagram said.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControlInfo {
+    /// SO_RXQ_OVFL: the socket's drop counter.
+    pub kernel_drops: Option<u64>,
+    /// UDP_GRO: the size of each coalesced datagram.
+    pub segment_size: Option<u32>,
+    /// SCM_TIMESTAMPNS: the kernel's receive time, CLOCK_REALTIME ns.
+    pub rx_time_ns: Option<u64>,
+}
+
+const CMSG_HEADER: usize = size_of::<libc::cmsghdr>();
+
+fn cmsg_align(len: usize) -> usize {
+    let a = size_of::<usize>();
+    len.div_ceil(a) * a
+}
+
+/// Walks a control-message buffer as the kernel lays it out (cmsghdr,
+/// data, padding to the word size), in safe code: any bytes give an answer,
+/// never a read out of bounds. Unknown messages are skipped.
+pub fn parse_control(control: &[u8]) -> ControlInfo {
+    let mut info = ControlInfo::default();
+    let mut offset = 0;
+    while offset + CMSG_HEADER <= control.len() {
+        let header = &control[offset..offset + CMSG_HEADER];
+        let mut word = [0u8; size_of::<usize>()];
+        word.copy_from_slice(&header[..size_of::<usize>()]);
+        let len = usize::from_ne_bytes(word);
+        let level = i32::from_ne_bytes(header[size_of::<usize>()..size_of::<usize>() + 4].try_into().expect("4 bytes"));
+        let kind = i32::from_ne_bytes(header[size_of::<usize>() + 4..size_of::<usize>() + 8].try_into().expect("4 bytes"));
+        if len < CMSG_HEADER || len > control.len() - offset {
+            break;
+        }
+        let data = &control[offset + CMSG_HEADER..offset + len];
+        match (level, kind) {
+            (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) if data.len() >= 4 => {
+                info.kernel_drops = Some(u64::from(u32::from_ne_bytes(data[..4].try_into().expect("4 bytes"))));
+            }
+            (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) if data.len() >= 16 => {
+                let sec = i64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
+                let nsec = i64::from_ne_bytes(data[8..16].try_into().expect("8 bytes"));
+                if sec >= 0 && (0..1_000_000_000).contains(&nsec) {
+                    info.rx_time_ns = (sec as u64).checked_mul(1_000_000_000).and_then(|n| n.checked_add(nsec as u64));
+                }
+            }
+            (libc::SOL_UDP, libc::UDP_GRO) if data.len() >= 4 => {
+                info.segment_size = u32::try_from(i32::from_ne_bytes(data[..4].try_into().expect("4 bytes"))).ok();
+            }
+            _ => {}
+        }
+        offset += cmsg_align(len);
+    }
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmsg(level: i32, kind: i32, data: &[u8]) -> Vec<u8> {
+        let len = CMSG_HEADER + data.len();
+        let mut out = Vec::new();
+        out.extend_from_slice(&len.to_ne_bytes());
+        out.extend_from_slice(&level.to_ne_bytes());
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(data);
+        out.resize(cmsg_align(len), 0);
+        out
+    }
+
+    #[test]
+    fn parses_what_the_kernel_sends() {
+        let mut buf = cmsg(libc::SOL_SOCKET, libc::SO_RXQ_OVFL, &7u32.to_ne_bytes());
+        let mut ts = 5i64.to_ne_bytes().to_vec();
+        ts.extend_from_slice(&9i64.to_ne_bytes());
+        buf.extend(cmsg(libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS, &ts));
+        buf.extend(cmsg(libc::SOL_UDP, libc::UDP_GRO, &1460i32.to_ne_bytes()));
+        buf.extend(cmsg(99, 99, &[1, 2, 3]));
+        let info = parse_control(&buf);
+        assert_eq!(info.kernel_drops, Some(7));
+        assert_eq!(info.rx_time_ns, Some(5_000_000_009));
+        assert_eq!(info.segment_size, Some(1460));
+    }
+
+    #[test]
+    fn garbage_is_harmless() {
+        assert_eq!(parse_control(&[]), ControlInfo::default());
+        assert_eq!(parse_control(&[0xFF; 7]), ControlInfo::default());
+        // A length that runs past the buffer stops the walk.
+        let mut buf = cmsg(libc::SOL_UDP, libc::UDP_GRO, &1460i32.to_ne_bytes());
+        buf[0] = 200;
+        assert_eq!(parse_control(&buf), ControlInfo::default());
+        // A negative GRO size is ignored.
+        let buf = cmsg(libc::SOL_UDP, libc::UDP_GRO, &(-1i32).to_ne_bytes());
+        assert_eq!(parse_control(&buf).segment_size, None);
+    }
 }

@@ -21,6 +21,8 @@ mod imp;
 pub mod splice;
 
 #[cfg(target_os = "linux")]
+pub use imp::{parse_control, ControlInfo};
+#[cfg(target_os = "linux")]
 pub use imp::{
     enable_gro, force_send_buffer, poll_readable, select_readable, set_gso_segment, Epoll,
     SendBatch,
