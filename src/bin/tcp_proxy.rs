@@ -34,12 +34,7 @@ fn run_proxy(args: Vec<OsString>) -> Result<()> {
     let cfg = ProxyConfig::from_args(args)?;
     let shutdown = signals()?;
     let listener = proxy::bind(cfg.listen)?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::runtime(format!("cannot read the bound address: {e}")))?;
-    let log = EventLog { json: cfg.json };
-    log.listening(addr, &cfg);
-    proxy::run(listener, &cfg, &shutdown, log)?;
+    proxy::run(listener, &cfg, &shutdown, EventLog { json: cfg.json })?;
     Ok(())
 }
 

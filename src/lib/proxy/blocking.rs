@@ -77,8 +77,8 @@ pub(super) fn spawn(
                 (End::Idle, _) | (_, End::Idle) => End::Idle,
                 _ => End::Closed,
             };
-            ctx.finish(&meter, id, client_addr, end);
             drop(slot);
+            ctx.finish(&meter, id, client_addr, end);
         });
     if let Err(e) = up {
         // The closure (and the slot in it) was dropped by the failed spawn;

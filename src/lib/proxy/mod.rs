@@ -149,7 +149,9 @@ impl Drop for Slot {
 }
 
 /// Runs the proxy on an already bound `listener` until `shutdown` fires,
-/// then drains open connections for up to `--drain-timeout`.
+/// then drains open connections for up to `--drain-timeout`. The
+/// listening line is printed once the runtime is up and the listener is
+/// registered, so whoever reads it can connect, and count its fds, at once.
 pub fn run(
     listener: std::net::TcpListener,
     cfg: &ProxyConfig,
@@ -187,6 +189,10 @@ async fn accept_loop(
 ) -> Result<Summary> {
     let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| Error::runtime(format!("cannot register the listener: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::runtime(format!("cannot read the bound address: {e}")))?;
+    ctx.log.listening(addr, &ctx.cfg);
     let mut next_id = 0u64;
     while !shutdown.is_triggered() {
         let accepted = tokio::select! {
@@ -260,8 +266,10 @@ async fn connection(
     let meter = Arc::new(Meter::new());
     if cfg.mode.uses_runtime() {
         let end = relay::relay(cfg, client, upstream, &meter).await;
-        ctx.finish(&meter, id, client_addr, end);
+        // Free the slot before logging: whoever reads the log line may
+        // connect again at once.
         drop(slot);
+        ctx.finish(&meter, id, client_addr, end);
     } else {
         blocking::spawn(
             Arc::clone(&ctx),

@@ -1,0 +1,435 @@
+//! End-to-end tests of every `tcp_proxy` mode: the real binary on port 0,
+//! in-test upstreams on port 0, and every wait bounded.
+//!
+//! For each mode: a byte-exact transfer both ways at once (sha256 at both
+//! ends, and the per-connection byte counts in the log), half-close, an
+//! upstream that refuses, `--max-conns`, the idle time-out, graceful drain
+//! on SIGTERM (both a connection that finishes and one cut at the deadline),
+//! and no fd leak after 100 connections.
+
+mod common;
+
+use common::{ChildGuard, LineReader};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const PROXY: &str = env!("CARGO_BIN_EXE_tcp_proxy");
+const WAIT: Duration = Duration::from_secs(20);
+/// Bytes each way in the transfer test: enough to cross many buffers and
+/// pipe refills, small enough for CI.
+const TRANSFER: u64 = 32 << 20;
+
+/// A running `tcp_proxy --json` and the address it really bound.
+struct Proxy {
+    guard: ChildGuard,
+    events: LineReader,
+    addr: SocketAddr,
+}
+
+impl Proxy {
+    fn start(upstream: SocketAddr, mode: &str, extra: &[&str]) -> Proxy {
+        let mut cmd = Command::new(PROXY);
+        cmd.args(["--listen", "127.0.0.1:0", "--upstream"])
+            .arg(upstream.to_string())
+            .args(["--mode", mode, "--json", "--threads", "2"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut guard = ChildGuard::spawn(&mut cmd, "tcp_proxy");
+        let events = guard.stdout_lines();
+        let listening = events
+            .wait_for_json(WAIT, |v| v["event"] == "listening")
+            .unwrap_or_else(|| panic!("no listening event:\n{}", events.transcript()));
+        assert_eq!(listening["mode"], mode);
+        let addr = listening["addr"].as_str().unwrap().parse().unwrap();
+        Proxy {
+            guard,
+            events,
+            addr,
+        }
+    }
+
+    /// The first event (already seen or arriving within `WAIT`) matching `pred`.
+    fn event(&self, pred: impl Fn(&Value) -> bool) -> Value {
+        for line in self.events.seen() {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if pred(&v) {
+                    return v;
+                }
+            }
+        }
+        self.events
+            .wait_for_json(WAIT, &pred)
+            .unwrap_or_else(|| panic!("event not seen:\n{}", self.events.transcript()))
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect_timeout(&self.addr, WAIT).expect("connect to the proxy");
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.set_write_timeout(Some(WAIT)).unwrap();
+        s
+    }
+
+    fn fd_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.guard.id()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+}
+
+/// An upstream on 127.0.0.1:0 running `handler` for each connection.
+fn upstream(handler: impl Fn(TcpStream) + Send + Sync + Clone + 'static) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    serve_on(listener, handler);
+    addr
+}
+
+fn serve_on(listener: TcpListener, handler: impl Fn(TcpStream) + Send + Sync + Clone + 'static) {
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(WAIT));
+            let h = handler.clone();
+            thread::spawn(move || h(conn));
+        }
+    });
+}
+
+/// Echoes until EOF, then passes the EOF back.
+fn echo(mut s: TcpStream) {
+    let mut buf = [0u8; 16384];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if s.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = s.shutdown(Shutdown::Write);
+}
+
+fn echo_once(s: &mut TcpStream, what: &[u8]) {
+    s.write_all(what).unwrap();
+    let mut got = vec![0u8; what.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(got, what);
+}
+
+/// Deterministic, incompressible-looking bytes (xorshift64), in chunks.
+struct Pattern(u64);
+
+impl Pattern {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            chunk.copy_from_slice(&self.0.to_le_bytes()[..chunk.len()]);
+        }
+    }
+}
+
+/// Sends `total` pattern bytes then shuts down writing; returns their sha256.
+fn send_pattern(mut s: &TcpStream, seed: u64, total: u64) -> Vec<u8> {
+    let mut p = Pattern(seed);
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        p.fill(&mut buf[..n]);
+        h.update(&buf[..n]);
+        s.write_all(&buf[..n]).unwrap();
+        left -= n as u64;
+    }
+    s.shutdown(Shutdown::Write).unwrap();
+    h.finalize().to_vec()
+}
+
+/// Reads to EOF; returns the byte count and sha256.
+fn receive_all(mut s: &TcpStream) -> (u64, Vec<u8>) {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            return (total, h.finalize().to_vec());
+        }
+        h.update(&buf[..n]);
+        total += n as u64;
+    }
+}
+
+fn transfer(mode: &str) {
+    let (tx, rx) = mpsc::channel();
+    let up = upstream(move |s| {
+        let recv = thread::scope(|sc| {
+            let r = sc.spawn(|| receive_all(&s));
+            let sent = send_pattern(&s, 2, TRANSFER);
+            (sent, r.join().unwrap())
+        });
+        let _ = tx.send(recv);
+    });
+    let proxy = Proxy::start(up, mode, &[]);
+    let s = proxy.connect();
+    let (client_sent, client_got) = thread::scope(|sc| {
+        let r = sc.spawn(|| receive_all(&s));
+        let sent = send_pattern(&s, 1, TRANSFER);
+        (sent, r.join().unwrap())
+    });
+    let (up_sent, up_got) = rx.recv_timeout(WAIT).expect("upstream finished");
+    assert_eq!(up_got.0, TRANSFER, "client -> upstream byte count");
+    assert_eq!(up_got.1, client_sent, "client -> upstream sha256");
+    assert_eq!(client_got.0, TRANSFER, "upstream -> client byte count");
+    assert_eq!(client_got.1, up_sent, "upstream -> client sha256");
+    let closed = proxy.event(|v| v["event"] == "conn_closed");
+    assert_eq!(closed["client_to_upstream"], TRANSFER, "{closed}");
+    assert_eq!(closed["upstream_to_client"], TRANSFER, "{closed}");
+    assert_eq!(closed["end"], "closed", "{closed}");
+}
+
+fn half_close(mode: &str) {
+    // The upstream answers only after the request's EOF, as a client of
+    // `nc -N` or an HTTP/1.0 request with shutdown expects.
+    let up = upstream(|mut s| {
+        let mut req = Vec::new();
+        s.read_to_end(&mut req).unwrap();
+        let answer = format!("got {} bytes", req.len());
+        s.write_all(answer.as_bytes()).unwrap();
+        send_pattern(&s, 7, 1 << 20);
+    });
+    let proxy = Proxy::start(up, mode, &[]);
+    let mut s = proxy.connect();
+    s.write_all(&vec![b'r'; 100_000]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    let head = b"got 100000 bytes";
+    assert!(got.starts_with(head), "{:?}", &got[..got.len().min(40)]);
+    let mut expect = vec![0u8; 1 << 20];
+    Pattern(7).fill(&mut expect);
+    assert_eq!(got.len(), head.len() + expect.len());
+    assert!(got[head.len()..] == expect[..], "response bytes differ");
+    let closed = proxy.event(|v| v["event"] == "conn_closed");
+    assert_eq!(closed["client_to_upstream"], 100_000);
+    assert_eq!(
+        closed["upstream_to_client"],
+        (head.len() + (1 << 20)) as u64
+    );
+}
+
+fn upstream_refused(mode: &str) {
+    // A port nobody listens on: bind, read the port, close.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    let proxy = Proxy::start(addr, mode, &[]);
+    let mut s = proxy.connect();
+    let mut buf = [0u8; 16];
+    // A clean close: EOF, not a reset and not a hang.
+    assert_eq!(s.read(&mut buf).expect("clean close"), 0);
+    let failed = proxy.event(|v| v["event"] == "upstream_failed");
+    assert!(
+        failed["error"].as_str().unwrap().contains("refused"),
+        "{failed}"
+    );
+    // The proxy keeps serving: bring the upstream up and try again.
+    let listener = TcpListener::bind(addr).expect("rebind the upstream port");
+    serve_on(listener, echo);
+    let mut s = proxy.connect();
+    echo_once(&mut s, b"still serving");
+}
+
+fn max_conns(mode: &str) {
+    let up = upstream(echo);
+    let proxy = Proxy::start(up, mode, &["--max-conns", "2"]);
+    let mut a = proxy.connect();
+    let mut b = proxy.connect();
+    echo_once(&mut a, b"a");
+    echo_once(&mut b, b"b");
+    // The third is accepted by the kernel, then closed by the proxy.
+    let mut c = proxy.connect();
+    let mut buf = [0u8; 4];
+    assert_eq!(c.read(&mut buf).expect("closed, not reset"), 0);
+    proxy.event(|v| v["event"] == "rejected" && v["max_conns"] == 2);
+    // A slot frees once a connection has ended on both legs.
+    drop(a);
+    proxy.event(|v| v["event"] == "conn_closed");
+    let mut d = proxy.connect();
+    echo_once(&mut d, b"d");
+    echo_once(&mut b, b"b again");
+}
+
+fn idle_timeout(mode: &str) {
+    let up = upstream(echo);
+    let proxy = Proxy::start(up, mode, &["--idle-timeout", "400ms"]);
+    let mut busy = proxy.connect();
+    let mut quiet = proxy.connect();
+    echo_once(&mut quiet, b"once");
+    // A connection that keeps moving bytes is not idle; one that stops is
+    // closed after about --idle-timeout.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1200) {
+        echo_once(&mut busy, b"tick");
+        thread::sleep(Duration::from_millis(50));
+    }
+    quiet
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = [0u8; 4];
+    assert_eq!(quiet.read(&mut buf).expect("closed, not a time-out"), 0);
+    let closed = proxy.event(|v| v["event"] == "conn_closed" && v["end"] == "idle-timeout");
+    let secs = closed["seconds"].as_f64().unwrap();
+    assert!((0.35..1.2).contains(&secs), "{closed}");
+    echo_once(&mut busy, b"busy still works");
+}
+
+fn drain(mode: &str) {
+    let up = upstream(echo);
+    let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "20s"]);
+    let mut s = proxy.connect();
+    echo_once(&mut s, b"before");
+    proxy.guard.signal(libc::SIGTERM);
+    let draining = proxy.event(|v| v["event"] == "draining");
+    assert_eq!(draining["open"], 1, "{draining}");
+    // No new connections...
+    let refused = TcpStream::connect_timeout(&proxy.addr, Duration::from_secs(2));
+    assert!(
+        refused.is_err(),
+        "a new connection was accepted while draining"
+    );
+    // ...but the open one still works, and the proxy exits once it ends,
+    // long before the deadline.
+    echo_once(&mut s, b"while draining");
+    drop(s);
+    let status = proxy
+        .guard
+        .wait_timeout(Duration::from_secs(10))
+        .expect("proxy exits after its last connection");
+    assert!(status.success(), "{status}");
+    let stopped = proxy.event(|v| v["event"] == "stopped");
+    assert_eq!(stopped["cut_at_deadline"], 0, "{stopped}");
+    assert_eq!(stopped["accepted"], 1, "{stopped}");
+}
+
+fn drain_deadline(mode: &str) {
+    let up = upstream(echo);
+    let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "300ms"]);
+    let mut s = proxy.connect();
+    echo_once(&mut s, b"held open");
+    let t = Instant::now();
+    proxy.guard.signal(libc::SIGTERM);
+    let status = proxy
+        .guard
+        .wait_timeout(Duration::from_secs(10))
+        .expect("proxy exits at the drain deadline");
+    assert!(status.success(), "{status}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    let stopped = proxy.event(|v| v["event"] == "stopped");
+    assert_eq!(stopped["cut_at_deadline"], 1, "{stopped}");
+}
+
+fn no_fd_leak(mode: &str) {
+    let up = upstream(echo);
+    let proxy = Proxy::start(up, mode, &[]);
+    let baseline = proxy.fd_count();
+    assert!(baseline > 0);
+    let mut conns: Vec<TcpStream> = (0..100).map(|_| proxy.connect()).collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        echo_once(c, format!("conn {i}").as_bytes());
+    }
+    // Two sockets per connection (plus two pipes with splice).
+    assert!(proxy.fd_count() >= baseline + 200, "{}", proxy.fd_count());
+    drop(conns);
+    let deadline = Instant::now() + WAIT;
+    while proxy.fd_count() > baseline && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(proxy.fd_count(), baseline, "fds leaked");
+}
+
+macro_rules! mode_tests {
+    ($($module:ident => $mode:literal),* $(,)?) => {$(
+        mod $module {
+            #[test]
+            fn transfer_both_ways_exact() {
+                super::transfer($mode);
+            }
+            #[test]
+            fn half_close_gets_whole_response() {
+                super::half_close($mode);
+            }
+            #[test]
+            fn upstream_refused_closes_client_and_keeps_serving() {
+                super::upstream_refused($mode);
+            }
+            #[test]
+            fn max_conns_honoured() {
+                super::max_conns($mode);
+            }
+            #[test]
+            fn idle_timeout_closes_only_idle() {
+                super::idle_timeout($mode);
+            }
+            #[test]
+            fn sigterm_drains_open_connections() {
+                super::drain($mode);
+            }
+            #[test]
+            fn sigterm_cuts_at_drain_deadline() {
+                super::drain_deadline($mode);
+            }
+            #[test]
+            fn no_fd_leak_after_100_connections() {
+                super::no_fd_leak($mode);
+            }
+        }
+    )*};
+}
+
+mode_tests! {
+    tokio => "tokio",
+    tokio_copy => "tokio-copy",
+    copy_bidirectional => "copy-bidirectional",
+    std_threads => "std",
+    std_copy => "std-copy",
+}
+
+#[cfg(target_os = "linux")]
+mode_tests! {
+    splice => "splice",
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn reset_by_client_is_logged_not_fatal() {
+    // A client that resets mid-stream ends its connection with an error
+    // line; the proxy keeps serving.
+    let up = upstream(echo);
+    let proxy = Proxy::start(up, "splice", &[]);
+    let s = proxy.connect();
+    socket2::SockRef::from(&s)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    (&s).write_all(b"x").unwrap();
+    drop(s);
+    proxy.event(|v| v["event"] == "conn_closed");
+    let mut s = proxy.connect();
+    echo_once(&mut s, b"fine");
+}
