@@ -1,0 +1,67 @@
+//! The `udp_client --sweep` library function against an in-process server:
+//! every cell carries the server's receive figures.
+
+use netspeed::bench::sweep;
+use netspeed::config::{ClientConfig, ServerConfig, Volume};
+use netspeed::shutdown::Shutdown;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+#[test]
+fn sweep_reports_the_servers_rate_per_cell() {
+    let server_cfg = ServerConfig {
+        listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        listen_is_default: false,
+        interval: None,
+        recv_buffer_size: Some(4 << 20),
+        ..Default::default()
+    };
+    let bound = netspeed::server::bind(&server_cfg).unwrap();
+    let base = ClientConfig {
+        server: bound.addr,
+        local: false,
+        buffer_size: 5000,
+        volume: Volume::Packets(500),
+        rate_bps: Some(400_000_000),
+        connected: false,
+        clients: 1,
+        end_timeout: Duration::from_secs(1),
+        batch: 1,
+        gso: false,
+        sndbuf: None,
+        sched: None,
+        json: false,
+        quiet: true,
+    };
+    let stop = Shutdown::new();
+    let server_stop = Shutdown::new();
+    let report = std::thread::scope(|s| {
+        let server =
+            s.spawn(|| netspeed::server::run(&bound, &server_cfg, &server_stop, &mut |_| {}));
+        let report = sweep::run(&base, &[500, 1460, 9000], &[1, 2], &stop);
+        server_stop.trigger();
+        let _ = server.join();
+        report
+    })
+    .unwrap();
+    assert_eq!(report.cells.len(), 6);
+    for c in &report.cells {
+        assert_eq!(c.sent_packets, 500 * c.clients as u64, "{c:?}");
+        let got = c.received_packets.expect("the server answered");
+        assert!(got > 0 && got <= c.sent_packets, "{c:?}");
+        assert!(c.server_gbps.unwrap() > 0.0, "{c:?}");
+    }
+    let table = sweep::table(&report);
+    assert_eq!(table.lines().filter(|l| l.starts_with("|")).count(), 2 + 3);
+    let dir = std::env::temp_dir().join(format!("sockbench-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("sweep.svg");
+    sweep::plot(&report, &svg).unwrap();
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("2 clients"));
+    std::fs::remove_dir_all(dir).ok();
+    // Bad sizes are usage errors.
+    let err = sweep::run(&base, &[0], &[1], &stop).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    let err = sweep::run(&base, &[70_000], &[1], &stop).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+}
