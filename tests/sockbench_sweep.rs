@@ -5,7 +5,6 @@ use netspeed::bench::sweep;
 use netspeed::config::{ClientConfig, ServerConfig, Volume};
 use netspeed::shutdown::Shutdown;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Duration;
 
 #[test]
 fn sweep_reports_the_servers_rate_per_cell() {
@@ -17,22 +16,25 @@ fn sweep_reports_the_servers_rate_per_cell() {
         ..Default::default()
     };
     let bound = netspeed::server::bind(&server_cfg).unwrap();
-    let base = ClientConfig {
-        server: bound.addr,
-        local: false,
-        buffer_size: 5000,
-        volume: Volume::Packets(500),
-        rate_bps: Some(400_000_000),
-        connected: false,
-        clients: 1,
-        end_timeout: Duration::from_secs(1),
-        batch: 1,
-        gso: false,
-        sndbuf: None,
-        sched: None,
-        json: false,
-        quiet: true,
-    };
+    // Built the way udp_client builds it, so new fields get their defaults.
+    let addr = bound.addr.to_string();
+    let args: netspeed::config::ClientArgs = netspeed::config::parse_args(
+        [
+            "udp_client",
+            "-s",
+            &addr,
+            "-n",
+            "500",
+            "--rate",
+            "400Mbit",
+            "--quiet",
+        ]
+        .into_iter()
+        .map(Into::into),
+    )
+    .unwrap();
+    let base = ClientConfig::from_args(args).unwrap();
+    assert_eq!(base.volume, Volume::Packets(500));
     let stop = Shutdown::new();
     let server_stop = Shutdown::new();
     let report = std::thread::scope(|s| {
