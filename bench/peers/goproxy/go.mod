@@ -1,0 +1,3 @@
+module netspeed/bench/peers/goproxy
+
+go 1.19

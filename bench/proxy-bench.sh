@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# tcp_proxy against its targets (issue 4), in one run on this machine:
+#   (a) iperf3 TCP throughput: direct, through every mode, through seed
+#       004's Go io.Copy proxy (bench/peers/goproxy) and HAProxy (mode tcp);
+#       ratios best-mode/Go and best-mode/HAProxy;
+#   (b) the latency matrix: `tcp_proxy bench` (with the Go proxy, HAProxy
+#       and socat as outside peers), plus the --no-nodelay reproduction of
+#       seed 004's stall;
+#   (c) 1 GiB each way through every mode, sha256 compared at both ends;
+#   (d) 1000 concurrent connections through every mode, and the proxy's
+#       open-fd count back to its baseline after they close.
+#
+# Usage: bench/proxy-bench.sh            (as root: installs what it needs)
+# Knobs: IPERF_SECONDS=5 LAT_DURATION=1s XFER_BYTES=1073741824 CONNS=1000
+#        SKIP="a b c d" (parts to skip) MODES="tokio ... splice"
+# Loopback only; every server is on an ephemeral port and every process is
+# reaped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+IPERF_SECONDS=${IPERF_SECONDS:-5}
+LAT_DURATION=${LAT_DURATION:-1s}
+XFER_BYTES=${XFER_BYTES:-1073741824}
+CONNS=${CONNS:-1000}
+SKIP=${SKIP:-}
+MODES=${MODES:-"tokio tokio-copy copy-bidirectional std std-copy splice"}
+
+TMP=$(mktemp -d /tmp/proxy-bench.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+skip() { [[ " $SKIP " == *" $1 "* ]]; }
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    missing=()
+    command -v iperf3 >/dev/null || missing+=(iperf3)
+    command -v haproxy >/dev/null || missing+=(haproxy)
+    command -v socat >/dev/null || missing+=(socat)
+    command -v go >/dev/null || missing+=(golang-go)
+    command -v python3 >/dev/null || missing+=(python3)
+    if [ ${#missing[@]} -gt 0 ]; then
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+fi
+
+echo "== machine"
+echo "kernel: $(uname -r); cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "rustc: $(rustc --version 2>/dev/null || echo '?'); go: $(go version 2>/dev/null || echo none)"
+echo "haproxy: $(haproxy -v 2>/dev/null | head -1 || echo none); iperf3: $(iperf3 --version 2>/dev/null | head -1 || echo none)"
+echo "date: $(date -u +%FT%TZ); commit: $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+
+cargo build --release --quiet --bin tcp_proxy
+BIN=$ROOT/target/release/tcp_proxy
+
+GO_PROXY=""
+if command -v go >/dev/null; then
+    # The standard library only: no module downloads, ever.
+    (cd bench/peers/goproxy && GOPROXY=off GOTOOLCHAIN=local \
+        GOCACHE="$TMP/gocache" go build -o "$TMP/goproxy" .)
+    GO_PROXY=$TMP/goproxy
+fi
+
+# A free loopback port for the peers that cannot report one they picked.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Waits (at most 10 s) until 127.0.0.1:$1 accepts connections.
+wait_port() {
+    for _ in $(seq 200); do
+        if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 0.2)" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    echo "nothing listening on port $1 after 10 s" >&2
+    return 1
+}
+
+# Waits (at most 10 s) for the first line of file $1 matching $2; prints it.
+wait_line() {
+    for _ in $(seq 200); do
+        if grep -m1 -- "$2" "$1" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    echo "no '$2' in $1 after 10 s:" >&2
+    cat "$1" >&2
+    return 1
+}
+
+# start_proxy UPSTREAM MODE [ARGS...]: sets PROXY_ADDR, PROXY_PID, PROXY_OUT.
+start_proxy() {
+    local up=$1 mode=$2
+    shift 2
+    local out=$TMP/proxy-$mode-$RANDOM.out
+    PROXY_OUT=$out
+    "$BIN" --listen 127.0.0.1:0 --upstream "$up" --mode "$mode" --json "$@" >"$out" 2>"$out.err" &
+    PROXY_PID=$!
+    PIDS+=("$PROXY_PID")
+    PROXY_ADDR=$(wait_line "$out" '"event":"listening"' | sed -n 's/.*"addr":"\([^"]*\)".*/\1/p')
+}
+
+# start_go UPSTREAM: sets PROXY_ADDR and PROXY_PID.
+start_go() {
+    local out=$TMP/go-$RANDOM.out
+    "$GO_PROXY" -listen 127.0.0.1:0 -upstream "$1" >"$out" 2>/dev/null &
+    PROXY_PID=$!
+    PIDS+=("$PROXY_PID")
+    PROXY_ADDR=$(wait_line "$out" 'listening on' | awk '{print $3}')
+}
+
+# start_haproxy UPSTREAM: sets PROXY_ADDR and PROXY_PID.
+start_haproxy() {
+    local port
+    port=$(free_port)
+    cat >"$TMP/haproxy.cfg" <<EOF
+global
+    maxconn 4096
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+
+listen bench
+    bind 127.0.0.1:$port
+    server upstream $1
+EOF
+    haproxy -db -f "$TMP/haproxy.cfg" >/dev/null 2>&1 &
+    PROXY_PID=$!
+    PIDS+=("$PROXY_PID")
+    wait_port "$port"
+    PROXY_ADDR=127.0.0.1:$port
+}
+
+stop() {
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+# ------------------------------------------------------------ (a) throughput
+if ! skip a; then
+    echo
+    echo "== (a) iperf3 TCP throughput, ${IPERF_SECONDS}s each, one stream"
+    IPORT=$(free_port)
+    iperf3 -s -p "$IPORT" >/dev/null 2>&1 &
+    IPID=$!
+    PIDS+=("$IPID")
+    wait_port "$IPORT"
+    UP=127.0.0.1:$IPORT
+    declare -A GBPS
+    measure() { # measure LABEL ADDR
+        local host=${2%:*} port=${2##*:} json
+        json=$(iperf3 -c "$host" -p "$port" -t "$IPERF_SECONDS" -J)
+        GBPS[$1]=$(echo "$json" | python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))')
+        printf '%-36s %8s Gbit/s\n' "$1" "${GBPS[$1]}"
+    }
+    measure direct "$UP"
+    best_label="" best=0
+    for mode in $MODES; do
+        bufs="64KiB"
+        case $mode in splice) bufs="64KiB 1MiB" ;; tokio | std) bufs="64KiB 1MiB" ;; tokio-copy | copy-bidirectional | std-copy) bufs="" ;; esac
+        for buf in ${bufs:-none}; do
+            args=()
+            label="tcp_proxy $mode"
+            if [ "$buf" != none ]; then
+                args=(--buffer-size "$buf")
+                label="$label ($buf)"
+            fi
+            start_proxy "$UP" "$mode" "${args[@]}"
+            measure "$label" "$PROXY_ADDR"
+            stop "$PROXY_PID"
+            if python3 -c "import sys; sys.exit(0 if ${GBPS[$label]} > $best else 1)"; then
+                best=${GBPS[$label]}
+                best_label=$label
+            fi
+        done
+    done
+    if [ -n "$GO_PROXY" ]; then
+        start_go "$UP"
+        measure "Go io.Copy proxy" "$PROXY_ADDR"
+        stop "$PROXY_PID"
+    fi
+    if command -v haproxy >/dev/null; then
+        start_haproxy "$UP"
+        measure "HAProxy (mode tcp)" "$PROXY_ADDR"
+        stop "$PROXY_PID"
+    fi
+    echo "best mode: $best_label at $best Gbit/s"
+    for peer in "Go io.Copy proxy" "HAProxy (mode tcp)"; do
+        if [ -n "${GBPS[$peer]:-}" ]; then
+            python3 -c "print('best mode / %s: %.2fx' % ('$peer', $best / ${GBPS[$peer]}))"
+        fi
+    done
+    stop "$IPID"
+fi
+
+# ------------------------------------------------------------ (b) latency
+if ! skip b; then
+    echo
+    echo "== (b) latency: tcp_proxy bench --duration $LAT_DURATION ${GO_PROXY:+--go-proxy <built>}"
+    "$BIN" bench --duration "$LAT_DURATION" ${GO_PROXY:+--go-proxy "$GO_PROXY"} 2>/dev/null
+    echo
+    echo "== (b') seed 004's stall: the same with --no-nodelay (tokio 8K and 32K, splice 64K)"
+    "$BIN" bench --duration 2s --no-nodelay --modes tokio --buffer-sizes 8KiB,32KiB 2>/dev/null | grep -v -E 'Go|HAProxy|socat'
+    "$BIN" bench --duration 2s --no-nodelay --no-peers --modes splice,std --buffer-sizes 64KiB 2>/dev/null | tail -n +3
+fi
+
+# ------------------------------------------------------------ (c) 1 GiB sha256
+if ! skip c; then
+    echo
+    echo "== (c) $XFER_BYTES bytes each way at once, sha256 at both ends"
+    for mode in $MODES; do
+        srv=$TMP/sha-$mode.out
+        python3 bench/peers/sha_xfer.py server "$XFER_BYTES" >"$srv" &
+        SPID=$!
+        PIDS+=("$SPID")
+        port=$(wait_line "$srv" '^port ' | awk '{print $2}')
+        start_proxy "127.0.0.1:$port" "$mode"
+        client=$(timeout 300 python3 bench/peers/sha_xfer.py client "$PROXY_ADDR" "$XFER_BYTES")
+        wait "$SPID"
+        server=$(tail -1 "$srv")
+        python3 - "$mode" "$client" "$server" "$XFER_BYTES" <<'EOF'
+import json, sys
+mode, c, s, n = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4])
+ok = (c["sent_sha256"] == s["recv_sha256"] and s["sent_sha256"] == c["recv_sha256"]
+      and c["recv_bytes"] == n and s["recv_bytes"] == n)
+print("%-20s %s  client->upstream %s  upstream->client %s  %.1f s" % (
+    mode, "OK " if ok else "BAD", s["recv_sha256"][:16], c["recv_sha256"][:16], c["seconds"]))
+sys.exit(0 if ok else 1)
+EOF
+        echo "  $(wait_line "$PROXY_OUT" '"conn_closed"')"
+        stop "$PROXY_PID"
+    done
+fi
+
+# ------------------------------------------------------------ (d) 1000 conns
+if ! skip d; then
+    echo
+    echo "== (d) $CONNS concurrent connections, proxy fds before / peak / after"
+    ulimit -n 65536 2>/dev/null || true
+    echo_out=$TMP/echo.out
+    python3 bench/peers/many_conns.py echo >"$echo_out" &
+    EPID=$!
+    PIDS+=("$EPID")
+    eport=$(wait_line "$echo_out" '^port ' | awk '{print $2}')
+    for mode in $MODES; do
+        start_proxy "127.0.0.1:$eport" "$mode"
+        printf '%-20s ' "$mode"
+        timeout 120 python3 bench/peers/many_conns.py clients "$PROXY_ADDR" "$CONNS" "$PROXY_PID"
+        stop "$PROXY_PID"
+    done
+    stop "$EPID"
+fi
