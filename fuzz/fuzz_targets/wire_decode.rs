@@ -1,0 +1,18 @@
+//! Any datagram: decoding never panics, and what decodes re-encodes to the
+//! same message.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use netspeed::wire::{self, Message};
+
+fuzz_target!(|data: &[u8]| {
+    match wire::decode(data) {
+        Ok(Message::Data(h)) => {
+            let mut buf = data.to_vec();
+            assert!(wire::write_data_header(&mut buf, &h));
+            assert_eq!(wire::decode(&buf), Ok(Message::Data(h)));
+        }
+        Ok(Message::End(e)) => assert_eq!(wire::decode(&wire::encode_end(&e)), Ok(Message::End(e))),
+        Ok(Message::EndAck(a)) => assert_eq!(wire::decode(&wire::encode_end_ack(&a)), Ok(Message::EndAck(a))),
+        Err(_) => {}
+    }
+});
