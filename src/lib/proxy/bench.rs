@@ -641,7 +641,7 @@ pub fn print_table(out: &mut dyn Write, rows: &[Row]) -> std::io::Result<()> {
             format_us(l.max_us),
             r.requests_per_second,
             r.added_p50_us
-                .map(|a| format!("{a:+.1} us"))
+                .map(|a| format!("{}{}", if a < 0.0 { "-" } else { "+" }, format_us(a.abs())))
                 .unwrap_or_default()
         )?;
     }
