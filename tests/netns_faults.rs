@@ -397,10 +397,39 @@ fn garbage(src_port: u16, dst_port: u16) -> [u8; 32] {
     p
 }
 
+/// Bytes queued on the receive queue of the UDP socket bound to `port`, as
+/// `/proc/PID/net/udp` (the server's own namespace) shows them.
+fn rx_queue(pid: u32, port: u16) -> Option<u64> {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/udp")).ok()?;
+    let suffix = format!(":{port:04X}");
+    table.lines().skip(1).find_map(|l| {
+        let mut cols = l.split_whitespace();
+        let local = cols.nth(1)?;
+        if !local.ends_with(&suffix) {
+            return None;
+        }
+        let queues = cols.nth(2)?; // tx_queue:rx_queue, hex
+        u64::from_str_radix(queues.split(':').nth(1)?, 16).ok()
+    })
+}
+
 /// Sends `FLOOD` raw UDP datagrams from `srcs` (two addresses x 50,000
 /// ports = 100,000 distinct sources) at about `FLOOD_PPS`. Runs inside the
-/// flooder's namespace. Returns (sent, seconds).
-fn raw_flood(srcs: [Ipv4Addr; 2], dst: Ipv4Addr, dst_port: u16) -> (u64, f64) {
+/// flooder's namespace.
+///
+/// Back-pressure: every 1000 datagrams it looks at the server socket's
+/// receive queue and pauses while more than `max_queue` bytes wait there.
+/// On a shared 2-core machine the flooder (which also pays for delivery in
+/// softirq) can starve the server; the pause keeps that CPU contention from
+/// turning into kernel drops of the real session, which is not what this
+/// test is about. Returns (sent, seconds, pauses, peak queue seen).
+fn raw_flood(
+    srcs: [Ipv4Addr; 2],
+    dst: Ipv4Addr,
+    dst_port: u16,
+    server_pid: u32,
+    max_queue: u64,
+) -> (u64, f64, u64, u64) {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
     let socks: Vec<Socket> = srcs
         .iter()
@@ -416,6 +445,7 @@ fn raw_flood(srcs: [Ipv4Addr; 2], dst: Ipv4Addr, dst_port: u16) -> (u64, f64) {
     let start = Instant::now();
     let deadline = start + Duration::from_secs(20);
     let mut sent = 0u64;
+    let (mut pauses, mut peak) = (0u64, 0u64);
     while sent < FLOOD && Instant::now() < deadline {
         let k = sent % FLOOD_SOURCES;
         let src_port = 10_000 + (k / 2) as u16 % per_ip as u16;
@@ -432,9 +462,18 @@ fn raw_flood(srcs: [Ipv4Addr; 2], dst: Ipv4Addr, dst_port: u16) -> (u64, f64) {
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
+            while Instant::now() < deadline {
+                let q = rx_queue(server_pid, dst_port).unwrap_or(0);
+                peak = peak.max(q);
+                if q <= max_queue {
+                    break;
+                }
+                pauses += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
-    (sent, start.elapsed().as_secs_f64())
+    (sent, start.elapsed().as_secs_f64(), pauses, peak)
 }
 
 #[test]
@@ -451,12 +490,19 @@ fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
     let port = port_of(&server.addr);
     let pid = server.guard.id();
     let rss_idle = vm_rss_kib(pid);
+    let granted = u(&server.events.borrow()[0]["recv_buffer"], "granted");
+    assert!(
+        rx_queue(pid, port).is_some(),
+        "server socket not in /proc/{pid}/net/udp"
+    );
 
     let flood = spawn_in(&flooder, move || {
         raw_flood(
             [Ipv4Addr::new(10, 61, 7, 3), Ipv4Addr::new(10, 61, 7, 4)],
             Ipv4Addr::new(10, 61, 7, 1),
             port,
+            pid,
+            granted / 4,
         )
     });
     std::thread::sleep(Duration::from_millis(500));
@@ -486,13 +532,14 @@ fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
         (h.join().unwrap(), rss_max)
     });
     let (report, rss_max) = session_run;
-    let (flood_sent, flood_secs) = flood.join().expect("flood thread");
+    let (flood_sent, flood_secs, pauses, peak_queue) = flood.join().expect("flood thread");
     let alive = std::fs::metadata(format!("/proc/{pid}")).is_ok();
     let c = &report["clients"][0];
     let done = server.done_for(session(c));
     let down = shutdown(&server);
     figure!(
-        "flood: {flood_sent} garbage datagrams in {flood_secs:.2} s; session sent {} received {} lost {} \
+        "flood: {flood_sent} garbage datagrams in {flood_secs:.2} s ({pauses} back-pressure pauses of 1 ms, \
+         peak queue {peak_queue} B of {granted}); session sent {} received {} lost {} \
          kernel_drops {}; RSS idle {rss_idle} KiB, max {rss_max} KiB; shutdown {down}",
         u(c, "sent_packets"),
         u(&done, "packets"),
