@@ -198,6 +198,8 @@ pub struct ServerSummary {
     pub peers: u64,
     pub overflow: Overflow,
     pub answers_limited: u64,
+    /// End-of-test messages unanswered because the session table was full.
+    pub ends_table_full: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
     pub method: &'static str,
@@ -366,6 +368,7 @@ pub fn run(
         peers: table.peers_seen,
         overflow: table.overflow,
         answers_limited: table.answers_limited,
+        ends_table_full: table.ends_table_full,
         kernel_drops: table.kernel_drops().filter(|_| drops_supported),
         method: cfg.method.name(),
         threads: bound.sockets.len(),

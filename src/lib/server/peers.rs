@@ -406,6 +406,9 @@ pub struct PeerTable {
     pub overflow: Overflow,
     /// End-of-test answers refused by the rate limit.
     pub answers_limited: u64,
+    /// End-of-test messages of new sessions that found the session table
+    /// full (`--max-peers`): unanswered.
+    pub ends_table_full: u64,
     pub total_packets: u64,
     pub total_bytes: u64,
     pub peers_seen: u64,
@@ -432,6 +435,7 @@ impl PeerTable {
             gro: false,
             overflow: Overflow::default(),
             answers_limited: 0,
+            ends_table_full: 0,
             total_packets: 0,
             total_bytes: 0,
             peers_seen: 0,
@@ -590,7 +594,10 @@ impl PeerTable {
         drops: Option<u64>,
         events: &mut dyn FnMut(Event),
     ) -> Option<Reply> {
-        let slot = self.tagged_slot(addr, end.header.session, now, socket, drops)?;
+        let Some(slot) = self.tagged_slot(addr, end.header.session, now, socket, drops) else {
+            self.ends_table_full += 1;
+            return None;
+        };
         let first_end = self
             .tagged
             .get(slot)
@@ -818,6 +825,23 @@ mod tests {
         };
         assert_eq!((ack.received_packets, ack.lost), (2, 0));
         assert_eq!(table.total_packets, 1002);
+    }
+
+    #[test]
+    fn ends_that_find_the_table_full_are_counted() {
+        let t0 = Instant::now();
+        let (_, mut sink) = collect();
+        let mut table = PeerTable::new(2, Duration::from_secs(2), t0, 1);
+        let a: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let answered = (0..5)
+            .filter(|i| {
+                table
+                    .on_datagram(&end(*i, 0, 0), a, t0, 0, None, &mut sink)
+                    .is_some()
+            })
+            .count();
+        assert_eq!(answered, 2);
+        assert_eq!(table.ends_table_full, 3);
     }
 
     #[test]
