@@ -56,7 +56,7 @@ fi
 echo "== machine"
 echo "kernel: $(uname -r); cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "rustc: $(rustc --version 2>/dev/null || echo '?'); go: $(go version 2>/dev/null || echo none)"
-echo "haproxy: $(haproxy -v 2>/dev/null | head -1 || echo none); iperf3: $(iperf3 --version 2>/dev/null | head -1 || echo none)"
+echo "haproxy: $(haproxy -v 2>/dev/null | sed -n 1p); iperf3: $(iperf3 --version 2>/dev/null | sed -n 1p)"
 echo "date: $(date -u +%FT%TZ); commit: $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
 
 cargo build --release --quiet --bin tcp_proxy
