@@ -1439,13 +1439,31 @@ pub fn main(args: &UdpArgs, shutdown: &Shutdown) -> Result<()> {
     };
     print!("{text}");
     if let Some(path) = &args.out.plot {
-        let title = if axes_varied(&rows) {
-            "UDP bandwidth received (best over threads, conn, ip, reuse)".to_string()
+        // Throughput rows only: a ping-pong row measures latency. Plot
+        // ping-pong rows only when nothing else ran.
+        let streams: Vec<UdpRow> = rows
+            .iter()
+            .filter(|r| r.mode == Mode::Stream)
+            .cloned()
+            .collect();
+        let plotted: &[UdpRow] = if streams.is_empty() { &rows } else { &streams };
+        let title = if plotted.is_empty() {
+            "UDP bandwidth received (no rows)".to_string()
+        } else if axes_varied(plotted) {
+            "UDP bandwidth received, streams (best over threads, conn, ip, reuse)".to_string()
         } else {
-            let r = &rows[0];
+            let r = &plotted[0];
             format!(
-                "UDP bandwidth received ({} threads, {:?}, {:?}, reuse {:?})",
-                r.threads, r.conn, r.ip, r.reuse
+                "UDP bandwidth received ({}, {} threads, {:?}, {:?}, reuse {:?})",
+                if r.mode == Mode::Stream {
+                    "stream"
+                } else {
+                    "ping-pong"
+                },
+                r.threads,
+                r.conn,
+                r.ip,
+                r.reuse
             )
             .to_lowercase()
             .replace("udp", "UDP")
@@ -1456,8 +1474,8 @@ pub fn main(args: &UdpArgs, shutdown: &Shutdown) -> Result<()> {
                 title: &title,
                 x_label: "payload (bytes)",
                 y_label: "Mbit/s received",
-                log_x: true,
-                series: &series(&rows),
+                log_x: false,
+                series: &series(plotted),
             },
         )?;
     }
