@@ -11,7 +11,7 @@
 #       open-fd count back to its baseline after they close.
 #
 # Usage: bench/proxy-bench.sh            (as root: installs what it needs)
-# Knobs: IPERF_SECONDS=5 LAT_DURATION=1s XFER_BYTES=1073741824 CONNS=1000
+# Knobs: IPERF_SECONDS=3 IPERF_ROUNDS=3 LAT_DURATION=1s XFER_BYTES=1073741824 CONNS=1000
 #        SKIP="a b c d" (parts to skip) MODES="tokio ... splice"
 # Loopback only; every server is on an ephemeral port and every process is
 # reaped on exit.
@@ -19,7 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-IPERF_SECONDS=${IPERF_SECONDS:-5}
+IPERF_SECONDS=${IPERF_SECONDS:-3}
+IPERF_ROUNDS=${IPERF_ROUNDS:-3}
 LAT_DURATION=${LAT_DURATION:-1s}
 XFER_BYTES=${XFER_BYTES:-1073741824}
 CONNS=${CONNS:-1000}
@@ -154,57 +155,63 @@ stop() {
 # ------------------------------------------------------------ (a) throughput
 if ! skip a; then
     echo
-    echo "== (a) iperf3 TCP throughput, ${IPERF_SECONDS}s each, one stream"
+    echo "== (a) iperf3 TCP throughput, one stream, ${IPERF_SECONDS}s per run, $IPERF_ROUNDS rounds (targets interleaved; median shown)"
     IPORT=$(free_port)
     iperf3 -s -p "$IPORT" >/dev/null 2>&1 &
     IPID=$!
     PIDS+=("$IPID")
     wait_port "$IPORT"
     UP=127.0.0.1:$IPORT
-    declare -A GBPS
-    measure() { # measure LABEL ADDR
-        local host=${2%:*} port=${2##*:} json
-        json=$(iperf3 -c "$host" -p "$port" -t "$IPERF_SECONDS" -J)
-        GBPS[$1]=$(echo "$json" | python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))')
-        printf '%-36s %8s Gbit/s\n' "$1" "${GBPS[$1]}"
-    }
-    measure direct "$UP"
-    best_label="" best=0
+    # Targets as "label|kind|mode|buffer".
+    targets=("direct|direct||")
     for mode in $MODES; do
-        bufs="64KiB"
-        case $mode in splice) bufs="64KiB 1MiB" ;; tokio | std) bufs="64KiB 1MiB" ;; tokio-copy | copy-bidirectional | std-copy) bufs="" ;; esac
-        for buf in ${bufs:-none}; do
-            args=()
-            label="tcp_proxy $mode"
-            if [ "$buf" != none ]; then
-                args=(--buffer-size "$buf")
-                label="$label ($buf)"
-            fi
-            start_proxy "$UP" "$mode" "${args[@]}"
-            measure "$label" "$PROXY_ADDR"
-            stop "$PROXY_PID"
-            if python3 -c "import sys; sys.exit(0 if ${GBPS[$label]} > $best else 1)"; then
-                best=${GBPS[$label]}
-                best_label=$label
-            fi
+        case $mode in
+            tokio | std | splice) for buf in 64KiB 1MiB; do targets+=("tcp_proxy $mode ($buf)|proxy|$mode|$buf"); done ;;
+            *) targets+=("tcp_proxy $mode|proxy|$mode|") ;;
+        esac
+    done
+    [ -n "$GO_PROXY" ] && targets+=("Go io.Copy proxy|go||")
+    command -v haproxy >/dev/null && targets+=("HAProxy (mode tcp)|haproxy||")
+    declare -A RUNS
+    iperf_gbps() {
+        local host=${1%:*} port=${1##*:}
+        iperf3 -c "$host" -p "$port" -t "$IPERF_SECONDS" -J |
+            python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))'
+    }
+    for round in $(seq "$IPERF_ROUNDS"); do
+        for t in "${targets[@]}"; do
+            IFS='|' read -r label kind mode buf <<<"$t"
+            case $kind in
+                direct) PROXY_ADDR=$UP PROXY_PID="" ;;
+                proxy) start_proxy "$UP" "$mode" ${buf:+--buffer-size "$buf"} ;;
+                go) start_go "$UP" ;;
+                haproxy) start_haproxy "$UP" ;;
+            esac
+            RUNS[$label]="${RUNS[$label]:-} $(iperf_gbps "$PROXY_ADDR")"
+            [ -n "$PROXY_PID" ] && stop "$PROXY_PID"
         done
     done
-    if [ -n "$GO_PROXY" ]; then
-        start_go "$UP"
-        measure "Go io.Copy proxy" "$PROXY_ADDR"
-        stop "$PROXY_PID"
-    fi
-    if command -v haproxy >/dev/null; then
-        start_haproxy "$UP"
-        measure "HAProxy (mode tcp)" "$PROXY_ADDR"
-        stop "$PROXY_PID"
-    fi
-    echo "best mode: $best_label at $best Gbit/s"
-    for peer in "Go io.Copy proxy" "HAProxy (mode tcp)"; do
-        if [ -n "${GBPS[$peer]:-}" ]; then
-            python3 -c "print('best mode / %s: %.2fx' % ('$peer', $best / ${GBPS[$peer]}))"
-        fi
-    done
+    summary=$(for t in "${targets[@]}"; do
+        label=${t%%|*}
+        echo "$label|${RUNS[$label]}"
+    done | python3 -c '
+import statistics, sys
+rows = []
+for line in sys.stdin:
+    label, runs = line.rstrip("\n").split("|")
+    vals = [float(v) for v in runs.split()]
+    rows.append((label, statistics.median(vals), vals))
+for label, med, vals in rows:
+    print("%-34s %6.2f Gbit/s   runs: %s" % (label, med, " ".join("%.2f" % v for v in vals)))
+ours = [r for r in rows if r[0].startswith("tcp_proxy")]
+best = max(ours, key=lambda r: r[1])
+print("best mode: %s at %.2f Gbit/s (median)" % (best[0], best[1]))
+for peer in ("Go io.Copy proxy", "HAProxy (mode tcp)"):
+    for label, med, _ in rows:
+        if label == peer and med > 0:
+            print("best mode / %s: %.2fx" % (peer, best[1] / med))
+')
+    echo "$summary"
     stop "$IPID"
 fi
 
