@@ -413,3 +413,43 @@ fn small_datagrams_still_get_an_exact_answer() {
         assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
     }
 }
+
+#[test]
+fn sweep_prints_seed_001s_table_from_the_servers_answers() {
+    let out = run_bounded(
+        Command::new(CLIENT).args([
+            "--local",
+            "--sweep",
+            "1000,8000",
+            "--clients",
+            "1,2",
+            "--duration",
+            "200ms",
+            "--json",
+        ]),
+        WAIT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cells = report["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "{report}");
+    for cell in cells {
+        assert!(
+            cell["server_gbps"].as_f64().unwrap() > 0.0,
+            "receiver-side rate in {cell}"
+        );
+    }
+    let text = run_bounded(
+        Command::new(CLIENT).args(["--local", "--sweep", "500", "--duration", "100ms"]),
+        WAIT,
+    );
+    let table = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        table.contains("| Buffer |") && table.contains("500"),
+        "{table}"
+    );
+}

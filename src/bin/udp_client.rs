@@ -20,11 +20,37 @@ fn run() -> Result<()> {
     if let Some(sched) = cfg.sched {
         netspeed::sys::apply_scheduler(sched.policy, sched.priority).map_err(Error::runtime)?;
     }
+    if !cfg.sweep.is_empty() {
+        return sweep(&cfg, &shutdown);
+    }
     let result = if cfg.local {
         client::run_local(&cfg, &shutdown)?
     } else {
         client::run(&cfg, &shutdown)?
     };
     println!("{}", report::client_report(&result, cfg.json));
+    Ok(())
+}
+
+/// `--sweep`: seed 001's table, one run per size and client count.
+fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
+    use netspeed::bench::sweep;
+    let go = |cfg: &ClientConfig| sweep::run(cfg, &cfg.sweep, &cfg.sweep_clients, shutdown);
+    let report = if cfg.local {
+        client::with_local_server(cfg, go)?
+    } else {
+        go(cfg)?
+    };
+    if cfg.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+        );
+    } else {
+        println!("{}", sweep::table(&report));
+    }
+    if let Some(path) = &cfg.plot {
+        sweep::plot(&report, path)?;
+    }
     Ok(())
 }

@@ -376,8 +376,17 @@ pub struct ClientArgs {
     #[arg(long)]
     pub connected: bool,
     /// Run N independent client sockets at once; each is its own peer.
-    #[arg(long, value_name = "N")]
-    pub clients: Option<usize>,
+    /// With --sweep, a list: one column per value (e.g. 1,2).
+    #[arg(long, value_name = "N[,N...]", value_delimiter = ',')]
+    pub clients: Vec<usize>,
+    /// Seed 001's table: run once per datagram size (e.g.
+    /// 500,1000,1500,65500) and print the server's receive rate per size
+    /// and --clients value. Give each run --duration (e.g. 1s).
+    #[arg(long, value_name = "SIZE,SIZE,...", value_delimiter = ',', value_parser = size_arg)]
+    pub sweep: Vec<u64>,
+    /// With --sweep: draw the table as an SVG chart.
+    #[arg(long, value_name = "FILE.svg", requires = "sweep")]
+    pub plot: Option<PathBuf>,
     /// How long to wait for the server's end-of-test answer [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub end_timeout: Option<Duration>,
@@ -464,6 +473,11 @@ pub struct ClientConfig {
     pub sched: Option<Sched>,
     pub json: bool,
     pub quiet: bool,
+    /// `--sweep` sizes, empty for a normal run.
+    pub sweep: Vec<usize>,
+    /// `--clients` values for the sweep's columns.
+    pub sweep_clients: Vec<usize>,
+    pub plot: Option<PathBuf>,
 }
 
 /// Most datagrams per sendmmsg call (the kernel's UIO_MAXIOV is 1024).
@@ -541,12 +555,22 @@ impl ClientConfig {
                 .map(|r| units::parse_rate(&r).map_err(|e| Error::usage(format!("rate: {e}"))))
                 .transpose()?,
         };
-        let clients = args.clients.or(file.clients).unwrap_or(1);
-        if clients == 0 || clients > MAX_CLIENTS {
+        let client_list = if args.clients.is_empty() {
+            vec![file.clients.unwrap_or(1)]
+        } else {
+            args.clients.clone()
+        };
+        if client_list.len() > 1 && args.sweep.is_empty() {
+            return Err(Error::usage(
+                "--clients takes one value unless --sweep is given",
+            ));
+        }
+        if let Some(&bad) = client_list.iter().find(|&&n| n == 0 || n > MAX_CLIENTS) {
             return Err(Error::usage(format!(
-                "--clients {clients}: must be between 1 and {MAX_CLIENTS}"
+                "--clients {bad}: must be between 1 and {MAX_CLIENTS}"
             )));
         }
+        let clients = client_list[0];
         let end_timeout = match args.end_timeout {
             Some(d) => d,
             None => file
@@ -594,6 +618,9 @@ impl ClientConfig {
             gso,
             sndbuf: sndbuf.map(|b| b as usize),
             dont_fragment: args.dont_fragment || file.dont_fragment.unwrap_or(false),
+            sweep: args.sweep.iter().map(|&b| b as usize).collect(),
+            sweep_clients: client_list,
+            plot: args.plot.clone(),
             sched,
             json: args.json || file.json.unwrap_or(false),
             quiet: args.quiet || file.quiet.unwrap_or(false),

@@ -476,6 +476,15 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
 /// `--local`: starts a silent in-process server on an ephemeral loopback
 /// port, runs the clients against it, then stops the server.
 pub fn run_local(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
+    with_local_server(cfg, |cfg| run(cfg, shutdown))
+}
+
+/// Starts a silent in-process server on an ephemeral loopback port, calls
+/// `f` with `cfg` pointed at it, then stops the server.
+pub fn with_local_server<T>(
+    cfg: &ClientConfig,
+    f: impl FnOnce(&ClientConfig) -> Result<T>,
+) -> Result<T> {
     let server_cfg = crate::config::ServerConfig {
         listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
         listen_is_default: false,
@@ -491,10 +500,10 @@ pub fn run_local(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
     std::thread::scope(|scope| {
         let server =
             scope.spawn(|| crate::server::run(&bound, &server_cfg, &server_stop, &mut |_| {}));
-        let report = run(&cfg, shutdown);
+        let result = f(&cfg);
         server_stop.trigger();
         let _ = server.join();
-        report
+        result
     })
 }
 
