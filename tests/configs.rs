@@ -2,6 +2,7 @@
 //! passes validation: a config we ship must never be rejected.
 
 use netspeed::config::{parse_args, ClientArgs, ClientConfig, ServerArgs, ServerConfig};
+use netspeed::proxy::config::{ProxyArgs, ProxyConfig};
 use std::path::Path;
 
 #[test]
@@ -21,6 +22,9 @@ fn every_example_config_is_valid() {
         } else if name.starts_with("udp_client") {
             let args: ClientArgs = parse_args(argv("udp_client")).unwrap();
             ClientConfig::from_args(args).unwrap_or_else(|e| panic!("{name}: {e}"));
+        } else if name.starts_with("tcp_proxy") {
+            let args: ProxyArgs = parse_args(argv("tcp_proxy")).unwrap();
+            ProxyConfig::from_args(args).unwrap_or_else(|e| panic!("{name}: {e}"));
         } else {
             panic!("{name}: no test knows which binary this config is for");
         }
