@@ -13,18 +13,20 @@
 //! - [`sys`]: the only `unsafe` code: recvmmsg, SO_RXQ_OVFL, IP_RECVERR, ...
 //! - [`server`]: bind, receive, count per peer ([`server::peers`]).
 //! - [`client`]: send an exact volume, pace, back off, ask for the server's count.
+//! - [`proxy`]: tcp_proxy's six relay modes and its latency benchmark.
+//! - [`bench`]: sockbench's matrices (udp, tcp, mux) and udp_client's --sweep.
 //! - [`report`]: text and JSON views of the reports.
 //! - [`progress`]: the progress bar (the only indicatif user).
 //! - [`shutdown`]: the one stop flag every role polls.
 //! - [`error`]: the two kinds of failure and their exit codes.
 //!
-//! Data flows one way: binaries → roles (server, client) → shared pieces
-//! (wire, stats, sys, units).
+//! Data flows one way: binaries → roles (server, client, proxy, bench) →
+//! shared pieces (wire, stats, sys, units).
 
 #![deny(unsafe_code)]
 
-pub mod client;
 pub mod bench;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod progress;

@@ -181,10 +181,13 @@ impl RecvBatch {
 
     fn read_controls(&mut self) {
         for i in 0..self.filled {
+            // msg_controllen is usize on glibc but u32 on musl.
+            #[allow(clippy::unnecessary_cast)]
             let len = (self.headers[i].msg_hdr.msg_controllen as usize).min(CONTROL_LEN);
             // SAFETY: the control buffer is CONTROL_LEN bytes of u64s that
             // we own; viewing its first `len` bytes as u8 is always valid.
-            let bytes = unsafe { std::slice::from_raw_parts(self.controls[i].as_ptr().cast::<u8>(), len) };
+            let bytes =
+                unsafe { std::slice::from_raw_parts(self.controls[i].as_ptr().cast::<u8>(), len) };
             let info = parse_control(bytes);
             // Linux attaches the drop counter only once it is non-zero.
             self.drops[i] = info.kernel_drops.unwrap_or(0);
@@ -574,25 +577,38 @@ pub fn parse_control(control: &[u8]) -> ControlInfo {
         let mut word = [0u8; size_of::<usize>()];
         word.copy_from_slice(&header[..size_of::<usize>()]);
         let len = usize::from_ne_bytes(word);
-        let level = i32::from_ne_bytes(header[size_of::<usize>()..size_of::<usize>() + 4].try_into().expect("4 bytes"));
-        let kind = i32::from_ne_bytes(header[size_of::<usize>() + 4..size_of::<usize>() + 8].try_into().expect("4 bytes"));
+        let level = i32::from_ne_bytes(
+            header[size_of::<usize>()..size_of::<usize>() + 4]
+                .try_into()
+                .expect("4 bytes"),
+        );
+        let kind = i32::from_ne_bytes(
+            header[size_of::<usize>() + 4..size_of::<usize>() + 8]
+                .try_into()
+                .expect("4 bytes"),
+        );
         if len < CMSG_HEADER || len > control.len() - offset {
             break;
         }
         let data = &control[offset + CMSG_HEADER..offset + len];
         match (level, kind) {
             (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) if data.len() >= 4 => {
-                info.kernel_drops = Some(u64::from(u32::from_ne_bytes(data[..4].try_into().expect("4 bytes"))));
+                info.kernel_drops = Some(u64::from(u32::from_ne_bytes(
+                    data[..4].try_into().expect("4 bytes"),
+                )));
             }
             (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) if data.len() >= 16 => {
                 let sec = i64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
                 let nsec = i64::from_ne_bytes(data[8..16].try_into().expect("8 bytes"));
                 if sec >= 0 && (0..1_000_000_000).contains(&nsec) {
-                    info.rx_time_ns = (sec as u64).checked_mul(1_000_000_000).and_then(|n| n.checked_add(nsec as u64));
+                    info.rx_time_ns = (sec as u64)
+                        .checked_mul(1_000_000_000)
+                        .and_then(|n| n.checked_add(nsec as u64));
                 }
             }
             (libc::SOL_UDP, libc::UDP_GRO) if data.len() >= 4 => {
-                info.segment_size = u32::try_from(i32::from_ne_bytes(data[..4].try_into().expect("4 bytes"))).ok();
+                info.segment_size =
+                    u32::try_from(i32::from_ne_bytes(data[..4].try_into().expect("4 bytes"))).ok();
             }
             _ => {}
         }
