@@ -142,7 +142,7 @@ impl SeqTracker {
 /// mean of |D|, the change in transit time, with gain 1/16.
 #[derive(Clone, Debug, Default)]
 pub struct Jitter {
-    last_transit_ns: Option<i128>,
+    last_transit_ns: Option<i64>,
     jitter_ns: f64,
 }
 
@@ -151,9 +151,11 @@ impl Jitter {
     /// `recv_ns` (receiver clock). The clocks need not agree: only
     /// differences of transit times are used.
     pub fn record(&mut self, send_ns: u64, recv_ns: u64) {
-        let transit = recv_ns as i128 - send_ns as i128;
+        // Wrapping i64 arithmetic: transit times differ by far less than
+        // 2^63 ns, and i128 would cost a software conversion per datagram.
+        let transit = (recv_ns as i64).wrapping_sub(send_ns as i64);
         if let Some(last) = self.last_transit_ns {
-            let d = (transit - last).unsigned_abs() as f64;
+            let d = transit.wrapping_sub(last).unsigned_abs() as f64;
             self.jitter_ns += (d - self.jitter_ns) / 16.0;
         }
         self.last_transit_ns = Some(transit);

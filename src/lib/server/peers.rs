@@ -8,7 +8,7 @@
 //! a slot from a real session. Traffic that finds its table full is summed
 //! in an overflow bucket, so memory stays bounded and nothing is uncounted.
 
-use crate::stats::{wire_bytes, Arrival, Jitter, SeqTracker};
+use crate::stats::{self, wire_bytes, Jitter, SeqTracker};
 use crate::units;
 use crate::wire::{self, End, EndAck, Message};
 use serde::Serialize;
@@ -260,6 +260,27 @@ impl Peer {
     }
 }
 
+/// When a datagram arrived, in the two forms the table needs.
+#[derive(Clone, Copy)]
+struct Arrival {
+    now: Instant,
+    /// Nanoseconds since the table's epoch, for jitter.
+    ns: u64,
+    /// Whether this datagram updates the jitter estimate.
+    jitter: bool,
+}
+
+impl Arrival {
+    fn new(now: Instant, epoch: Instant) -> Self {
+        let since = now.saturating_duration_since(epoch);
+        Arrival {
+            now,
+            ns: since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos()),
+            jitter: true,
+        }
+    }
+}
+
 /// What the table asks its owner to do.
 pub enum Event {
     Interval(PeerReport),
@@ -481,16 +502,24 @@ impl PeerTable {
         events: &mut dyn FnMut(Event),
         replies: &mut Vec<Reply>,
     ) {
+        let at = Arrival::new(now, self.epoch);
         match segment_size {
             Some(seg) if seg > 0 && data.len() > seg => {
-                for chunk in data.chunks(seg) {
-                    if let Some(r) = self.on_datagram(chunk, from, now, socket, drops, events) {
+                // Coalesced datagrams arrived together: jitter is measured
+                // once per buffer (its first datagram); the others would
+                // only add zeros from the shared arrival time.
+                for (i, chunk) in data.chunks(seg).enumerate() {
+                    let at = Arrival {
+                        jitter: i == 0,
+                        ..at
+                    };
+                    if let Some(r) = self.account(chunk, from, at, socket, drops, events) {
                         replies.push(r);
                     }
                 }
             }
             _ => {
-                if let Some(r) = self.on_datagram(data, from, now, socket, drops, events) {
+                if let Some(r) = self.account(data, from, at, socket, drops, events) {
                     replies.push(r);
                 }
             }
@@ -510,6 +539,20 @@ impl PeerTable {
         drops: Option<u64>,
         events: &mut dyn FnMut(Event),
     ) -> Option<Reply> {
+        let at = Arrival::new(now, self.epoch);
+        self.account(data, from, at, socket, drops, events)
+    }
+
+    fn account(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        at: Arrival,
+        socket: usize,
+        drops: Option<u64>,
+        events: &mut dyn FnMut(Event),
+    ) -> Option<Reply> {
+        let now = at.now;
         if drops.is_some() {
             if let Some(d) = self.socket_drops.get_mut(socket) {
                 *d = drops;
@@ -520,7 +563,6 @@ impl PeerTable {
             Ok(Message::Data(header)) => {
                 self.total_packets += 1;
                 self.total_bytes += data.len() as u64;
-                let recv_ns = now.duration_since(self.epoch).as_nanos() as u64;
                 let Some(slot) = self.tagged_slot(addr, header.session, now, socket, drops) else {
                     self.overflow.packets += 1;
                     self.overflow.bytes += data.len() as u64;
@@ -531,10 +573,12 @@ impl PeerTable {
                     .tagged
                     .as_mut()
                     .expect("tagged table holds tagged peers");
-                if t.seq.record(header.seq) == Arrival::Duplicate {
+                if t.seq.record(header.seq) == stats::Arrival::Duplicate {
                     return None;
                 }
-                t.jitter.record(header.send_time_ns, recv_ns);
+                if at.jitter {
+                    t.jitter.record(header.send_time_ns, at.ns);
+                }
                 peer.count(data.len(), now);
                 None
             }
