@@ -298,13 +298,19 @@ pub fn run_one(
             }
             message_ends.push(offset);
         }
-        let messages: Vec<&[u8]> = message_ends
-            .iter()
-            .enumerate()
-            .map(|(m, &end)| &staging[m * region..end])
-            .collect();
-        let sent_messages = tx.send_all(&messages, shutdown)?;
-        let sent: &[usize] = if sent_messages == messages.len() {
+        let message_count = message_ends.len();
+        let sent_messages = if message_count == 1 {
+            // The common one-datagram-per-call path: no allocation.
+            tx.send_all(&[&staging[..message_ends[0]]], shutdown)?
+        } else {
+            let messages: Vec<&[u8]> = message_ends
+                .iter()
+                .enumerate()
+                .map(|(m, &end)| &staging[m * region..end])
+                .collect();
+            tx.send_all(&messages, shutdown)?
+        };
+        let sent: &[usize] = if sent_messages == message_count {
             &lengths
         } else {
             &lengths[..(sent_messages * per_message).min(lengths.len())]
@@ -319,7 +325,7 @@ pub fn run_one(
         };
         progress.add(sent_bytes);
         last_send = Instant::now();
-        if sent_messages < messages.len() {
+        if sent_messages < message_count {
             break;
         }
     }
