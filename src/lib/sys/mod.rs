@@ -21,8 +21,6 @@ mod imp;
 pub mod splice;
 
 #[cfg(target_os = "linux")]
-pub use imp::{parse_control, ControlInfo};
-#[cfg(target_os = "linux")]
 pub use imp::{
     enable_gro, force_send_buffer, poll_readable, select_readable, set_gso_segment, Epoll,
     SendBatch,
@@ -31,6 +29,8 @@ pub use imp::{
     enable_kernel_drop_counter, enable_rx_timestamps, enable_send_errors, force_recv_buffer,
     set_dont_fragment, RecvBatch, KERNEL_DROPS_SUPPORTED, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
 };
+#[cfg(target_os = "linux")]
+pub use imp::{parse_control, ControlInfo};
 
 /// One received datagram.
 pub struct Received<'a> {
