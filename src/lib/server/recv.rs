@@ -180,12 +180,34 @@ fn blocking_loop(
         };
         busy = result.is_ok();
         match result {
-            Ok(n) => deliver.deliver(index, socket, &batch, n),
+            Ok(n) => {
+                deliver.deliver(index, socket, &batch, n);
+                if method == Method::Mmsg {
+                    batch.set_limit(batch_limit_after(&batch, n));
+                }
+            }
             Err(e) if is_transient(&e) => {}
             Err(_) => pause_after_error(),
         }
     }
     Ok(())
+}
+
+/// Above this average datagram size, mmsg reads one datagram per call.
+pub const LARGE_DATAGRAM: usize = 16 * 1024;
+
+/// How many datagrams the next recvmmsg call should take. Large datagrams
+/// go one at a time into the same buffer: the syscall saving is nothing
+/// next to a 64 KiB copy, and one buffer reused stays in the CPU cache
+/// while 32 of them (2 MiB) do not (65500 B: 52-72 Gbit/s batched against
+/// 63-69 one at a time, measured with udp_client -b 65500 on loopback).
+fn batch_limit_after(batch: &RecvBatch, received: usize) -> usize {
+    let bytes: usize = (0..received).map(|i| batch.datagram(i).data.len()).sum();
+    if received > 0 && bytes / received > LARGE_DATAGRAM {
+        1
+    } else {
+        RECV_BATCH
+    }
 }
 
 /// How long the mmsg loop polls an empty socket before it goes to sleep.

@@ -38,6 +38,9 @@ impl RecvBatch {
         }
     }
 
+    /// One datagram per call here anyway.
+    pub fn set_limit(&mut self, _limit: usize) {}
+
     pub fn recv_one(&mut self, socket: &Socket) -> io::Result<usize> {
         self.recv(socket)
     }

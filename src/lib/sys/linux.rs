@@ -78,6 +78,8 @@ pub struct RecvBatch {
     segments: Vec<u32>,
     /// Per datagram: the kernel's receive time (CLOCK_REALTIME ns), or 0.
     stamps: Vec<u64>,
+    /// Datagrams per recvmmsg call, at most the number of slots.
+    limit: usize,
     filled: usize,
 }
 
@@ -96,6 +98,7 @@ impl RecvBatch {
             drops: vec![0; batch],
             segments: vec![0; batch],
             stamps: vec![0; batch],
+            limit: batch,
             filled: 0,
         };
         for i in 0..batch {
@@ -130,8 +133,14 @@ impl RecvBatch {
         self.recv_mmsg(socket, libc::MSG_DONTWAIT)
     }
 
+    /// Receives at most `limit` datagrams per call from now on (at least
+    /// 1, at most the batch size given to `new`).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.clamp(1, self.headers.len());
+    }
+
     fn recv_mmsg(&mut self, socket: &Socket, flags: libc::c_int) -> io::Result<usize> {
-        self.reset_headers(self.headers.len());
+        self.reset_headers(self.limit);
         // SAFETY: every pointer in `headers` points into buffers owned by
         // `self` that are neither moved nor resized after `new` (the Vecs
         // are never pushed to again), and each length matches its buffer.
@@ -139,7 +148,7 @@ impl RecvBatch {
             libc::recvmmsg(
                 socket.as_raw_fd(),
                 self.headers.as_mut_ptr(),
-                self.headers.len() as libc::c_uint,
+                self.limit as libc::c_uint,
                 flags,
                 std::ptr::null_mut(),
             )
