@@ -159,8 +159,9 @@ pub fn server_summary(s: &ServerSummary, json_out: bool) -> String {
 
 fn server_line(v: &ServerView, sent_packets: u64) -> String {
     let drops = match (v.kernel_drops, v.kernel_drops_are_buffers) {
-        (Some(d), false) => format!(", kernel drops {d}"),
-        (Some(d), true) => format!(", kernel drops {d} GRO buffers"),
+        (Some(d), true) if d > 0 => format!(", kernel drops {d} GRO buffers"),
+        (Some(0), _) => ", kernel drops 0".to_string(),
+        (Some(d), _) => format!(", kernel drops {d}"),
         (None, _) => String::new(),
     };
     format!(
