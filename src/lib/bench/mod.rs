@@ -71,6 +71,25 @@ pub struct OutputArgs {
 }
 
 /// Runs the chosen suite.
+/// The end of a suite: print its table, draw its chart when `--plot` was
+/// given, and fail if the run was interrupted (a partial table is printed
+/// but is not a result).
+fn finish(
+    text: &str,
+    plot_path: Option<&std::path::Path>,
+    chart: &plot::Chart,
+    shutdown: &Shutdown,
+) -> Result<()> {
+    print!("{text}");
+    if let Some(path) = plot_path {
+        plot::draw(path, chart)?;
+    }
+    if shutdown.is_triggered() {
+        return Err(crate::error::Error::runtime("interrupted"));
+    }
+    Ok(())
+}
+
 pub fn main(cli: &Cli, shutdown: &Shutdown) -> Result<()> {
     match &cli.suite {
         Suite::Udp(a) => udp::main(a, shutdown),

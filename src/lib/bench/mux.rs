@@ -588,23 +588,15 @@ pub fn main(a: &MuxArgs, shutdown: &Shutdown) -> Result<()> {
         Format::Json => output::json("mux", &serde_json::json!({}), &rows)? + "\n",
         Format::Csv => output::csv(&rows)?,
     };
-    print!("{text}");
-    if let Some(path) = &a.out.plot {
-        plot::draw(
-            path,
-            &plot::Chart {
-                title: "UDP loss against receive buffer (worst over other axes)",
-                x_label: "SO_RCVBUF requested (bytes)",
-                y_label: "loss %",
-                log_x: true,
-                series: &series(&rows),
-            },
-        )?;
-    }
-    if shutdown.is_triggered() {
-        return Err(Error::runtime("interrupted"));
-    }
-    Ok(())
+    let series = series(&rows);
+    let chart = plot::Chart {
+        title: "UDP loss against receive buffer (worst over other axes)",
+        x_label: "SO_RCVBUF requested (bytes)",
+        y_label: "loss %",
+        log_x: true,
+        series: &series,
+    };
+    super::finish(&text, a.out.plot.as_deref(), &chart, shutdown)
 }
 
 #[cfg(test)]

@@ -628,23 +628,15 @@ pub fn main(a: &TcpArgs, shutdown: &Shutdown) -> Result<()> {
         }
         Format::Csv => output::csv(&rows)?,
     };
-    print!("{text}");
-    if let Some(path) = &a.out.plot {
-        plot::draw(
-            path,
-            &plot::Chart {
-                title: "TCP loopback throughput (mean over samples)",
-                x_label: "chunk (bytes per write)",
-                y_label: "Gbit/s",
-                log_x: true,
-                series: &series(&rows),
-            },
-        )?;
-    }
-    if shutdown.is_triggered() {
-        return Err(Error::runtime("interrupted"));
-    }
-    Ok(())
+    let series = series(&rows);
+    let chart = plot::Chart {
+        title: "TCP loopback throughput (mean over samples)",
+        x_label: "chunk (bytes per write)",
+        y_label: "Gbit/s",
+        log_x: true,
+        series: &series,
+    };
+    super::finish(&text, a.out.plot.as_deref(), &chart, shutdown)
 }
 
 #[cfg(test)]
