@@ -8,9 +8,6 @@ use std::net::SocketAddr;
 
 use super::Received;
 
-/// False: this platform has no per-socket drop counter we can read.
-pub const KERNEL_DROPS_SUPPORTED: bool = false;
-
 /// No-op here; returns false so the caller can say that ENOBUFS-style
 /// queue drops may go unreported on this platform.
 pub fn enable_send_errors(_socket: &Socket) -> io::Result<bool> {

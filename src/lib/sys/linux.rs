@@ -10,9 +10,6 @@ use std::os::fd::AsRawFd;
 
 use super::Received;
 
-/// True: SO_RXQ_OVFL reports the socket's drop counter on every receive.
-pub const KERNEL_DROPS_SUPPORTED: bool = true;
-
 fn setsockopt_int(
     socket: &Socket,
     level: libc::c_int,

@@ -27,7 +27,7 @@ pub use imp::{
 };
 pub use imp::{
     enable_kernel_drop_counter, enable_rx_timestamps, enable_send_errors, force_recv_buffer,
-    set_dont_fragment, RecvBatch, KERNEL_DROPS_SUPPORTED, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
+    set_dont_fragment, RecvBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
 };
 #[cfg(target_os = "linux")]
 pub use imp::{parse_control, ControlInfo};
