@@ -69,6 +69,14 @@ fn bad_input_is_one_line_and_exit_2() {
             "--config",
             "/nonexistent.toml",
         ],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--congestion",
+            "no-such-algo",
+        ],
         &["--bogus"],
         &["bench", "--duration", "x"],
         &["bench", "--modes", "nope"],
@@ -124,6 +132,7 @@ fn docs_example_config_is_valid() {
     let args: ProxyArgs = parse_args(argv).unwrap();
     let cfg = ProxyConfig::from_args(args).unwrap();
     assert!(cfg.nodelay);
+    assert_eq!(cfg.congestion.as_deref(), Some("cubic"));
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -148,6 +157,85 @@ fn text_output_and_clean_exit() {
     assert!(status.success(), "{status}");
     let lines = err.drain(Duration::from_secs(5));
     assert!(lines.iter().any(|l| l.contains("stopped:")), "{lines:?}");
+}
+
+/// `--congestion` reaches both of the proxy's legs, as the kernel itself
+/// reports them (`ss -ti`, through sock_diag), while the test's own
+/// sockets keep the system default.
+#[test]
+fn congestion_is_set_on_both_legs() {
+    let sysctl = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+            .unwrap_or_else(|e| panic!("cannot run: /proc/sys/net/ipv4/{name}: {e}"))
+    };
+    let default = sysctl("tcp_congestion_control").trim().to_string();
+    let available = sysctl("tcp_available_congestion_control");
+    // reno is built into every kernel; cubic when reno is the default.
+    let algo = ["reno", "cubic"]
+        .into_iter()
+        .find(|a| *a != default && available.split_whitespace().any(|x| x == *a))
+        .unwrap_or_else(|| panic!("cannot run: no algorithm other than {default} in {available}"));
+
+    let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_port = up.local_addr().unwrap().port();
+    let mut cmd = Command::new(PROXY);
+    cmd.args(["--listen", "127.0.0.1:0", "--json", "--congestion", algo])
+        .arg("--upstream")
+        .arg(up.local_addr().unwrap().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut guard = ChildGuard::spawn(&mut cmd, "tcp_proxy");
+    let out = guard.stdout_lines();
+    let listening = out
+        .wait_for_json(WAIT, |v| v["event"] == "listening")
+        .expect("a listening event");
+    assert_eq!(listening["congestion"], algo, "{listening}");
+    let addr = listening["addr"].as_str().unwrap().to_string();
+    let proxy_port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+
+    use std::io::{Read, Write};
+    let mut client = std::net::TcpStream::connect(&addr).unwrap();
+    client.write_all(b"x").unwrap();
+    up.set_nonblocking(false).unwrap();
+    let (mut upstream, _) = up.accept().unwrap();
+    upstream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    // A relayed byte: both legs exist and the relay has started, which is
+    // after the proxy set the algorithm.
+    upstream.read_exact(&mut byte).unwrap();
+
+    // One line per socket: its algorithm is one of the words of `ss -i`.
+    let algo_of = |filter: &str| -> Vec<String> {
+        let text = common::run_ok(
+            Command::new("ss").args(["-tinOH", "state", "established", filter]),
+            WAIT,
+        );
+        text.lines()
+            .map(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                ["reno", "cubic", "bbr", "dctcp", "vegas", "westwood", "htcp"]
+                    .into_iter()
+                    .find(|a| words.contains(a))
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect()
+    };
+    // The proxy's client leg (local port = the proxy's) and its upstream
+    // leg (remote port = the upstream's, seen from the proxy).
+    assert_eq!(algo_of(&format!("( sport = :{proxy_port} )")), [algo]);
+    assert_eq!(algo_of(&format!("( dport = :{up_port} )")), [algo]);
+    // The test's own ends: untouched.
+    assert_eq!(
+        algo_of(&format!("( dport = :{proxy_port} )")),
+        std::slice::from_ref(&default)
+    );
+    assert_eq!(algo_of(&format!("( sport = :{up_port} )")), [default]);
+    drop((client, upstream));
+    let status = guard.terminate(WAIT);
+    assert!(status.success(), "{status}");
 }
 
 fn bench_rows(args: &[&str]) -> Vec<Value> {

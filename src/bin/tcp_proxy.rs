@@ -32,6 +32,7 @@ fn signals() -> Result<Shutdown> {
 fn run_proxy(args: Vec<OsString>) -> Result<()> {
     let args: ProxyArgs = parse_args(args)?;
     let cfg = ProxyConfig::from_args(args)?;
+    proxy::check_congestion(&cfg)?;
     let shutdown = signals()?;
     let listener = proxy::bind(cfg.listen)?;
     proxy::run(listener, &cfg, &shutdown, EventLog { json: cfg.json })?;

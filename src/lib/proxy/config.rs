@@ -118,6 +118,13 @@ pub struct ProxyArgs {
     /// reproducing seed 004's 20-40 ms stalls; see docs/proxy.md.
     #[arg(long)]
     pub no_nodelay: bool,
+    /// TCP congestion control for both legs of every connection (e.g. cubic,
+    /// bbr, reno; TCP_CONGESTION) [default: the system's,
+    /// net.ipv4.tcp_congestion_control]. BBR paces with a timer when the
+    /// device has no fq qdisc (loopback); see docs/proxy.md for what that
+    /// costs a proxy on a VM.
+    #[arg(long, value_name = "ALGO")]
+    pub congestion: Option<String>,
     /// Most connections open at once; a connection beyond it is accepted and
     /// closed at once, with a log line [default: 4096].
     #[arg(long, value_name = "N")]
@@ -183,6 +190,7 @@ pub struct ProxyFile {
     pub buffer_size: Option<FileSize>,
     pub threads: Option<usize>,
     pub nodelay: Option<bool>,
+    pub congestion: Option<String>,
     pub max_conns: Option<usize>,
     pub connect_timeout: Option<FileDuration>,
     pub idle_timeout: Option<FileDuration>,
@@ -199,6 +207,8 @@ pub struct ProxyConfig {
     pub buffer_size: usize,
     pub threads: usize,
     pub nodelay: bool,
+    /// TCP_CONGESTION for both legs; None keeps the system default.
+    pub congestion: Option<String>,
     pub max_conns: usize,
     pub connect_timeout: Duration,
     pub idle_timeout: Option<Duration>,
@@ -228,6 +238,7 @@ impl ProxyConfig {
             buffer_size: DEFAULT_BUFFER_SIZE,
             threads: default_threads(),
             nodelay: true,
+            congestion: None,
             max_conns: DEFAULT_MAX_CONNS,
             connect_timeout: Duration::from_secs(5),
             idle_timeout: None,
@@ -307,6 +318,9 @@ impl ProxyConfig {
         } else {
             file.nodelay.unwrap_or(true)
         };
+        if let Some(name) = args.congestion.or(file.congestion) {
+            cfg.congestion = Some(congestion_name(&name)?);
+        }
         if let Some(n) = args.max_conns.or(file.max_conns) {
             if n == 0 {
                 return Err(Error::usage("--max-conns must be at least 1"));
@@ -343,6 +357,28 @@ impl ProxyConfig {
     }
 }
 
+/// Longest algorithm name the kernel accepts (TCP_CA_NAME_MAX is 16 with
+/// the terminating NUL).
+const CONGESTION_NAME_MAX: usize = 15;
+
+/// Checks the shape of a congestion control name; whether the kernel has
+/// it is checked at start-up ([`super::check_congestion`]).
+fn congestion_name(name: &str) -> Result<String> {
+    let ok = !name.is_empty()
+        && name.len() <= CONGESTION_NAME_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(Error::usage(format!(
+            "--congestion '{name}': expected an algorithm name such as cubic, bbr or reno \
+             (at most {CONGESTION_NAME_MAX} letters, digits, '_' or '-')"
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,6 +396,7 @@ mod tests {
         assert!(cfg.nodelay);
         assert_eq!(cfg.buffer_size, DEFAULT_BUFFER_SIZE);
         assert_eq!(cfg.idle_timeout, None);
+        assert_eq!(cfg.congestion, None);
         let cfg = proxy(&[
             "--listen",
             "127.0.0.1:0",
@@ -374,8 +411,11 @@ mod tests {
             "--no-nodelay",
             "--idle-timeout",
             "0",
+            "--congestion",
+            "cubic",
         ])
         .unwrap();
+        assert_eq!(cfg.congestion.as_deref(), Some("cubic"));
         assert_eq!(cfg.mode, Mode::TokioCopy);
         assert_eq!(cfg.buffer_size, 2048);
         assert_eq!(cfg.threads, 1);
@@ -394,6 +434,9 @@ mod tests {
             &["--max-conns", "0"],
             &["--idle-timeout", "1ms"],
             &["--connect-timeout", "soon"],
+            &["--congestion", ""],
+            &["--congestion", "cubic;rm"],
+            &["--congestion", "averyveryverylongname"],
         ] {
             let mut args = base.to_vec();
             args.extend_from_slice(extra);
@@ -410,9 +453,10 @@ mod tests {
     #[test]
     fn file_keys() {
         let f: ProxyFile = parse_toml(
-            "listen = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:9\"\nmode = \"copy-bidirectional\"\nbuffer_size = \"8KiB\"\nnodelay = false\nidle_timeout = \"30s\"\n",
+            "listen = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:9\"\nmode = \"copy-bidirectional\"\nbuffer_size = \"8KiB\"\nnodelay = false\nidle_timeout = \"30s\"\ncongestion = \"reno\"\n",
         )
         .unwrap();
+        assert_eq!(f.congestion.as_deref(), Some("reno"));
         assert_eq!(f.mode, Some(Mode::CopyBidirectional));
         let err = parse_toml::<ProxyFile>("bufer_size = 3\n").unwrap_err();
         assert!(err.contains("bufer_size"), "{err}");

@@ -72,6 +72,10 @@ impl EventLog {
 
     /// The first line on stdout, in both formats.
     pub fn listening(&self, addr: SocketAddr, cfg: &ProxyConfig) {
+        let congestion = cfg
+            .congestion
+            .clone()
+            .or_else(crate::sys::default_tcp_congestion);
         if self.json {
             self.out(json!({
                 "event": "listening",
@@ -81,18 +85,25 @@ impl EventLog {
                 "buffer_size": cfg.buffer_size,
                 "threads": cfg.threads,
                 "nodelay": cfg.nodelay,
+                "congestion": congestion.as_deref(),
+                "congestion_is_system_default": cfg.congestion.is_none(),
                 "max_conns": cfg.max_conns,
             }));
         } else {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(
                 out,
-                "tcp_proxy listening on {addr}, upstream {}, mode {}, buffer {} B, threads {}, TCP_NODELAY {}",
+                "tcp_proxy listening on {addr}, upstream {}, mode {}, buffer {} B, threads {}, TCP_NODELAY {}, congestion {}",
                 cfg.upstream,
                 cfg.mode.name(),
                 cfg.buffer_size,
                 cfg.threads,
-                if cfg.nodelay { "on" } else { "OFF" }
+                if cfg.nodelay { "on" } else { "OFF" },
+                match (&cfg.congestion, &congestion) {
+                    (Some(name), _) => name.clone(),
+                    (None, Some(name)) => format!("{name} (system default)"),
+                    (None, None) => "system default".to_string(),
+                }
             );
             let _ = out.flush();
         }

@@ -102,6 +102,24 @@ pub fn set_dont_fragment(_socket: &Socket, _ipv6: bool) -> io::Result<()> {
     ))
 }
 
+/// TCP_CONGESTION is set on Linux only here; say so.
+pub fn set_tcp_congestion(_socket: &Socket, _name: &str) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "choosing the congestion control per socket (TCP_CONGESTION) is implemented for Linux only",
+    ))
+}
+
+/// Unknown here.
+pub fn default_tcp_congestion() -> Option<String> {
+    None
+}
+
+/// Unknown here.
+pub fn available_tcp_congestion() -> Option<String> {
+    None
+}
+
 /// Not offered here: datagrams are timed when read.
 pub fn enable_rx_timestamps(_socket: &Socket) -> io::Result<()> {
     Err(io::Error::new(

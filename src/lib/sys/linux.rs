@@ -291,6 +291,28 @@ pub fn force_send_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
     setsockopt_int(socket, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, value)
 }
 
+/// TCP_CONGESTION (tcp(7)): the congestion control algorithm of one TCP
+/// socket, by name ("cubic", "bbr", "reno", ...). ENOENT: the kernel has no
+/// such algorithm; EPERM: it is not in net.ipv4.tcp_allowed_congestion_control
+/// and the caller lacks CAP_NET_ADMIN.
+pub fn set_tcp_congestion(socket: &Socket, name: &str) -> io::Result<()> {
+    socket.set_tcp_congestion(name.as_bytes())
+}
+
+/// The algorithm new TCP sockets get (net.ipv4.tcp_congestion_control).
+pub fn default_tcp_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The algorithms this kernel can give a socket, as the sysctl lists them.
+pub fn available_tcp_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 /// Sends many datagrams per sendmmsg call. Reused across calls so that
 /// the hot path does not allocate.
 pub struct SendBatch {

@@ -20,14 +20,15 @@ mod imp;
 #[cfg(target_os = "linux")]
 pub mod splice;
 
+pub use imp::{
+    available_tcp_congestion, default_tcp_congestion, enable_kernel_drop_counter,
+    enable_rx_timestamps, enable_send_errors, force_recv_buffer, set_dont_fragment,
+    set_tcp_congestion, RecvBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
+};
 #[cfg(target_os = "linux")]
 pub use imp::{
     enable_gro, force_send_buffer, poll_readable, select_readable, set_gso_segment, Epoll,
     SendBatch,
-};
-pub use imp::{
-    enable_kernel_drop_counter, enable_rx_timestamps, enable_send_errors, force_recv_buffer,
-    set_dont_fragment, RecvBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
 };
 #[cfg(target_os = "linux")]
 pub use imp::{parse_control, ControlInfo};
