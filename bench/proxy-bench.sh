@@ -2,7 +2,11 @@
 # tcp_proxy against its targets (issue 4), in one run on this machine:
 #   (a) iperf3 TCP throughput: direct, through every mode, through seed
 #       004's Go io.Copy proxy (bench/peers/goproxy) and HAProxy (mode tcp);
-#       ratios best-mode/Go and best-mode/HAProxy;
+#       ratios best-mode/Go and best-mode/HAProxy, all on the host's TCP
+#       settings, plus one row of tcp_proxy --congestion cubic;
+#   (a') the same comparison (fewer modes) in a private network namespace
+#       where every sender, iperf3 included, uses cubic: no path pays for
+#       BBR's pacing timer (docs/proxy.md); the host is not touched;
 #   (b) the latency matrix: `tcp_proxy bench` (with the Go proxy, HAProxy
 #       and socat as outside peers), plus the --no-nodelay reproduction of
 #       seed 004's stall;
@@ -11,8 +15,8 @@
 #       open-fd count back to its baseline after they close.
 #
 # Usage: bench/proxy-bench.sh            (as root: installs what it needs)
-# Knobs: IPERF_SECONDS=3 IPERF_ROUNDS=3 LAT_DURATION=1s XFER_BYTES=1073741824 CONNS=1000
-#        SKIP="a b c d" (parts to skip) MODES="tokio ... splice"
+# Knobs: IPERF_SECONDS=3 IPERF_ROUNDS=5 LAT_DURATION=1s XFER_BYTES=1073741824 CONNS=1000
+#        SKIP="a a2 b c d" (parts to skip) MODES="tokio ... splice"
 # Loopback only; every server is on an ephemeral port and every process is
 # reaped on exit.
 set -euo pipefail
@@ -20,7 +24,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 IPERF_SECONDS=${IPERF_SECONDS:-3}
-IPERF_ROUNDS=${IPERF_ROUNDS:-3}
+IPERF_ROUNDS=${IPERF_ROUNDS:-5}
 LAT_DURATION=${LAT_DURATION:-1s}
 XFER_BYTES=${XFER_BYTES:-1073741824}
 CONNS=${CONNS:-1000}
@@ -40,7 +44,7 @@ trap cleanup EXIT
 
 skip() { [[ " $SKIP " == *" $1 "* ]]; }
 
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if [ -z "${THROUGHPUT_ONLY:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     missing=()
     command -v iperf3 >/dev/null || missing+=(iperf3)
@@ -54,17 +58,20 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     fi
 fi
 
-echo "== machine"
-echo "kernel: $(uname -r); cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "rustc: $(rustc --version 2>/dev/null || echo '?'); go: $(go version 2>/dev/null || echo none)"
-echo "haproxy: $(haproxy -v 2>/dev/null | sed -n 1p); iperf3: $(iperf3 --version 2>/dev/null | sed -n 1p)"
-echo "date: $(date -u +%FT%TZ); commit: $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+if [ -z "${THROUGHPUT_ONLY:-}" ]; then
+    echo "== machine"
+    echo "kernel: $(uname -r); cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+    echo "rustc: $(rustc --version 2>/dev/null || echo '?'); go: $(go version 2>/dev/null || echo none)"
+    echo "haproxy: $(haproxy -v 2>/dev/null | sed -n 1p); iperf3: $(iperf3 --version 2>/dev/null | sed -n 1p)"
+    echo "date: $(date -u +%FT%TZ); commit: $(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+    echo "tcp congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo ?); qdisc on lo: $(tc qdisc show dev lo 2>/dev/null | awk '{print $2}' | head -1)"
+fi
 
 cargo build --release --quiet --bin tcp_proxy
 BIN=$ROOT/target/release/tcp_proxy
 
-GO_PROXY=""
-if command -v go >/dev/null; then
+GO_PROXY=${GO_PROXY_BIN:-}
+if [ -z "$GO_PROXY" ] && command -v go >/dev/null; then
     # The standard library only: no module downloads, ever.
     (cd bench/peers/goproxy && GOPROXY=off GOTOOLCHAIN=local \
         GOCACHE="$TMP/gocache" go build -o "$TMP/goproxy" .)
@@ -153,47 +160,46 @@ stop() {
 }
 
 # ------------------------------------------------------------ (a) throughput
-if ! skip a; then
+# throughput_table TITLE TARGET...: one iperf3 server, every target in turn
+# for $IPERF_ROUNDS interleaved rounds; prints medians and the ratios of
+# the best default-settings tcp_proxy row to the Go proxy and to HAProxy.
+# A target is "label|kind|mode|buffer|extra proxy flags".
+throughput_table() {
+    local title=$1
+    shift
+    local targets=("$@")
     echo
-    echo "== (a) iperf3 TCP throughput, one stream, ${IPERF_SECONDS}s per run, $IPERF_ROUNDS rounds (targets interleaved; median shown)"
-    IPORT=$(free_port)
-    iperf3 -s -p "$IPORT" >/dev/null 2>&1 &
-    IPID=$!
-    PIDS+=("$IPID")
-    wait_port "$IPORT"
-    UP=127.0.0.1:$IPORT
-    # Targets as "label|kind|mode|buffer".
-    targets=("direct|direct||")
-    for mode in $MODES; do
-        case $mode in
-            tokio | std | splice) for buf in 64KiB 1MiB; do targets+=("tcp_proxy $mode ($buf)|proxy|$mode|$buf"); done ;;
-            *) targets+=("tcp_proxy $mode|proxy|$mode|") ;;
-        esac
-    done
-    [ -n "$GO_PROXY" ] && targets+=("Go io.Copy proxy|go||")
-    command -v haproxy >/dev/null && targets+=("HAProxy (mode tcp)|haproxy||")
-    declare -A RUNS
-    iperf_gbps() {
-        local host=${1%:*} port=${1##*:}
-        iperf3 -c "$host" -p "$port" -t "$IPERF_SECONDS" -J |
-            python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))'
-    }
-    for round in $(seq "$IPERF_ROUNDS"); do
+    echo "== $title"
+    echo "   iperf3 TCP, one stream, ${IPERF_SECONDS}s per run, $IPERF_ROUNDS rounds interleaved (median shown);"
+    echo "   congestion control of new sockets here: $(cat /proc/sys/net/ipv4/tcp_congestion_control)"
+    local iport
+    iport=$(free_port)
+    iperf3 -s -p "$iport" >/dev/null 2>&1 &
+    local ipid=$!
+    PIDS+=("$ipid")
+    wait_port "$iport"
+    local up=127.0.0.1:$iport
+    declare -A runs
+    local t label kind mode buf extra
+    for _ in $(seq "$IPERF_ROUNDS"); do
         for t in "${targets[@]}"; do
-            IFS='|' read -r label kind mode buf <<<"$t"
+            IFS='|' read -r label kind mode buf extra <<<"$t"
             case $kind in
-                direct) PROXY_ADDR=$UP PROXY_PID="" ;;
-                proxy) start_proxy "$UP" "$mode" ${buf:+--buffer-size "$buf"} ;;
-                go) start_go "$UP" ;;
-                haproxy) start_haproxy "$UP" ;;
+                direct) PROXY_ADDR=$up PROXY_PID="" ;;
+                proxy)
+                    # shellcheck disable=SC2086 # extra is a list of flags
+                    start_proxy "$up" "$mode" ${buf:+--buffer-size "$buf"} $extra
+                    ;;
+                go) start_go "$up" ;;
+                haproxy) start_haproxy "$up" ;;
             esac
-            RUNS[$label]="${RUNS[$label]:-} $(iperf_gbps "$PROXY_ADDR")"
+            runs[$label]="${runs[$label]:-} $(iperf_gbps "$PROXY_ADDR")"
             [ -n "$PROXY_PID" ] && stop "$PROXY_PID"
         done
     done
-    summary=$(for t in "${targets[@]}"; do
+    for t in "${targets[@]}"; do
         label=${t%%|*}
-        echo "$label|${RUNS[$label]}"
+        echo "$label|${runs[$label]}"
     done | python3 -c '
 import statistics, sys
 rows = []
@@ -202,17 +208,86 @@ for line in sys.stdin:
     vals = [float(v) for v in runs.split()]
     rows.append((label, statistics.median(vals), vals))
 for label, med, vals in rows:
-    print("%-34s %6.2f Gbit/s   runs: %s" % (label, med, " ".join("%.2f" % v for v in vals)))
-ours = [r for r in rows if r[0].startswith("tcp_proxy")]
+    print("%-46s %6.2f Gbit/s   runs: %s" % (label, med, " ".join("%.2f" % v for v in vals)))
+# The headline compares like with like: rows with default settings only.
+ours = [r for r in rows if r[0].startswith("tcp_proxy") and "--" not in r[0]]
 best = max(ours, key=lambda r: r[1])
-print("best mode: %s at %.2f Gbit/s (median)" % (best[0], best[1]))
-for peer in ("Go io.Copy proxy", "HAProxy (mode tcp)"):
+print("best mode (default settings): %s at %.2f Gbit/s (median)" % (best[0], best[1]))
+peers = ("Go io.Copy proxy", "HAProxy (mode tcp)")
+for peer in peers:
     for label, med, _ in rows:
         if label == peer and med > 0:
             print("best mode / %s: %.2fx" % (peer, best[1] / med))
-')
-    echo "$summary"
-    stop "$IPID"
+for label, med, _ in rows:
+    if label.startswith("tcp_proxy") and "--" in label:
+        for peer in peers:
+            for plabel, pmed, _ in rows:
+                if plabel == peer and pmed > 0:
+                    print("%s / %s: %.2fx" % (label, peer, med / pmed))
+'
+    stop "$ipid"
+}
+
+iperf_gbps() {
+    local host=${1%:*} port=${1##*:}
+    iperf3 -c "$host" -p "$port" -t "$IPERF_SECONDS" -J |
+        python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))'
+}
+
+# The peers present on this machine, as targets.
+peer_targets() {
+    [ -n "$GO_PROXY" ] && echo "Go io.Copy proxy|go|||"
+    command -v haproxy >/dev/null && echo "HAProxy (mode tcp)|haproxy|||"
+    true
+}
+
+if [ -n "${THROUGHPUT_ONLY:-}" ]; then
+    # The re-invocation of (a') inside its namespace: every process here,
+    # iperf3 at both ends, the proxies and the peers, sends with cubic.
+    ip link set lo up
+    sysctl -qw net.ipv4.tcp_congestion_control="$THROUGHPUT_ONLY"
+    targets=("direct|direct|||")
+    for mb in "splice|1MiB" "std|1MiB" "tokio|1MiB"; do
+        targets+=("tcp_proxy ${mb%|*} (${mb#*|})|proxy|${mb%|*}|${mb#*|}|")
+    done
+    mapfile -t -O ${#targets[@]} targets < <(peer_targets)
+    throughput_table "(a') the same, inside a private network namespace where every sender uses $THROUGHPUT_ONLY" "${targets[@]}"
+    exit 0
+fi
+
+if ! skip a; then
+    targets=("direct|direct|||")
+    for mode in $MODES; do
+        case $mode in
+            tokio | std | splice) for buf in 64KiB 1MiB; do targets+=("tcp_proxy $mode ($buf)|proxy|$mode|$buf|"); done ;;
+            *) targets+=("tcp_proxy $mode|proxy|$mode||") ;;
+        esac
+    done
+    # One row with the proxy's own legs on cubic (--congestion): with BBR
+    # as the host default, BBR's timer pacing (no fq qdisc on loopback) is
+    # the proxy's largest cost on a VM; see docs/proxy.md.
+    if [[ " $MODES " == *" splice "* ]] && grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null; then
+        targets+=("tcp_proxy splice (1MiB) --congestion cubic|proxy|splice|1MiB|--congestion cubic")
+    fi
+    mapfile -t -O ${#targets[@]} targets < <(peer_targets)
+    throughput_table "(a) throughput through each proxy, host settings" "${targets[@]}"
+fi
+
+# (a') The comparison again with every sender on cubic, so that no path pays
+# for BBR's pacing timer: in a private network namespace, whose
+# net.ipv4.tcp_congestion_control is its own (the host's is not touched).
+if ! skip a2; then
+    if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null; then
+        NS=proxybench$$
+        ip netns add "$NS"
+        trap 'ip netns del "$NS" 2>/dev/null || true; cleanup' EXIT
+        ip netns exec "$NS" env THROUGHPUT_ONLY=cubic GO_PROXY_BIN="$GO_PROXY" \
+            IPERF_SECONDS="$IPERF_SECONDS" IPERF_ROUNDS="$IPERF_ROUNDS" bash "$ROOT/bench/proxy-bench.sh"
+        ip netns del "$NS"
+    else
+        echo
+        echo "== (a') SKIPPED: needs root, ip(8) and the cubic module for a private network namespace"
+    fi
 fi
 
 # ------------------------------------------------------------ (b) latency
