@@ -87,10 +87,12 @@ pub fn check_congestion(cfg: &ProxyConfig) -> Result<()> {
     .map_err(|e| Error::runtime(format!("cannot create a TCP socket: {e}")))?;
     crate::sys::set_tcp_congestion(&probe, name).map_err(|e| {
         let available = crate::sys::available_tcp_congestion()
-            .map(|list| format!(" (this kernel offers: {list})"))
+            .map(|list| format!(" (loaded now: {list})"))
             .unwrap_or_default();
         let why = match e.raw_os_error() {
-            Some(libc::ENOENT) => format!("this kernel has no such algorithm{available}"),
+            Some(libc::ENOENT) => format!(
+                "no such algorithm in this kernel{available}; the kernel tries to load a module tcp_{name} only for a caller with CAP_NET_ADMIN"
+            ),
             Some(libc::EPERM) => format!(
                 "not in net.ipv4.tcp_allowed_congestion_control and this process lacks CAP_NET_ADMIN{available}"
             ),
