@@ -67,8 +67,13 @@ if [ -z "${THROUGHPUT_ONLY:-}" ]; then
     echo "tcp congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo ?); qdisc on lo: $(tc qdisc show dev lo 2>/dev/null | awk '{print $2}' | head -1)"
 fi
 
-cargo build --release --quiet --bin tcp_proxy
-BIN=$ROOT/target/release/tcp_proxy
+# The (a') re-invocation is handed the binary the outer run built, so both
+# parts measure the same one and nothing is built inside the namespace.
+BIN=${PROXY_BIN:-}
+if [ -z "$BIN" ]; then
+    cargo build --release --quiet --bin tcp_proxy
+    BIN=$ROOT/target/release/tcp_proxy
+fi
 
 GO_PROXY=${GO_PROXY_BIN:-}
 if [ -z "$GO_PROXY" ] && command -v go >/dev/null; then
@@ -244,11 +249,16 @@ peer_targets() {
 if [ -n "${THROUGHPUT_ONLY:-}" ]; then
     # The re-invocation of (a') inside its namespace: every process here,
     # iperf3 at both ends, the proxies and the peers, sends with cubic.
+    # Never on the host's own network namespace: that sysctl is not ours.
+    if [ -z "${BENCH_NETNS:-}" ] || [ "$(ip netns identify $$ 2>/dev/null)" != "$BENCH_NETNS" ]; then
+        echo "THROUGHPUT_ONLY is for the private namespace of (a'); refusing to change the host's congestion control" >&2
+        exit 2
+    fi
     ip link set lo up
     sysctl -qw net.ipv4.tcp_congestion_control="$THROUGHPUT_ONLY"
     targets=("direct|direct|||")
-    for mb in "splice|1MiB" "std|1MiB" "tokio|1MiB"; do
-        targets+=("tcp_proxy ${mb%|*} (${mb#*|})|proxy|${mb%|*}|${mb#*|}|")
+    for mode in splice std tokio; do
+        [[ " $MODES " == *" $mode "* ]] && targets+=("tcp_proxy $mode (1MiB)|proxy|$mode|1MiB|")
     done
     mapfile -t -O ${#targets[@]} targets < <(peer_targets)
     throughput_table "(a') the same, inside a private network namespace where every sender uses $THROUGHPUT_ONLY" "${targets[@]}"
@@ -280,9 +290,16 @@ if ! skip a2; then
     if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null; then
         NS=proxybench$$
         ip netns add "$NS"
-        trap 'ip netns del "$NS" 2>/dev/null || true; cleanup' EXIT
-        ip netns exec "$NS" env THROUGHPUT_ONLY=cubic GO_PROXY_BIN="$GO_PROXY" \
-            IPERF_SECONDS="$IPERF_SECONDS" IPERF_ROUNDS="$IPERF_ROUNDS" bash "$ROOT/bench/proxy-bench.sh"
+        # Deleting a namespace only drops its name: its processes must be
+        # gone first, so the inner run is reaped by cleanup like the rest.
+        trap 'cleanup; ip netns del "$NS" 2>/dev/null || true' EXIT
+        ip netns exec "$NS" env THROUGHPUT_ONLY=cubic BENCH_NETNS="$NS" GO_PROXY_BIN="$GO_PROXY" PROXY_BIN="$BIN" \
+            MODES="$MODES" IPERF_SECONDS="$IPERF_SECONDS" IPERF_ROUNDS="$IPERF_ROUNDS" \
+            bash "$ROOT/bench/proxy-bench.sh" &
+        INNER=$!
+        PIDS+=("$INNER")
+        # A failure here is reported; (b), (c) and (d) still run.
+        wait "$INNER" || echo "== (a') FAILED (exit $?); see the lines above"
         ip netns del "$NS"
     else
         echo
