@@ -132,7 +132,10 @@ fn docs_example_config_is_valid() {
     let args: ProxyArgs = parse_args(argv).unwrap();
     let cfg = ProxyConfig::from_args(args).unwrap();
     assert!(cfg.nodelay);
-    assert_eq!(cfg.congestion.as_deref(), Some("cubic"));
+    assert_eq!(
+        cfg.congestion.map(|c| c.to_string()).as_deref(),
+        Some("cubic")
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -164,25 +167,7 @@ fn text_output_and_clean_exit() {
 /// sockets keep the system default.
 #[test]
 fn congestion_is_set_on_both_legs() {
-    let sysctl = |name: &str| {
-        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
-            .unwrap_or_else(|e| panic!("cannot run: /proc/sys/net/ipv4/{name}: {e}"))
-    };
-    let default = sysctl("tcp_congestion_control").trim().to_string();
-    let available = sysctl("tcp_available_congestion_control");
-    // Without CAP_NET_ADMIN only the allowed list may be chosen.
-    // SAFETY: geteuid(2) takes nothing, cannot fail and touches no memory.
-    let root = unsafe { libc::geteuid() } == 0;
-    let allowed = if root {
-        available.clone()
-    } else {
-        sysctl("tcp_allowed_congestion_control")
-    };
-    // reno is built into every kernel; cubic when reno is the default.
-    let algo = ["reno", "cubic"]
-        .into_iter()
-        .find(|a| *a != default && allowed.split_whitespace().any(|x| x == *a))
-        .unwrap_or_else(|| panic!("cannot run: no algorithm other than {default} in {allowed}"));
+    let (default, algo) = common::congestion_other_than_default();
 
     let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let up_port = up.local_addr().unwrap().port();
@@ -214,23 +199,7 @@ fn congestion_is_set_on_both_legs() {
     // after the proxy set the algorithm.
     upstream.read_exact(&mut byte).unwrap();
 
-    // One line per socket: its algorithm is one of the words of `ss -i`.
-    let algo_of = |filter: &str| -> Vec<String> {
-        let text = common::run_ok(
-            Command::new("ss").args(["-tinOH", "state", "established", filter]),
-            WAIT,
-        );
-        text.lines()
-            .map(|line| {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                [algo, default.as_str()]
-                    .into_iter()
-                    .find(|a| words.contains(a))
-                    .unwrap_or("?")
-                    .to_string()
-            })
-            .collect()
-    };
+    let algo_of = |filter: &str| common::congestion_of_sockets(&[filter], "", &[algo, &default]);
     // The proxy's client leg (local port = the proxy's) and its upstream
     // leg (remote port = the upstream's, seen from the proxy).
     assert_eq!(algo_of(&format!("( sport = :{proxy_port} )")), [algo]);

@@ -32,7 +32,9 @@ fn signals() -> Result<Shutdown> {
 fn run_proxy(args: Vec<OsString>) -> Result<()> {
     let args: ProxyArgs = parse_args(args)?;
     let cfg = ProxyConfig::from_args(args)?;
-    proxy::check_congestion(&cfg)?;
+    if let Some(algo) = cfg.congestion {
+        algo.check_available()?;
+    }
     let shutdown = signals()?;
     let listener = proxy::bind(cfg.listen)?;
     proxy::run(listener, &cfg, &shutdown, EventLog { json: cfg.json })?;

@@ -8,6 +8,7 @@
 //! # Layout
 //! - [`units`]: sizes, rates and durations as people write them (`64K`, `500Mbit`).
 //! - [`config`]: flags and TOML files merged into one validated config per role.
+//! - [`congestion`]: `--congestion ALGO`, TCP_CONGESTION for tcp_proxy and sockbench tcp.
 //! - [`wire`]: the datagram header and end-of-test messages; pure encode/decode.
 //! - [`stats`]: pure statistics: duplicates, reordering, loss, jitter, wire size.
 //! - [`sys`]: the only `unsafe` code: recvmmsg, SO_RXQ_OVFL, IP_RECVERR, ...
@@ -28,6 +29,7 @@
 pub mod bench;
 pub mod client;
 pub mod config;
+pub mod congestion;
 pub mod error;
 pub mod progress;
 pub mod proxy;

@@ -319,3 +319,51 @@ fn read_all(mut pipe: impl Read + Send + 'static) -> Receiver<Vec<u8>> {
     });
     rx
 }
+
+/// The system's default TCP congestion control, and another algorithm this
+/// process may choose (reno is built into every kernel; cubic when reno is
+/// the default). Panics with "cannot run" where there is none.
+pub fn congestion_other_than_default() -> (String, &'static str) {
+    let sysctl = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+            .unwrap_or_else(|e| panic!("cannot run: /proc/sys/net/ipv4/{name}: {e}"))
+    };
+    let default = sysctl("tcp_congestion_control").trim().to_string();
+    // Without CAP_NET_ADMIN only the allowed list may be chosen.
+    // SAFETY: geteuid(2) takes nothing, cannot fail and touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    let choosable = sysctl(if root {
+        "tcp_available_congestion_control"
+    } else {
+        "tcp_allowed_congestion_control"
+    });
+    let algo = ["reno", "cubic"]
+        .into_iter()
+        .find(|a| *a != default && choosable.split_whitespace().any(|x| x == *a))
+        .unwrap_or_else(|| panic!("cannot run: no algorithm other than {default} in {choosable}"));
+    (default, algo)
+}
+
+/// The congestion control of each established TCP socket that `ss`
+/// selects with `filter` and whose line contains `owner` (e.g. "pid=42,";
+/// `ss -p` names the owning process), one entry per socket, as the kernel
+/// reports it through sock_diag: the first of `names` among the words of
+/// its `ss -i` line, or "?" for none.
+pub fn congestion_of_sockets(filter: &[&str], owner: &str, names: &[&str]) -> Vec<String> {
+    let text = run_ok(
+        Command::new("ss")
+            .args(["-tinpOH", "state", "established"])
+            .args(filter),
+        Duration::from_secs(30),
+    );
+    text.lines()
+        .filter(|line| line.contains(owner))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            names
+                .iter()
+                .find(|a| words.contains(a))
+                .map_or("?".to_string(), |a| a.to_string())
+        })
+        .collect()
+}

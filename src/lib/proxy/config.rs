@@ -4,6 +4,7 @@
 //! default never silently wins over the file).
 
 use crate::config::parse_toml;
+use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use crate::units;
 use clap::Parser;
@@ -123,8 +124,8 @@ pub struct ProxyArgs {
     /// net.ipv4.tcp_congestion_control]. BBR paces with a timer when the
     /// device has no fq qdisc (loopback); see docs/proxy.md for what that
     /// costs a proxy on a VM.
-    #[arg(long, value_name = "ALGO")]
-    pub congestion: Option<String>,
+    #[arg(long, value_name = "ALGO", value_parser = crate::congestion::congestion_arg)]
+    pub congestion: Option<Congestion>,
     /// Most connections open at once; a connection beyond it is accepted and
     /// closed at once, with a log line [default: 4096].
     #[arg(long, value_name = "N")]
@@ -208,7 +209,7 @@ pub struct ProxyConfig {
     pub threads: usize,
     pub nodelay: bool,
     /// TCP_CONGESTION for both legs; None keeps the system default.
-    pub congestion: Option<String>,
+    pub congestion: Option<Congestion>,
     pub max_conns: usize,
     pub connect_timeout: Duration,
     pub idle_timeout: Option<Duration>,
@@ -318,9 +319,11 @@ impl ProxyConfig {
         } else {
             file.nodelay.unwrap_or(true)
         };
-        if let Some(name) = args.congestion.or(file.congestion) {
-            cfg.congestion = Some(congestion_name(&name)?);
-        }
+        cfg.congestion = match (args.congestion, file.congestion) {
+            (Some(c), _) => Some(c),
+            (None, Some(name)) => Some(Congestion::parse(&name)?),
+            (None, None) => None,
+        };
         if let Some(n) = args.max_conns.or(file.max_conns) {
             if n == 0 {
                 return Err(Error::usage("--max-conns must be at least 1"));
@@ -354,28 +357,6 @@ impl ProxyConfig {
         }
         cfg.json = args.json || file.json.unwrap_or(false);
         Ok(cfg)
-    }
-}
-
-/// Longest algorithm name the kernel accepts (TCP_CA_NAME_MAX is 16 with
-/// the terminating NUL).
-const CONGESTION_NAME_MAX: usize = 15;
-
-/// Checks the shape of a congestion control name; whether the kernel has
-/// it is checked at start-up ([`super::check_congestion`]).
-fn congestion_name(name: &str) -> Result<String> {
-    let ok = !name.is_empty()
-        && name.len() <= CONGESTION_NAME_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
-        Ok(name.to_string())
-    } else {
-        Err(Error::usage(format!(
-            "--congestion '{name}': expected an algorithm name such as cubic, bbr or reno \
-             (at most {CONGESTION_NAME_MAX} letters, digits, '_' or '-')"
-        )))
     }
 }
 
@@ -415,7 +396,10 @@ mod tests {
             "cubic",
         ])
         .unwrap();
-        assert_eq!(cfg.congestion.as_deref(), Some("cubic"));
+        assert_eq!(
+            cfg.congestion.map(|c| c.to_string()).as_deref(),
+            Some("cubic")
+        );
         assert_eq!(cfg.mode, Mode::TokioCopy);
         assert_eq!(cfg.buffer_size, 2048);
         assert_eq!(cfg.threads, 1);

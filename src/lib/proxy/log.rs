@@ -72,10 +72,7 @@ impl EventLog {
 
     /// The first line on stdout, in both formats.
     pub fn listening(&self, addr: SocketAddr, cfg: &ProxyConfig) {
-        let congestion = cfg
-            .congestion
-            .clone()
-            .or_else(crate::sys::default_tcp_congestion);
+        let congestion = crate::congestion::Congestion::effective(cfg.congestion);
         if self.json {
             self.out(json!({
                 "event": "listening",
@@ -100,7 +97,7 @@ impl EventLog {
                 cfg.threads,
                 if cfg.nodelay { "on" } else { "OFF" },
                 match (&cfg.congestion, &congestion) {
-                    (Some(name), _) => name.clone(),
+                    (Some(name), _) => name.to_string(),
                     (None, Some(name)) => format!("{name} (system default)"),
                     (None, None) => "system default".to_string(),
                 }

@@ -72,36 +72,6 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-/// Checks, before anything is bound, that the kernel will give a socket
-/// `--congestion`'s algorithm, so that a typo is a usage error at start
-/// and not a failure on every connection.
-pub fn check_congestion(cfg: &ProxyConfig) -> Result<()> {
-    let Some(name) = &cfg.congestion else {
-        return Ok(());
-    };
-    let probe = socket2::Socket::new(
-        socket2::Domain::for_address(cfg.listen),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )
-    .map_err(|e| Error::runtime(format!("cannot create a TCP socket: {e}")))?;
-    crate::sys::set_tcp_congestion(&probe, name).map_err(|e| {
-        let available = crate::sys::available_tcp_congestion()
-            .map(|list| format!(" (loaded now: {list})"))
-            .unwrap_or_default();
-        let why = match e.raw_os_error() {
-            Some(libc::ENOENT) => format!(
-                "no such algorithm in this kernel{available}; the kernel tries to load a module tcp_{name} only for a caller with CAP_NET_ADMIN"
-            ),
-            Some(libc::EPERM) => format!(
-                "not in net.ipv4.tcp_allowed_congestion_control and this process lacks CAP_NET_ADMIN{available}"
-            ),
-            _ => format!("{e}{available}"),
-        };
-        Error::usage(format!("--congestion {name}: {why}"))
-    })
-}
-
 /// Byte counters and the time of the last byte, shared by both directions
 /// of one connection (and read by its idle watchdog).
 #[derive(Debug)]
@@ -293,15 +263,15 @@ async fn connection(
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
     }
-    if let Some(name) = &cfg.congestion {
+    if let Some(algo) = cfg.congestion {
         // Checked at start-up; a failure now is worth a line, not a silent
         // connection on the system default.
         for leg in [
             socket2::SockRef::from(&client),
             socket2::SockRef::from(&upstream),
         ] {
-            if let Err(e) = crate::sys::set_tcp_congestion(&leg, name) {
-                let why = format!("cannot set --congestion {name}: {e}");
+            if let Err(e) = algo.apply(&leg) {
+                let why = format!("cannot set --congestion {algo}: {e}");
                 let meter = Meter::new();
                 drop(slot);
                 return ctx.finish(&meter, id, client_addr, End::Error(why));
