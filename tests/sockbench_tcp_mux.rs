@@ -2,6 +2,8 @@
 //! and duplex mode with exact byte counts, every receive method with exact
 //! datagram counts.
 
+mod common;
+
 use netspeed::bench::mux::{self, MuxCase};
 use netspeed::bench::tcp::{self, Duplex, Impl, TcpCase};
 use netspeed::bench::udp::Conn;
@@ -23,6 +25,7 @@ fn every_tcp_implementation_moves_exact_bytes() {
                     concurrency,
                     bytes: 100_003,
                     nodelay: false,
+                    congestion: None,
                 };
                 // run_cell checks every sample moved bytes × conns × dirs.
                 let times =
@@ -105,4 +108,53 @@ fn every_mux_method_counts_exactly() {
         assert_eq!(row.idle_sockets, 0, "{row:?}");
         assert!(row.wire_mbit_per_s > row.data_mbit_per_s);
     }
+}
+
+/// `sockbench tcp --congestion` reaches both ends of its connections, as
+/// the kernel reports them (`ss -tinp`) while a long transfer runs; the
+/// run is killed as soon as that is seen.
+#[test]
+fn tcp_congestion_reaches_the_sockets() {
+    let (default, algo) = common::congestion_other_than_default();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sockbench"));
+    cmd.args([
+        "tcp",
+        "--impl",
+        "std",
+        "--duplex",
+        "half",
+        "--chunk",
+        "65536",
+        "--concurrency",
+        "1",
+        "--bytes",
+        "20G",
+        "--samples",
+        "1",
+        "--quiet",
+        "--congestion",
+        algo,
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let guard = common::ChildGuard::spawn(&mut cmd, "sockbench");
+    let owner = format!("pid={},", guard.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < deadline {
+        seen = common::congestion_of_sockets(&[], &owner, &[algo, &default]);
+        if seen.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    guard.signal(libc::SIGKILL);
+    assert!(
+        seen.len() >= 2,
+        "never saw both ends of a connection: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|a| a == algo),
+        "{seen:?} (asked for {algo})"
+    );
 }

@@ -20,6 +20,7 @@ use super::output::{self, Format, Table};
 use super::plot::{self, Series};
 use super::stats::{summarize, OutlierEffect, Summary};
 use super::{Bar, OutputArgs};
+use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use serde::Serialize;
@@ -92,6 +93,12 @@ pub struct TcpArgs {
     /// then coalesced by Nagle's algorithm, as in the seed).
     #[arg(long)]
     pub nodelay: bool,
+    /// TCP congestion control for every socket of the run (TCP_CONGESTION),
+    /// e.g. cubic, bbr, reno [default: the system's]. With BBR and no fq
+    /// qdisc on loopback, the kernel's pacing timer, not the socket API,
+    /// can set the pace; see docs/sockbench.md.
+    #[arg(long, value_name = "ALGO", value_parser = crate::congestion::congestion_arg)]
+    pub congestion: Option<Congestion>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -105,6 +112,8 @@ pub struct TcpCase {
     pub concurrency: usize,
     pub bytes: u64,
     pub nodelay: bool,
+    /// TCP_CONGESTION for both ends; None keeps the system default.
+    pub congestion: Option<Congestion>,
 }
 
 impl TcpCase {
@@ -131,6 +140,9 @@ pub struct TcpRow {
     /// Bytes every sample moved (checked): bytes × connections × directions.
     pub bytes_per_sample: u64,
     pub nodelay: bool,
+    /// The congestion control the sockets used ("unknown" where the
+    /// platform cannot tell the system default).
+    pub congestion: String,
     pub samples: usize,
     pub mean_ms: f64,
     pub std_dev_ms: f64,
@@ -155,6 +167,7 @@ fn row(case: &TcpCase, s: &Summary) -> TcpRow {
         bytes_per_connection: case.bytes,
         bytes_per_sample: case.expected(),
         nodelay: case.nodelay,
+        congestion: Congestion::effective(case.congestion).unwrap_or_else(|| "unknown".into()),
         samples: s.samples,
         mean_ms: s.mean * 1e3,
         std_dev_ms: s.std_dev * 1e3,
@@ -204,6 +217,9 @@ fn read_all<R: Read>(r: &mut R, expect: u64, buf_size: usize) -> io::Result<u64>
 
 fn prepare(s: &TcpStream, case: &TcpCase) -> io::Result<()> {
     s.set_nodelay(case.nodelay)?;
+    if let Some(algo) = case.congestion {
+        algo.apply(&socket2::SockRef::from(s))?;
+    }
     s.set_read_timeout(Some(SAMPLE_TIMEOUT))?;
     s.set_write_timeout(Some(SAMPLE_TIMEOUT))
 }
@@ -356,6 +372,9 @@ mod tokioimpl {
         receives: bool,
     ) -> io::Result<u64> {
         stream.set_nodelay(case.nodelay)?;
+        if let Some(algo) = case.congestion {
+            algo.apply(&socket2::SockRef::from(&stream))?;
+        }
         let (mut r, mut w) = stream.into_split();
         let expect = if receives { case.bytes } else { 0 };
         let writing = async {
@@ -529,6 +548,7 @@ pub fn cases(a: &TcpArgs) -> Result<Vec<TcpCase>> {
                         concurrency,
                         bytes: a.bytes,
                         nodelay: a.nodelay,
+                        congestion: a.congestion,
                     });
                 }
             }
@@ -602,6 +622,9 @@ pub fn series(rows: &[TcpRow]) -> Vec<Series> {
 pub fn main(a: &TcpArgs, shutdown: &Shutdown) -> Result<()> {
     let format = Format::from_flags(a.out.json, a.out.csv)?;
     let cells = cases(a)?;
+    if let Some(algo) = a.congestion {
+        algo.check_available()?;
+    }
     let bar = Bar::new(cells.len(), a.out.quiet);
     let mut rows = Vec::new();
     let mut result = Ok(());
@@ -622,9 +645,25 @@ pub fn main(a: &TcpArgs, shutdown: &Shutdown) -> Result<()> {
     bar.finish();
     result?;
     let text = match format {
-        Format::Table => table(&rows).render(),
+        Format::Table => {
+            let algo = Congestion::effective(a.congestion).unwrap_or_else(|| "unknown".into());
+            let origin = if a.congestion.is_some() {
+                "--congestion"
+            } else {
+                "system default"
+            };
+            format!(
+                "TCP congestion control: {algo} ({origin})\n{}",
+                table(&rows).render()
+            )
+        }
         Format::Json => {
-            output::json("tcp", &serde_json::json!({ "samples": a.samples }), &rows)? + "\n"
+            let meta = serde_json::json!({
+                "samples": a.samples,
+                "congestion": Congestion::effective(a.congestion),
+                "congestion_is_system_default": a.congestion.is_none(),
+            });
+            output::json("tcp", &meta, &rows)? + "\n"
         }
         Format::Csv => output::csv(&rows)?,
     };
@@ -663,6 +702,7 @@ mod tests {
             concurrency: 5,
             bytes: 1000,
             nodelay: false,
+            congestion: None,
         };
         assert_eq!(c.expected(), 10_000);
         assert!(c.read_buf() >= c.chunk);
