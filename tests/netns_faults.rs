@@ -109,12 +109,13 @@ fn three_client_hosts_one_server_on_a_bridge() {
 // ---------------------------------------------------------------------------
 
 /// A table `inet NAME` dropping data datagrams to `port` that match `cond`.
-/// End messages (UDP length 8 + 96 = 104) are never dropped: an End retry
-/// would otherwise show in the counter without being a lost data datagram.
+/// Only 1000-byte data datagrams (UDP length 1008) are matched: a Hello or
+/// End retry would otherwise show in the counter without being a lost data
+/// datagram.
 fn loss_rules(name: &str, port: u16, cond: &str) -> String {
     format!(
         "table inet {name} {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
-         udp dport {port} udp length != 104 {cond} counter drop\n  }}\n}}\n"
+         udp dport {port} udp length 1008 {cond} counter drop\n  }}\n}}\n"
     )
 }
 
@@ -187,7 +188,7 @@ fn nft_duplicates_are_counted_not_received() {
         &cli,
         &format!(
             "table netdev dupl {{\n  chain egress {{\n    type filter hook egress device \"{cli_dev}\" priority 0;\n    \
-             udp dport {port} udp length != 104 numgen inc mod 10 0 counter dup to \"{cli_dev}\"\n  }}\n}}\n"
+             udp dport {port} udp length 1008 numgen inc mod 10 0 counter dup to \"{cli_dev}\"\n  }}\n}}\n"
         ),
     );
     let before = server_udp(&srv);
@@ -332,14 +333,17 @@ fn receive_buffer_overflow_equals_rcvbuf_errors() {
         &["--recv-buffer-size", "64K", "--no-gro"],
     );
     let port = port_of(&server.addr);
-    // Count the End messages that reach the server host: an End can be
-    // dropped by the full socket buffer too (and is then retried), which
-    // the socket's drop counter includes but which is not data.
+    // Count the control messages (Hello, End) that reach the server host:
+    // one can be dropped by the full socket buffer too (and is then
+    // retried), which the socket's drop counter includes but which is not
+    // data.
     nft_apply(
         &srv,
         &format!(
             "table inet ends {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
-             udp dport {port} udp length 104 counter\n  }}\n}}\n"
+             udp dport {port} udp length {{ {}, {} }} counter\n  }}\n}}\n",
+            8 + netspeed::wire::HELLO_LEN,
+            8 + netspeed::wire::END_LEN
         ),
     );
     let target = format!("10.61.6.1:{port}");
@@ -353,11 +357,13 @@ fn receive_buffer_overflow_equals_rcvbuf_errors() {
     let received = u(&done, "packets");
     let kdrops = u(&done, "kernel_drops");
     let rcvbuf = delta(&before, &after, "RcvbufErrors");
-    let answered = delta(&before, &after, "OutDatagrams");
-    let ends_dropped = ends_arrived - answered;
+    // InDatagrams counts what the server read: its data, and the control
+    // messages that made it into the socket.
+    let read = delta(&before, &after, "InDatagrams");
+    let ends_dropped = ends_arrived - (read - received);
     figure!(
         "rcvbuf: sent {sent}, received {received}, kernel_drops {kdrops}, RcvbufErrors +{rcvbuf}, \
-         Ends arrived {ends_arrived}, answered {answered}, granted {}",
+         control messages arrived {ends_arrived}, dropped {ends_dropped}, granted {}",
         server.events.borrow()[0]["recv_buffer"]
     );
     assert_eq!(sent, 20000);
@@ -370,7 +376,7 @@ fn receive_buffer_overflow_equals_rcvbuf_errors() {
     assert_eq!(
         received + kdrops,
         sent + ends_dropped,
-        "received + kernel drops = sent (+ {ends_dropped} dropped End retries): {done}"
+        "received + kernel drops = sent (+ {ends_dropped} dropped control messages): {done}"
     );
     assert_eq!(u(&done, "lost"), sent - received, "{done}");
 }
@@ -631,18 +637,21 @@ const ANSWERS_PER_SECOND: usize = 2048; // src/lib/server/peers.rs
 const END_FLOOD: u64 = 20_000;
 const END_FLOOD_MS: u64 = 1500;
 
-fn end_message(session: u64) -> [u8; 96] {
-    let mut m = [0u8; 96];
-    m[0..4].copy_from_slice(b"NSPD");
-    m[4] = 1;
-    m[5] = 1;
-    m[8..16].copy_from_slice(&session.to_be_bytes());
-    m[16..24].copy_from_slice(&1000u64.to_be_bytes()); // seq: data sent
-    m[24..32].copy_from_slice(&5_000_000u64.to_be_bytes());
-    m[32..40].copy_from_slice(&1000u64.to_be_bytes()); // sent_packets
-    m[40..48].copy_from_slice(&1_000_000u64.to_be_bytes()); // sent_bytes
-    m[48..56].copy_from_slice(&5_000_000u64.to_be_bytes()); // duration_ns
-    m
+fn end_message(session: u64) -> [u8; netspeed::wire::END_LEN] {
+    use netspeed::wire::{encode_end, End, Header, TAG_LEN};
+    encode_end(&End {
+        header: Header {
+            session,
+            seq: 1000,
+            send_time_ns: 5_000_000,
+        },
+        sent_packets: 1000,
+        sent_bytes: 1_000_000,
+        duration_ns: 5_000_000,
+        nonce: session,
+        answer_wait_ns: 0,
+        tag: [0; TAG_LEN],
+    })
 }
 
 /// Sends END_FLOOD End messages (fresh session each) over END_FLOOD_MS, so
@@ -739,10 +748,11 @@ fn end_flood_is_not_amplified_and_is_rate_limited() {
     );
     assert_eq!(sent, END_FLOOD);
     assert!(out <= inp, "server sent {out} datagrams for {inp} received");
+    let end_len = netspeed::wire::END_LEN as u64;
     assert!(
-        answer_bytes <= inp * 96,
+        answer_bytes <= inp * end_len,
         "answer bytes {answer_bytes} > End bytes {}",
-        inp * 96
+        inp * end_len
     );
     assert_eq!(
         answers.len() as u64,
@@ -774,4 +784,105 @@ fn end_flood_is_not_amplified_and_is_rate_limited() {
         "{max_window} answers within one second"
     );
     assert!(limited > 0, "no answer was refused: {down}");
+}
+
+// ---------------------------------------------------------------------------
+// 10. Kernel drops at the edges (issue 11): datagrams shorter than the
+//     header, and several clients sharing the server's socket.
+// ---------------------------------------------------------------------------
+
+/// Counts the control messages (Hello, End) that reach the server host in
+/// an nft table `inet ctl`: one can be dropped by a full socket buffer too.
+fn count_control(srv: &Netns, port: u16) {
+    nft_apply(
+        srv,
+        &format!(
+            "table inet ctl {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
+             udp dport {port} udp length {{ {}, {} }} counter\n  }}\n}}\n",
+            8 + netspeed::wire::HELLO_LEN,
+            8 + netspeed::wire::END_LEN
+        ),
+    );
+}
+
+#[test]
+fn short_datagrams_have_their_kernel_drops_counted() {
+    // -b 10: every datagram is too short for a header. The drops of its
+    // datagrams are the session's, counted from its first datagram.
+    require_nft();
+    let srv = Netns::new("f10srv");
+    let cli = Netns::new("f10cli");
+    veth_pair(&srv, "10.61.10.1/24", &cli, "10.61.10.2/24");
+    let server = Server::start_in(
+        &srv,
+        "0.0.0.0:0",
+        &["--recv-buffer-size", "16K", "--no-gro"],
+    );
+    let port = port_of(&server.addr);
+    count_control(&srv, port);
+    let target = format!("10.61.10.1:{port}");
+    let before = srv.read_snmp_udp();
+    let report = client_in(&cli, &["-s", &target, "-b", "10", "-n", "20000"]);
+    let after = srv.read_snmp_udp();
+    let (control, _) = nft_counter(&srv, "inet", "ctl");
+    let c = &report["clients"][0];
+    let done = server.done_for(session(c));
+    let sent = u(c, "sent_packets");
+    let received = u(&done, "packets");
+    let rcvbuf = delta(&before, &after, "RcvbufErrors");
+    let read = delta(&before, &after, "InDatagrams");
+    let control_dropped = control - (read - received);
+    let kdrops = u(&done, "kernel_drops");
+    figure!(
+        "short datagrams: sent {sent}, received {received}, kernel_drops {kdrops}, RcvbufErrors +{rcvbuf}, control dropped {control_dropped}"
+    );
+    assert_eq!(u(&done, "untagged_packets"), received, "{done}");
+    assert!(rcvbuf > 0, "16K never overflowed: {done}");
+    assert_eq!(kdrops, rcvbuf, "{done}");
+    assert_eq!(received + kdrops, sent + control_dropped, "{done}");
+    assert_eq!(u(&c["server"], "lost_packets"), sent - received, "{report}");
+    assert_eq!(u(&c["server"], "kernel_drops"), kdrops, "{report}");
+}
+
+#[test]
+fn clients_sharing_a_socket_get_its_drops_once() {
+    require_nft();
+    let srv = Netns::new("f11srv");
+    let cli = Netns::new("f11cli");
+    veth_pair(&srv, "10.61.11.1/24", &cli, "10.61.11.2/24");
+    let server = Server::start_in(
+        &srv,
+        "0.0.0.0:0",
+        &["--recv-buffer-size", "64K", "--no-gro"],
+    );
+    let port = port_of(&server.addr);
+    count_control(&srv, port);
+    let target = format!("10.61.11.1:{port}");
+    let before = srv.read_snmp_udp();
+    let report = client_in(
+        &cli,
+        &["-s", &target, "-b", "1400", "-n", "8000", "--clients", "3"],
+    );
+    let after = srv.read_snmp_udp();
+    let (control, _) = nft_counter(&srv, "inet", "ctl");
+    let rcvbuf = delta(&before, &after, "RcvbufErrors");
+    let read = delta(&before, &after, "InDatagrams");
+    let total = &report["server"];
+    let received = u(total, "received_packets");
+    let lost = u(total, "lost_packets");
+    let control_dropped = control - (read - received);
+    figure!(
+        "3 clients, one socket: sent {}, received {received}, lost {lost}, socket drops {}, RcvbufErrors +{rcvbuf}, control dropped {control_dropped}",
+        u(&report, "sent_packets"),
+        total["socket_kernel_drops"]
+    );
+    assert!(rcvbuf > 0, "64K never overflowed: {report}");
+    // The socket's drops, counted once over the run.
+    assert_eq!(u(total, "socket_kernel_drops"), rcvbuf, "{report}");
+    assert_eq!(lost + control_dropped, rcvbuf, "{report}");
+    // No client is given the socket's drops as its own.
+    for c in report["clients"].as_array().unwrap() {
+        assert!(c["server"].get("kernel_drops").is_none(), "{c}");
+    }
+    assert!(total.get("kernel_drops").is_none(), "{total}");
 }

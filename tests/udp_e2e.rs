@@ -199,18 +199,28 @@ fn garbage_during_a_session_changes_nothing() {
 fn receive_buffer_overflow_is_reported_as_kernel_drops() {
     // A tiny buffer and an unpaced sender: the kernel drops datagrams on the
     // server's socket. Every datagram is either received or a kernel drop.
+    // Whether the buffer overflows is a race on a busy 2-core machine (a
+    // starved sender lets the receiver keep up), so the run is repeated, at
+    // most 5 times, until it does; the identity is checked every time.
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "16K"]);
-    let report = client(&["-s", &server.addr, "-b", "1400", "-t", "30M"]);
-    let c = &report["clients"][0];
-    let answer = &c["server"];
-    let sent = u(c, "sent_packets");
-    let received = u(answer, "received_packets");
-    let drops = u(answer, "kernel_drops");
-    assert!(drops > 0, "expected the 16K buffer to overflow: {report}");
-    assert_eq!(received + drops, sent, "{report}");
-    assert_eq!(u(answer, "lost_packets"), drops);
-    let done = server.done_for(c["session"].as_str().unwrap());
-    assert_eq!(u(&done, "kernel_drops"), drops);
+    let mut overflowed = 0;
+    for _ in 0..5 {
+        let report = client(&["-s", &server.addr, "-b", "1400", "-t", "30M"]);
+        let c = &report["clients"][0];
+        let answer = &c["server"];
+        let sent = u(c, "sent_packets");
+        let received = u(answer, "received_packets");
+        let drops = u(answer, "kernel_drops");
+        assert_eq!(received + drops, sent, "{report}");
+        assert_eq!(u(answer, "lost_packets"), drops);
+        let done = server.done_for(c["session"].as_str().unwrap());
+        assert_eq!(u(&done, "kernel_drops"), drops);
+        if drops > 0 {
+            overflowed = drops;
+            break;
+        }
+    }
+    assert!(overflowed > 0, "the 16K buffer never overflowed in 5 runs");
 }
 
 #[test]
@@ -280,29 +290,19 @@ fn local_demo_runs_in_one_command() {
     let out = run_bounded(Command::new(CLIENT).args(["--local", "-t", "100K"]), WAIT);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Gbit/s (server side)"), "{text}");
+    assert!(text.contains("(server side)"), "{text}");
 }
 
 #[test]
-fn a_foreign_server_that_never_answers_still_gives_sender_figures() {
+fn a_foreign_sink_gets_sender_figures_with_no_server() {
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap().to_string();
-    let report = client(&[
-        "-s",
-        &addr,
-        "-b",
-        "100",
-        "-t",
-        "1000",
-        "--end-timeout",
-        "300ms",
-    ]);
+    let report = client(&["-s", &addr, "-b", "100", "-t", "1000", "--no-server"]);
     assert_eq!(u(&report, "sent_bytes"), 1000);
     assert!(report["server"].is_null(), "{report}");
-    assert!(report["notes"][0]
-        .as_str()
-        .unwrap()
-        .contains("no end-of-test answer"));
+    assert_eq!(report["clients"][0]["answer"], "not_asked");
+    assert_eq!(report["complete"], true);
+    assert!(report["notes"][0].as_str().unwrap().contains("--no-server"));
     let mut buf = [0u8; 2048];
     silent
         .set_read_timeout(Some(Duration::from_secs(2)))
@@ -344,7 +344,9 @@ fn bad_input_exits_2_with_one_line() {
         (CLIENT, &["-t", "12Q"], "12Q"),
         (CLIENT, &["-b", "-5"], "-5"),
         (CLIENT, &["-s", "nonsense"], "nonsense"),
-        (CLIENT, &["-s", "no-such-host.invalid:80"], "no-such-host"),
+        (CLIENT, &["-t", "0"], "--total-send 0"),
+        (CLIENT, &["-n", "0"], "--packets 0"),
+        (CLIENT, &["-s", "no-such-host.invalid:http"], "no-such-host"),
         (CLIENT, &["--clients", "0"], "--clients"),
         (CLIENT, &["--rate", "fast"], "fast"),
         (CLIENT, &["--duration", "3 days"], "3 days"),
@@ -396,7 +398,7 @@ fn port_in_use_is_a_runtime_error() {
 
 #[test]
 fn small_datagrams_still_get_an_exact_answer() {
-    // Smaller than the 96-byte end-of-test message, smaller than the
+    // Smaller than the end-of-test message, smaller than the
     // 32-byte header (untagged, merged at end of test), and empty.
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
     for args in [

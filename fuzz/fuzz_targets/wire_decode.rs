@@ -13,6 +13,8 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(Message::End(e)) => assert_eq!(wire::decode(&wire::encode_end(&e)), Ok(Message::End(e))),
         Ok(Message::EndAck(a)) => assert_eq!(wire::decode(&wire::encode_end_ack(&a)), Ok(Message::EndAck(a))),
+        Ok(Message::Hello(h)) => assert_eq!(wire::decode(&wire::encode_hello(&h)), Ok(Message::Hello(h))),
+        Ok(Message::HelloAck(a)) => assert_eq!(wire::decode(&wire::encode_hello_ack(&a)), Ok(Message::HelloAck(a))),
         Err(_) => {}
     }
 });

@@ -29,6 +29,12 @@ fn run() -> Result<()> {
         client::run(&cfg, &shutdown)?
     };
     println!("{}", report::client_report(&result, cfg.json));
+    // A run without the server's answer is not a success: the receiver
+    // side, the number that matters, is missing.
+    let code = result.exit_code();
+    if code != 0 {
+        std::process::exit(code);
+    }
     Ok(())
 }
 
@@ -51,6 +57,10 @@ fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
     }
     if let Some(path) = &cfg.plot {
         sweep::plot(&report, path)?;
+    }
+    let code = report.exit_code();
+    if code != 0 {
+        std::process::exit(code);
     }
     Ok(())
 }

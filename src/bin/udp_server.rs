@@ -36,6 +36,7 @@ fn run() -> Result<()> {
         let line = match &event {
             ServerEvent::Interval(r) => report::interval(r, json),
             ServerEvent::PeerDone(r) => report::peer_done(r, json),
+            ServerEvent::Late(r) => report::late(r, json),
         };
         let _ = writeln!(out, "{line}");
         let _ = out.flush();

@@ -76,22 +76,30 @@ fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
 }
 
-/// Resolves `host:port`, `[::1]:35000` or `localhost:35000`.
+/// Resolves `host:port`, `[::1]:35000` or `localhost:35000`. A malformed
+/// address is a usage error (exit 2); a well-formed name that does not
+/// resolve is a runtime failure (exit 1): the same command may work later.
 pub fn resolve(addr: &str) -> Result<SocketAddr> {
     if let Ok(a) = addr.parse::<SocketAddr>() {
         return Ok(a);
     }
-    if !addr.contains(':') {
-        return Err(Error::usage(format!(
+    let malformed = || {
+        Error::usage(format!(
             "invalid address '{addr}': expected HOST:PORT, e.g. 127.0.0.1:35000 or [::1]:35000"
-        )));
+        ))
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(malformed)?;
+    // An IPv6 literal needs brackets: `::1:80` is ambiguous.
+    let bare_ipv6 = host.contains(':') && !(host.starts_with('[') && host.ends_with(']'));
+    if host.is_empty() || bare_ipv6 || port.parse::<u16>().is_err() {
+        return Err(malformed());
     }
     let mut found = addr
         .to_socket_addrs()
-        .map_err(|e| Error::usage(format!("invalid address '{addr}': {e}")))?;
+        .map_err(|e| Error::runtime(format!("cannot resolve '{host}': {e}")))?;
     found
         .next()
-        .ok_or_else(|| Error::usage(format!("invalid address '{addr}': no addresses found")))
+        .ok_or_else(|| Error::runtime(format!("cannot resolve '{host}': no addresses found")))
 }
 
 // ---------------------------------------------------------------- server
@@ -119,6 +127,10 @@ pub struct ServerArgs {
     /// A peer with no datagram for this long is finished and summarised.
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub idle_timeout: Option<Duration>,
+    /// After a client's end-of-test message, keep counting its datagrams
+    /// still in flight for this long before answering [default: 100ms].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub end_grace: Option<Duration>,
     /// SO_RCVBUF to ask for (e.g. 4M). The size the kernel granted is printed.
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub recv_buffer_size: Option<u64>,
@@ -195,6 +207,7 @@ pub struct ServerFile {
     pub port: Option<u16>,
     pub interval: Option<DurationValue>,
     pub idle_timeout: Option<DurationValue>,
+    pub end_grace: Option<DurationValue>,
     pub recv_buffer_size: Option<SizeValue>,
     pub max_peers: Option<usize>,
     pub method: Option<Method>,
@@ -213,6 +226,8 @@ pub struct ServerConfig {
     pub listen_is_default: bool,
     pub interval: Option<Duration>,
     pub idle_timeout: Duration,
+    /// How long after an End datagrams in flight are still counted.
+    pub end_grace: Duration,
     pub recv_buffer_size: Option<usize>,
     pub max_peers: usize,
     pub method: Method,
@@ -225,6 +240,14 @@ pub struct ServerConfig {
 /// Most receive threads.
 pub const MAX_THREADS: usize = 64;
 
+/// How long the server counts datagrams still in flight after an End: a
+/// datagram reordered behind the End on a real path is late by well under
+/// this.
+pub const DEFAULT_END_GRACE: Duration = Duration::from_millis(100);
+/// The longest `--end-grace`: the client waits this long on top of its own
+/// `--end-timeout`.
+pub const MAX_END_GRACE: Duration = Duration::from_secs(5);
+
 /// The port seed 001 used, kept as our default.
 pub const DEFAULT_PORT: u16 = 35000;
 
@@ -235,6 +258,7 @@ impl Default for ServerConfig {
             listen_is_default: true,
             interval: Some(Duration::from_secs(1)),
             idle_timeout: Duration::from_secs(2),
+            end_grace: DEFAULT_END_GRACE,
             recv_buffer_size: None,
             max_peers: 4096,
             method: Method::default_for_platform(),
@@ -289,6 +313,17 @@ impl ServerConfig {
         }
         if cfg.idle_timeout < Duration::from_millis(10) {
             return Err(Error::usage("--idle-timeout must be at least 10ms"));
+        }
+        if let Some(d) = args.end_grace {
+            cfg.end_grace = d;
+        } else if let Some(v) = file.end_grace {
+            cfg.end_grace = v.duration("end_grace")?;
+        }
+        if cfg.end_grace > MAX_END_GRACE {
+            return Err(Error::usage(format!(
+                "--end-grace must be at most {}s",
+                MAX_END_GRACE.as_secs()
+            )));
         }
         let rcvbuf = match args.recv_buffer_size {
             Some(b) => Some(b),
@@ -410,6 +445,10 @@ pub struct ClientArgs {
     /// Start an in-process server on an ephemeral loopback port and test against it.
     #[arg(long, conflicts_with = "server_addr")]
     pub local: bool,
+    /// The target is not a udp_server (nc, sockperf, a packet sink): skip
+    /// the start probe and the end-of-test exchange; sender side only.
+    #[arg(long, conflicts_with = "local")]
+    pub no_server: bool,
     /// Write one JSON object with the final report to stdout.
     #[arg(long)]
     pub json: bool,
@@ -438,6 +477,7 @@ pub struct ClientFile {
     pub gso: Option<bool>,
     pub sndbuf: Option<SizeValue>,
     pub dont_fragment: Option<bool>,
+    pub no_server: Option<bool>,
     pub scheduler: Option<SchedPolicy>,
     pub priority: Option<i32>,
     pub json: Option<bool>,
@@ -460,6 +500,8 @@ pub enum Volume {
 pub struct ClientConfig {
     pub server: SocketAddr,
     pub local: bool,
+    /// The target is not a udp_server: no probe, no end-of-test exchange.
+    pub no_server: bool,
     pub buffer_size: usize,
     pub volume: Volume,
     pub rate_bps: Option<u64>,
@@ -540,7 +582,15 @@ impl ClientConfig {
             Volume::Bytes(DEFAULT_TOTAL)
         };
         match volume {
-            Volume::Bytes(t) if buffer_size == 0 && t > 0 => {
+            Volume::Bytes(0) => {
+                return Err(Error::usage(
+                    "--total-send 0 sends nothing: give a positive size",
+                ))
+            }
+            Volume::Packets(0) => {
+                return Err(Error::usage("--packets 0 sends nothing: give at least 1"))
+            }
+            Volume::Bytes(_) if buffer_size == 0 => {
                 return Err(Error::usage(
                     "--buffer-size 0 sends empty datagrams, which never add up to --total-send; use --packets N",
                 ))
@@ -608,6 +658,7 @@ impl ClientConfig {
         Ok(ClientConfig {
             server,
             local: args.local,
+            no_server: args.no_server || file.no_server.unwrap_or(false),
             buffer_size: buffer_size as usize,
             volume,
             rate_bps,
@@ -696,6 +747,7 @@ mod tests {
             &["-s", "[::1]:9", "-b", "65528"],
             &["-t", "12Q"],
             &["-s", "nonsense"],
+            &["-s", "::1:80"],
             &["--clients", "0"],
             &["--rate", "0"],
             &["--bogus"],

@@ -4,9 +4,9 @@
 //! JSON is always one valid object per line on stdout (NDJSON); errors go
 //! to stderr. Every number is finite: rates over zero time are 0.
 
-use crate::client::{ClientReport, RunReport, ServerView};
+use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::config::ServerConfig;
-use crate::server::peers::{DoneReason, PeerReport};
+use crate::server::peers::{DoneReason, LateReport, PeerReport};
 use crate::server::{Bound, ServerSummary};
 use crate::units::HumanBytes;
 use serde::Serialize;
@@ -69,20 +69,50 @@ fn peer_label(r: &PeerReport) -> String {
     }
 }
 
+/// A rate with three decimals, or "unknown" when the span was too short.
+fn rate(gbps: Option<f64>) -> String {
+    gbps.map_or_else(|| "unknown".to_string(), |g| format!("{g:.3}"))
+}
+
+/// `= 1.234 Gbit/s`, or why there is no rate.
+fn rate_phrase(gbps: Option<f64>) -> String {
+    match gbps {
+        Some(g) => format!("= {g:.3} Gbit/s"),
+        None => format!(
+            "(rate unknown: under {} ms)",
+            crate::stats::MIN_RATE_SPAN.as_millis()
+        ),
+    }
+}
+
+/// `1 peer`, `2 peers`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// One interval line.
 pub fn interval(r: &PeerReport, json_out: bool) -> String {
     if json_out {
         return json_event("interval", r);
     }
     format!(
-        "[{}] {:6.2} s {:>10} pkts {:>11} {:8.3} Gbit/s {:9.0} pps",
+        "[{}] {:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps",
         peer_label(r),
         r.seconds,
         r.packets,
         HumanBytes(r.bytes).to_string(),
-        r.gbps,
+        rate(r.gbps),
         r.pps
+            .map_or_else(|| "unknown".to_string(), |p| format!("{p:.0}")),
     )
+}
+
+/// Loss as a number, or as a range when some arrivals were uncertain.
+fn lost_text(lost: u64, fewest: Option<u64>) -> String {
+    match fewest {
+        Some(f) => format!("{f} to {lost}"),
+        None => lost.to_string(),
+    }
 }
 
 /// A peer's final summary.
@@ -96,41 +126,82 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
         Some(DoneReason::Shutdown) => "server stopping",
         None => "",
     };
+    let rates = match (r.gbps, r.wire_gbps, r.pps) {
+        (Some(g), Some(w), Some(p)) => {
+            format!("{g:.3} Gbit/s payload, {w:.3} Gbit/s on the wire (est.), {p:.0} pps")
+        }
+        _ => format!(
+            "unknown: the datagrams arrived within {} ms, too short a span for a rate",
+            crate::stats::MIN_RATE_SPAN.as_millis()
+        ),
+    };
     let mut out = format!(
-        "peer {} finished ({reason})\n  received  {} packets, {} in {:.3} s\n  rate      {:.3} Gbit/s payload, {:.3} Gbit/s on the wire (est.), {:.0} pps",
+        "peer {} finished ({reason})\n  received  {}, {} in {:.3} s\n  rate      {rates}",
         peer_label(r),
-        r.packets,
+        plural(r.packets, "packet", "packets"),
         HumanBytes(r.bytes),
         r.seconds,
-        r.gbps,
-        r.wire_gbps,
-        r.pps
     );
     if r.tagged {
-        let sent = match (r.sent_packets, r.loss_basis) {
-            (Some(p), _) => format!("{p} packets declared by the sender"),
-            (None, _) => "no end-of-test message: loss estimated from sequence numbers".into(),
+        let sent = match r.sent_packets {
+            Some(p) => format!("{p} packets declared by the sender"),
+            None => "no end-of-test message: loss estimated from sequence numbers".into(),
         };
         out += &format!(
             "\n  sender    {sent}\n  loss      {} lost ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms",
-            r.lost.unwrap_or(0),
+            lost_text(r.lost.unwrap_or(0), r.lost_fewest),
             r.loss_percent.unwrap_or(0.0),
             r.duplicates.unwrap_or(0),
             r.reordered.unwrap_or(0),
             r.jitter_ms.unwrap_or(0.0)
         );
+        if r.uncertain > 0 {
+            out += &format!(
+                "\n  uncertain {} arrivals fell in holes too old to remember: loss is a range",
+                r.uncertain
+            );
+        }
+        if r.unexpected > 0 {
+            out += &format!(
+                "\n  unexpected {} datagrams with sequence numbers the sender never sent (forged, or another sender)",
+                r.unexpected
+            );
+        }
     } else {
         out += "\n  loss      unknown: these datagrams carry no netspeed header";
     }
-    if let Some(d) = r.kernel_drops {
-        let what = if r.kernel_drops_are_buffers {
-            "GRO buffers (each up to 64 KiB of datagrams)"
+    if let (Some(d), Some(unit)) = (r.socket_kernel_drops, r.kernel_drops_unit) {
+        let whose = if r.kernel_drops.is_some() {
+            "this peer's, the only traffic on it"
         } else {
-            "datagrams"
+            "shared with other traffic on it"
         };
-        out += &format!("\n  kernel    {d} {what} dropped on the server socket while this peer was active (receive buffer full)");
+        out += &format!(
+            "\n  kernel    {d} {unit} dropped on the server socket (receive buffer full) while this peer was active; {whose}"
+        );
+    }
+    if r.truncated > 0 {
+        out += &format!(
+            "\n  truncated {} buffers were cut short by the kernel (MSG_TRUNC)",
+            r.truncated
+        );
     }
     out
+}
+
+/// Datagrams for a session that had already finished.
+pub fn late(r: &LateReport, json_out: bool) -> String {
+    if json_out {
+        return json_event("late", r);
+    }
+    format!(
+        "peer {} session {}: {} ({}) arrived after the session had finished, the last {:.3} s after; not in its figures",
+        r.peer,
+        r.session,
+        plural(r.late_packets, "datagram", "datagrams"),
+        HumanBytes(r.late_bytes),
+        r.seconds_after_end
+    )
 }
 
 /// The server's last words.
@@ -138,18 +209,28 @@ pub fn server_summary(s: &ServerSummary, json_out: bool) -> String {
     if json_out {
         return json_event("shutdown", s);
     }
+    let t = &s.totals;
     let mut out = format!(
-        "udp_server stopping: {} packets, {} from {} peers",
-        s.packets,
-        HumanBytes(s.bytes),
-        s.peers
+        "udp_server stopping: {}, {} from {}",
+        plural(t.packets, "packet", "packets"),
+        HumanBytes(t.bytes),
+        plural(t.peers, "peer", "peers")
     );
-    if s.overflow.packets > 0 {
+    if t.overflow.packets > 0 {
         out += &format!(
             "; {} packets ({}) arrived while the peer table was full (--max-peers) and were counted in bulk",
-            s.overflow.packets,
-            HumanBytes(s.overflow.bytes)
+            t.overflow.packets,
+            HumanBytes(t.overflow.bytes)
         );
+    }
+    if t.late_packets > 0 {
+        out += &format!(
+            "; {} arrived for sessions already finished (late)",
+            plural(t.late_packets, "packet", "packets")
+        );
+    }
+    if t.truncated > 0 {
+        out += &format!("; {} buffers cut short (MSG_TRUNC)", t.truncated);
     }
     if let Some(d) = s.kernel_drops {
         out += &format!("; kernel drops on the socket: {d}");
@@ -157,39 +238,64 @@ pub fn server_summary(s: &ServerSummary, json_out: bool) -> String {
     out
 }
 
-fn server_line(v: &ServerView, sent_packets: u64) -> String {
-    let drops = match (v.kernel_drops, v.kernel_drops_are_buffers) {
-        (Some(d), true) if d > 0 => format!(", kernel drops {d} GRO buffers"),
-        (Some(0), _) => ", kernel drops 0".to_string(),
-        (Some(d), _) => format!(", kernel drops {d}"),
-        (None, _) => String::new(),
+fn drops_text(v: &ServerView, total: bool) -> String {
+    let unit = match v.kernel_drops_unit {
+        Some("buffers") => " GRO buffers",
+        _ => "",
     };
-    format!(
-        "received  {} packets, {} in {:.3} s = {:.3} Gbit/s (server side); lost {} of {} ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms{drops}",
+    match (v.kernel_drops, v.socket_kernel_drops) {
+        (Some(d), _) if !total => format!(", kernel drops {d}{unit}"),
+        (_, Some(d)) => {
+            format!(", kernel drops {d}{unit} on the server socket (all traffic on it)")
+        }
+        _ => String::new(),
+    }
+}
+
+fn server_line(v: &ServerView, sent_packets: u64, total: bool) -> String {
+    let mut out = format!(
+        "received  {} packets, {} in {:.3} s {} (server side); lost {} of {} ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms{}",
         v.received_packets,
         HumanBytes(v.received_bytes),
         v.seconds,
-        v.gbps,
-        v.lost_packets,
+        rate_phrase(v.gbps),
+        lost_text(v.lost_packets, v.lost_fewest),
         sent_packets,
         v.loss_percent,
         v.duplicates,
         v.reordered,
         v.jitter_ms,
+        drops_text(v, total),
+    );
+    for (n, what) in [
+        (v.late, "late (after the server finished the session)"),
+        (v.unexpected, "unexpected (sequence numbers never sent)"),
+        (v.uncertain, "uncertain (could not be classified)"),
+    ] {
+        if n > 0 {
+            out += &format!(", {n} {what}");
+        }
+    }
+    out
+}
+
+fn sent_line(packets: u64, bytes: u64, seconds: f64, gbps: Option<f64>) -> String {
+    format!(
+        "sent      {packets} packets, {} in {seconds:.3} s {} (sender side)",
+        HumanBytes(bytes),
+        rate_phrase(gbps)
     )
 }
 
 fn client_lines(c: &ClientReport) -> String {
-    let mut out = format!(
-        "sent      {} packets, {} in {:.3} s = {:.3} Gbit/s (sender side)\n",
-        c.sent_packets,
-        HumanBytes(c.sent_bytes),
-        c.seconds,
-        c.gbps
-    );
-    match &c.server {
-        Some(v) => out += &server_line(v, c.sent_packets),
-        None => out += "received  unknown: the server did not answer the end-of-test message",
+    let mut out = sent_line(c.sent_packets, c.sent_bytes, c.seconds, c.gbps) + "\n";
+    match (&c.server, c.answer) {
+        (Some(v), _) => out += &server_line(v, c.sent_packets, false),
+        (None, Answer::NotAsked) => out += "received  not asked (--no-server)",
+        (None, Answer::ServerGone) => {
+            out += "received  unknown: the server went away during the test (port unreachable)"
+        }
+        (None, _) => out += "received  unknown: the server did not answer the end-of-test message",
     }
     out += &format!(
         "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting",
@@ -249,15 +355,11 @@ pub fn client_report(r: &RunReport, json_out: bool) -> String {
                 out += &format!("  {line}\n");
             }
         }
-        out += &format!(
-            "total\nsent      {} packets, {} in {:.3} s = {:.3} Gbit/s (sender side)\n",
-            r.sent_packets,
-            HumanBytes(r.sent_bytes),
-            r.seconds,
-            r.gbps
-        );
+        out += "total\n";
+        out += &sent_line(r.sent_packets, r.sent_bytes, r.seconds, r.gbps);
+        out += "\n";
         match &r.server {
-            Some(v) => out += &server_line(v, r.sent_packets),
+            Some(v) => out += &server_line(v, r.sent_packets, true),
             None => out += "received  unknown: the server answered for no client",
         }
         out += &format!(

@@ -1,140 +1,267 @@
-//! Pure statistics: duplicate and reordering detection over a sequence
-//! window, RFC 3550 jitter, loss from declared totals, and the on-wire size
-//! of a datagram.
+//! Pure statistics: which sequence numbers arrived (loss, duplicates,
+//! reordering), RFC 3550 jitter, unbiased rates, and the on-wire size of a
+//! datagram.
 //!
-//! Why a window and declared totals instead of iperf3's gap heuristic: a gap
-//! in sequence numbers is not loss until the sender says how many it sent.
-//! iperf3 counts gaps as loss and takes one back per late arrival, which
-//! produces negative loss and loss above 100%. Here loss is
-//! `declared - unique received`, duplicates are detected exactly within the
-//! window, and nothing is inferred from gaps.
+//! Why a set of received sequence numbers and declared totals instead of
+//! iperf3's gap heuristic: a gap in sequence numbers is not loss until the
+//! sender says how many it sent. iperf3 counts gaps as loss and takes one
+//! back per late arrival, which produces negative loss and loss above 100%.
+//! Here loss is `declared - distinct received`, and duplicates are detected
+//! exactly at any reordering depth: [`SeqSet`] remembers every sequence
+//! number received, as ranges, so its memory grows with the number of holes
+//! (lost datagrams), not with the volume. Where its bound is hit, it says
+//! how many arrivals it could not classify ([`SeqSet::uncertain`]) rather
+//! than guessing.
 
-/// How many sequence numbers behind the highest one seen are remembered.
-/// A datagram older than that is counted as reordered but cannot be checked
-/// for duplication (counted in [`SeqTracker::too_old`]).
-pub const WINDOW: u64 = 4096;
-const WORDS: usize = (WINDOW / 64) as usize;
+use std::collections::VecDeque;
+use std::time::Duration;
 
-/// Tracks which sequence numbers have arrived. Sequence arithmetic wraps
-/// (RFC 1982 serial numbers over u64), so a sender may start anywhere.
-#[derive(Clone, Debug)]
-pub struct SeqTracker {
-    highest: Option<u64>,
-    /// Bit `seq % WINDOW` is set when `seq` (within the window) has arrived.
-    seen: Box<[u64; WORDS]>,
-    /// Datagrams received, duplicates included.
-    pub received: u64,
-    /// Copies of a datagram already received.
-    pub duplicates: u64,
-    /// Datagrams that arrived after one with a higher sequence number.
-    pub reordered: u64,
-    /// Reordered datagrams too old to check for duplication.
-    pub too_old: u64,
-}
+/// A sequence number further than this ahead of the highest one seen (or
+/// of 0, for the first datagram) cannot come from a real sender: at 30
+/// million datagrams a second it would take ten hours of unbroken loss.
+/// Such datagrams (forged, or from a confused sender) are counted in
+/// [`SeqSet::implausible`] and change nothing else.
+pub const MAX_SEQ_JUMP: u64 = 1 << 40;
 
-impl Default for SeqTracker {
-    fn default() -> Self {
-        SeqTracker {
-            highest: None,
-            seen: Box::new([0; WORDS]),
-            received: 0,
-            duplicates: 0,
-            reordered: 0,
-            too_old: 0,
-        }
-    }
-}
+/// The default bound on the ranges one [`SeqSet`] keeps (16 bytes each).
+pub const DEFAULT_RANGES: usize = 4096;
 
 /// What one arrival was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
-    InOrder,
-    Reordered,
+    /// Its sequence number had not arrived before. `reordered` when a
+    /// higher one had.
+    New { reordered: bool },
+    /// A copy of a datagram already received.
     Duplicate,
+    /// It falls in a hole the set had to forget (its bound was hit): it is
+    /// either a late original or a copy, and cannot be told apart.
+    Uncertain,
+    /// Its sequence number is impossibly far ahead ([`MAX_SEQ_JUMP`]).
+    Implausible,
 }
 
-impl SeqTracker {
-    fn bit(seq: u64) -> (usize, u64) {
-        let slot = seq % WINDOW;
-        ((slot / 64) as usize, 1u64 << (slot % 64))
+/// The sequence numbers received in one session, as sorted, disjoint,
+/// non-adjacent ranges `[start, end)`. In-order arrival extends the last
+/// range (constant time); a late arrival is a binary search.
+///
+/// Bounded: once it holds more than its bound of ranges, the oldest hole is
+/// forgotten (the two first ranges merge). Arrivals below
+/// [`SeqSet::forgotten_end`] can then no longer be classified and are
+/// counted as [`Arrival::Uncertain`]; [`SeqSet::lost_range`] turns that
+/// into an honest interval instead of a wrong number.
+#[derive(Clone, Debug)]
+pub struct SeqSet {
+    ranges: VecDeque<(u64, u64)>,
+    bound: usize,
+    /// Every sequence number below this was either received or lies in a
+    /// forgotten hole (0 while nothing was forgotten).
+    forgotten_end: u64,
+    /// Sequence numbers in forgotten holes.
+    forgotten: u64,
+    /// The highest plausible sequence number received.
+    highest: Option<u64>,
+    /// Distinct datagrams recorded (Arrival::New).
+    pub unique: u64,
+    /// Copies of datagrams already received.
+    pub duplicates: u64,
+    /// New datagrams that arrived after one with a higher sequence number.
+    pub reordered: u64,
+    /// Arrivals in forgotten holes: late originals or copies, unknown which.
+    pub uncertain: u64,
+    /// Arrivals with an impossible sequence number ([`MAX_SEQ_JUMP`]).
+    pub implausible: u64,
+}
+
+impl Default for SeqSet {
+    fn default() -> Self {
+        SeqSet::with_bound(DEFAULT_RANGES)
+    }
+}
+
+impl SeqSet {
+    /// A set that keeps at most `bound` ranges (at least 2).
+    pub fn with_bound(bound: usize) -> Self {
+        SeqSet {
+            ranges: VecDeque::new(),
+            bound: bound.max(2),
+            forgotten_end: 0,
+            forgotten: 0,
+            highest: None,
+            unique: 0,
+            duplicates: 0,
+            reordered: 0,
+            uncertain: 0,
+            implausible: 0,
+        }
     }
 
-    fn test_and_set(&mut self, seq: u64) -> bool {
-        let (word, mask) = Self::bit(seq);
-        let was = self.seen[word] & mask != 0;
-        self.seen[word] |= mask;
-        was
+    /// The highest plausible sequence number received.
+    pub fn highest(&self) -> Option<u64> {
+        self.highest
     }
 
-    fn clear(&mut self, seq: u64) {
-        let (word, mask) = Self::bit(seq);
-        self.seen[word] &= !mask;
+    /// Ranges held now (memory is 16 bytes each).
+    pub fn ranges(&self) -> usize {
+        self.ranges.len()
     }
 
-    /// Records one datagram and says what it was.
+    /// Sequence numbers in holes the bound made the set forget.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
+    }
+
+    /// Records one arrival and says what it was.
     pub fn record(&mut self, seq: u64) -> Arrival {
-        self.received += 1;
-        let Some(highest) = self.highest else {
-            self.highest = Some(seq);
-            self.test_and_set(seq);
-            return Arrival::InOrder;
-        };
-        let ahead = seq.wrapping_sub(highest);
-        if ahead == 0 {
+        let base = self.highest.unwrap_or(0);
+        if seq > base && seq - base > MAX_SEQ_JUMP {
+            self.implausible += 1;
+            return Arrival::Implausible;
+        }
+        if self.forgotten > 0
+            && seq < self.forgotten_end
+            && self.ranges.front().is_some_and(|&(start, _)| seq >= start)
+        {
+            self.uncertain += 1;
+            return Arrival::Uncertain;
+        }
+        let reordered = self.highest.is_some_and(|h| seq < h);
+        if !self.insert(seq) {
             self.duplicates += 1;
             return Arrival::Duplicate;
         }
-        if ahead < 1 << 63 {
-            // Forget the slots the window slides over, then mark this one.
-            if ahead >= WINDOW {
-                self.seen.fill(0);
-            } else {
-                for skipped in 1..ahead {
-                    self.clear(highest.wrapping_add(skipped));
-                }
-                self.clear(seq);
-            }
-            self.highest = Some(seq);
-            self.test_and_set(seq);
-            return Arrival::InOrder;
-        }
-        let behind = highest.wrapping_sub(seq);
-        if behind >= WINDOW {
+        self.unique += 1;
+        if reordered {
             self.reordered += 1;
-            self.too_old += 1;
-            return Arrival::Reordered;
-        }
-        if self.test_and_set(seq) {
-            self.duplicates += 1;
-            Arrival::Duplicate
         } else {
-            self.reordered += 1;
-            Arrival::Reordered
+            self.highest = Some(seq);
+        }
+        Arrival::New { reordered }
+    }
+
+    /// Adds `seq`; false when it was already there.
+    fn insert(&mut self, seq: u64) -> bool {
+        // The common case: the next datagram in order.
+        match self.ranges.back_mut() {
+            None => {
+                self.ranges.push_back((seq, seq + 1));
+                return true;
+            }
+            Some(last) if seq == last.1 => {
+                last.1 += 1;
+                return true;
+            }
+            Some(last) if seq > last.1 => {
+                self.ranges.push_back((seq, seq + 1));
+                self.enforce_bound();
+                return true;
+            }
+            Some(_) => {}
+        }
+        // The first range starting after `seq`; the one before may hold it.
+        let after = self.ranges.partition_point(|&(start, _)| start <= seq);
+        if after > 0 && seq < self.ranges[after - 1].1 {
+            return false;
+        }
+        let joins_before = after > 0 && self.ranges[after - 1].1 == seq;
+        let joins_after = after < self.ranges.len() && self.ranges[after].0 == seq + 1;
+        match (joins_before, joins_after) {
+            (true, true) => {
+                self.ranges[after - 1].1 = self.ranges[after].1;
+                self.ranges.remove(after);
+            }
+            (true, false) => self.ranges[after - 1].1 = seq + 1,
+            (false, true) => self.ranges[after].0 = seq,
+            (false, false) => {
+                self.ranges.insert(after, (seq, seq + 1));
+                self.enforce_bound();
+            }
+        }
+        true
+    }
+
+    /// Forgets the oldest hole while there are too many ranges.
+    fn enforce_bound(&mut self) {
+        while self.ranges.len() > self.bound {
+            let (start, hole_start) = self.ranges.pop_front().expect("over the bound");
+            let next = self.ranges.front_mut().expect("over the bound");
+            self.forgotten += next.0 - hole_start;
+            // Holes forgotten earlier lie inside the front range too.
+            self.forgotten_end = self.forgotten_end.max(next.0);
+            next.0 = start;
         }
     }
 
-    /// Distinct datagrams received.
-    pub fn unique(&self) -> u64 {
-        self.received - self.duplicates
-    }
-
-    /// Loss against the sender's declared count. Never negative: if more
-    /// distinct datagrams arrived than were declared (a confused sender),
-    /// loss is 0.
-    pub fn lost(&self, declared: u64) -> u64 {
-        declared.saturating_sub(self.unique())
-    }
-
-    /// Loss estimated from sequence numbers alone, for a sender that never
-    /// declared its totals: datagrams between the first and the highest seen
-    /// that did not arrive.
-    pub fn lost_estimate(&self, first: u64) -> u64 {
-        match self.highest {
-            Some(h) => (u128::from(h.wrapping_sub(first)) + 1)
-                .saturating_sub(u128::from(self.unique()))
-                .min(u128::from(u64::MAX)) as u64,
-            None => 0,
+    /// Distinct datagrams recorded with a sequence number at or above
+    /// `limit`. Exact for every `limit` at or above
+    /// [`SeqSet::forgotten_end`].
+    pub fn count_from(&self, limit: u64) -> u64 {
+        let mut count = 0;
+        for &(start, end) in self.ranges.iter().rev() {
+            if end <= limit {
+                break;
+            }
+            count += end - start.max(limit);
         }
+        count
+    }
+
+    /// Where forgotten holes end (see [`SeqSet::record`]).
+    pub fn forgotten_end(&self) -> u64 {
+        self.forgotten_end
+    }
+
+    /// Loss against a sender that declared `sent` datagrams, numbered from
+    /// 0: `(fewest, most)`. The two are equal unless arrivals fell in
+    /// forgotten holes; then the truth lies between them. Datagrams with a
+    /// sequence number of `sent` or more are not the sender's (see
+    /// [`SeqSet::unexpected`]) and cannot hide a loss.
+    pub fn lost_range(&self, sent: u64) -> (u64, u64) {
+        let in_range = self.unique - self.count_from(sent);
+        let most = sent.saturating_sub(in_range);
+        let unknowable = self.uncertain.min(self.forgotten);
+        (most.saturating_sub(unknowable), most)
+    }
+
+    /// Datagrams that cannot be from a sender that declared `sent`:
+    /// sequence numbers of `sent` or more, and implausible ones.
+    pub fn unexpected(&self, sent: u64) -> u64 {
+        self.count_from(sent) + self.implausible
+    }
+
+    /// The sender's count, as far as sequence numbers tell when it never
+    /// declared one: everything up to the highest plausible number.
+    pub fn expected_from_sequence(&self) -> u64 {
+        self.highest.map_or(0, |h| h.saturating_add(1))
+    }
+}
+
+/// A rate is reported only over at least this span: below it, the time of
+/// one datagram's arrival is a large part of the span, and a 3-datagram
+/// burst would read as several Gbit/s. Shorter runs report the rate as
+/// unknown.
+pub const MIN_RATE_SPAN: Duration = Duration::from_millis(1);
+
+/// A rate from a stream of arrivals (or sends): the amount that came
+/// *after* the first one, over the time from the first to the last. N
+/// datagrams have N-1 gaps between them; counting the first datagram's
+/// bytes over those gaps overstates the rate by N/(N-1). `None` below
+/// [`MIN_RATE_SPAN`].
+pub fn rate_per_second(amount_after_first: u64, span: Duration) -> Option<f64> {
+    (span >= MIN_RATE_SPAN).then(|| amount_after_first as f64 / span.as_secs_f64())
+}
+
+/// [`rate_per_second`] of bytes, in Gbit/s.
+pub fn rate_gbps(bytes_after_first: u64, span: Duration) -> Option<f64> {
+    rate_per_second(bytes_after_first, span).map(|bytes| bytes * 8.0 / 1e9)
+}
+
+/// `part * 100 / whole`, 0 for an empty whole.
+pub fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
     }
 }
 
@@ -197,8 +324,8 @@ pub fn wire_bytes(payload: u64, ipv6: bool) -> u64 {
 mod tests {
     use super::*;
 
-    fn track(seqs: &[u64]) -> SeqTracker {
-        let mut t = SeqTracker::default();
+    fn track(seqs: &[u64]) -> SeqSet {
+        let mut t = SeqSet::default();
         for &s in seqs {
             t.record(s);
         }
@@ -208,31 +335,31 @@ mod tests {
     #[test]
     fn in_order_no_loss() {
         let t = track(&[0, 1, 2, 3, 4]);
-        assert_eq!((t.received, t.duplicates, t.reordered), (5, 0, 0));
-        assert_eq!(t.lost(5), 0);
-        assert_eq!(t.lost_estimate(0), 0);
+        assert_eq!((t.unique, t.duplicates, t.reordered), (5, 0, 0));
+        assert_eq!(t.lost_range(5), (0, 0));
+        assert_eq!(t.expected_from_sequence(), 5);
+        assert_eq!(t.ranges(), 1);
     }
 
     #[test]
     fn loss_from_declared_total() {
         let t = track(&[0, 1, 3, 4]);
-        assert_eq!(t.lost(5), 1);
+        assert_eq!(t.lost_range(5), (1, 1));
         assert_eq!(
-            t.lost(7),
-            3,
+            t.lost_range(7),
+            (3, 3),
             "trailing losses are only known from the total"
         );
-        assert_eq!(t.lost_estimate(0), 1);
+        assert_eq!(t.expected_from_sequence() - t.unique, 1);
         assert_eq!(t.reordered, 0, "a gap is not reordering");
     }
 
     #[test]
     fn duplicates_are_not_data() {
         let t = track(&[0, 1, 1, 2, 0, 2]);
-        assert_eq!(t.received, 6);
+        assert_eq!(t.unique, 3);
         assert_eq!(t.duplicates, 3);
-        assert_eq!(t.unique(), 3);
-        assert_eq!(t.lost(3), 0);
+        assert_eq!(t.lost_range(3), (0, 0));
         assert_eq!(t.reordered, 0);
     }
 
@@ -242,7 +369,8 @@ mod tests {
         let t = track(&[0, 2, 1, 3, 4, 6, 5, 7]);
         assert_eq!(t.reordered, 2);
         assert_eq!(t.duplicates, 0);
-        assert_eq!(t.lost(8), 0);
+        assert_eq!(t.lost_range(8), (0, 0));
+        assert_eq!(t.ranges(), 1, "holes that fill up merge their ranges");
     }
 
     #[test]
@@ -250,49 +378,139 @@ mod tests {
         let t = track(&[0, 3, 1, 1, 2, 2]);
         assert_eq!(t.reordered, 2);
         assert_eq!(t.duplicates, 2);
-        assert_eq!(t.lost(4), 0);
+        assert_eq!(t.lost_range(4), (0, 0));
     }
 
     #[test]
-    fn wrap_around() {
-        let start = u64::MAX - 2;
-        let seqs: Vec<u64> = (0..6).map(|i| start.wrapping_add(i)).collect();
-        let t = track(&seqs);
-        assert_eq!((t.reordered, t.duplicates), (0, 0));
-        assert_eq!(t.lost_estimate(start), 0);
-        // A late datagram from before the wrap, after it.
-        let t = track(&[u64::MAX - 1, 1, u64::MAX, 0, u64::MAX]);
-        assert_eq!(t.reordered, 2);
-        assert_eq!(t.duplicates, 1);
-        assert_eq!(t.lost_estimate(u64::MAX - 1), 0);
+    fn a_late_duplicate_at_any_depth_is_a_duplicate() {
+        // Issue 11: a relay drops seq 10 and repeats seq 20 after seq 5000.
+        // A 4096-datagram window called the copy new, and hid the loss.
+        let mut t = SeqSet::default();
+        for seq in (0..=5000).filter(|&s| s != 10) {
+            t.record(seq);
+        }
+        assert_eq!(t.record(20), Arrival::Duplicate);
+        assert_eq!(t.lost_range(5001), (1, 1));
+        assert_eq!((t.duplicates, t.reordered), (1, 0));
+        // And the lost one, arriving a million datagrams late, is new.
+        for seq in 5001..1_000_000 {
+            t.record(seq);
+        }
+        assert_eq!(t.record(10), Arrival::New { reordered: true });
+        assert_eq!(t.lost_range(1_000_000), (0, 0));
+        assert_eq!(t.ranges(), 1);
     }
 
     #[test]
-    fn estimate_survives_a_forged_far_sequence() {
-        // A single forged datagram with the highest sequence number: the
-        // estimate saturates instead of overflowing.
-        let t = track(&[u64::MAX]);
-        assert_eq!(t.lost_estimate(0), u64::MAX);
+    fn memory_grows_with_holes_and_is_bounded() {
+        let mut t = SeqSet::with_bound(8);
+        // Every third datagram lost: a hole per two arrivals.
+        for seq in (0..300).filter(|s| s % 3 != 0) {
+            t.record(seq);
+        }
+        assert_eq!(t.ranges(), 8, "bounded");
+        assert!(t.forgotten() > 0);
+        let (fewest, most) = t.lost_range(300);
+        assert_eq!((fewest, most), (100, 100), "nothing uncertain yet");
+        // A lost datagram from a forgotten hole arrives: it cannot be
+        // classified, and loss becomes an honest range.
+        assert_eq!(t.record(3), Arrival::Uncertain);
+        assert_eq!(t.lost_range(300), (99, 100));
+        // One from a hole still remembered is exact.
+        assert_eq!(t.record(297), Arrival::New { reordered: true });
+        assert_eq!(t.lost_range(300), (98, 99));
+        // A copy of a remembered datagram is still a duplicate.
+        assert_eq!(t.record(298), Arrival::Duplicate);
     }
 
     #[test]
-    fn window_slides_and_forgets() {
-        let mut t = SeqTracker::default();
-        t.record(0);
-        t.record(WINDOW + 10);
-        // Far behind the window: reordered, not checkable.
-        assert_eq!(t.record(0), Arrival::Reordered);
-        assert_eq!(t.too_old, 1);
-        // Inside the window, never seen: reordered, then a duplicate.
-        assert_eq!(t.record(WINDOW + 5), Arrival::Reordered);
-        assert_eq!(t.record(WINDOW + 5), Arrival::Duplicate);
-        // A slot reused after the window slid is not a stale duplicate.
-        let mut t = SeqTracker::default();
-        t.record(5);
-        t.record(5 + WINDOW - 1);
-        assert_eq!(t.record(5 + WINDOW), Arrival::InOrder);
-        assert_eq!(t.record(6 + WINDOW), Arrival::InOrder);
-        assert_eq!(t.duplicates, 0);
+    fn holes_forgotten_earlier_stay_uncertain() {
+        // Found by proptest: forgetting a hole below the front range must
+        // not make an older forgotten hole look remembered again.
+        let mut t = SeqSet::with_bound(2);
+        for seq in [53, 55, 57, 7] {
+            t.record(seq);
+        }
+        assert_eq!(
+            t.record(54),
+            Arrival::Uncertain,
+            "54 lay in a forgotten hole"
+        );
+        assert_eq!(t.record(50), Arrival::Uncertain);
+    }
+
+    #[test]
+    fn a_lost_first_datagram_stays_exact_after_forgetting() {
+        let mut t = SeqSet::with_bound(2);
+        for seq in [1, 3, 5, 7] {
+            t.record(seq);
+        }
+        assert!(t.forgotten() > 0);
+        // Seq 0 lies before every range, not in a forgotten hole.
+        assert_eq!(t.record(0), Arrival::New { reordered: true });
+    }
+
+    #[test]
+    fn forged_far_sequence_numbers_change_nothing() {
+        // Issue 11: one datagram with seq 2^64-1 made `lost` wrap.
+        let mut t = track(&[0, 1, 2]);
+        assert_eq!(t.record(u64::MAX), Arrival::Implausible);
+        assert_eq!(t.record(u64::MAX), Arrival::Implausible);
+        assert_eq!(t.expected_from_sequence(), 3);
+        assert_eq!(t.lost_range(3), (0, 0));
+        assert_eq!(t.unexpected(3), 2);
+        // The first datagram is judged against 0.
+        let mut t = SeqSet::default();
+        assert_eq!(t.record(MAX_SEQ_JUMP + 1), Arrival::Implausible);
+        assert_eq!(t.record(MAX_SEQ_JUMP), Arrival::New { reordered: false });
+    }
+
+    #[test]
+    fn sequence_numbers_beyond_the_declared_total_are_unexpected() {
+        let t = track(&[0, 1, 2, 7, 8]);
+        assert_eq!(t.unexpected(5), 2);
+        assert_eq!(t.lost_range(5), (2, 2), "seq 3 and 4; 7 and 8 hide nothing");
+    }
+
+    #[test]
+    fn rates_count_the_gaps_not_the_datagrams() {
+        // 10 datagrams of 1250 bytes paced at 10 Mbit/s: 1 ms apart, so
+        // 9 ms from the first to the last. 9 datagrams came after the first.
+        let span = Duration::from_millis(9);
+        let gbps = rate_gbps(9 * 1250, span).unwrap();
+        assert!((gbps - 0.01).abs() < 1e-12, "{gbps}");
+        // A 3-datagram burst over 36 µs has no meaningful rate.
+        assert_eq!(rate_gbps(2 * 1000, Duration::from_micros(36)), None);
+        assert_eq!(rate_per_second(5, Duration::ZERO), None);
+        assert_eq!(percent(1, 4), 25.0);
+        assert_eq!(percent(1, 0), 0.0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn matches_a_plain_set(seqs in proptest::collection::vec(0u64..200, 0..400), bound in 2usize..40) {
+            let mut t = SeqSet::with_bound(bound);
+            let mut seen = std::collections::HashSet::new();
+            let mut uncertain = 0;
+            for &s in &seqs {
+                match t.record(s) {
+                    Arrival::New { .. } => proptest::prop_assert!(seen.insert(s)),
+                    Arrival::Duplicate => proptest::prop_assert!(seen.contains(&s)),
+                    Arrival::Uncertain => uncertain += 1,
+                    Arrival::Implausible => proptest::prop_assert!(false),
+                }
+            }
+            proptest::prop_assert!(t.ranges() <= bound);
+            // The true loss, from every distinct sequence number sent in.
+            let distinct: std::collections::HashSet<u64> = seqs.iter().copied().collect();
+            let truth = 200 - distinct.len() as u64;
+            let (fewest, most) = t.lost_range(200);
+            proptest::prop_assert!(fewest <= truth && truth <= most, "{} <= {} <= {}", fewest, truth, most);
+            proptest::prop_assert_eq!(most, 200 - seen.len() as u64);
+            if uncertain == 0 {
+                proptest::prop_assert_eq!(fewest, most);
+            }
+        }
     }
 
     #[test]

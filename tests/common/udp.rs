@@ -33,8 +33,21 @@ impl Server {
     }
 
     fn start_with(mut cmd: Command, listen: &str, extra: &[&str]) -> Server {
-        cmd.args(["--listen", listen, "--json", "--interval", "0"])
-            .args(extra)
+        cmd.args(["--listen", listen, "--interval", "0"])
+            .args(extra);
+        Self::spawn(cmd)
+    }
+
+    /// Starts a server with exactly these flags (plus `--json`), e.g. to
+    /// choose its `--interval`.
+    pub fn start_args(args: &[&str]) -> Server {
+        let mut cmd = Command::new(SERVER);
+        cmd.args(args);
+        Self::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Server {
+        cmd.arg("--json")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut guard = ChildGuard::spawn(&mut cmd, "udp_server");
@@ -80,6 +93,23 @@ impl Server {
         })
     }
 
+    /// Stops the server (SIGTERM) and returns every event it wrote, from
+    /// `listening` to `shutdown`.
+    pub fn stop(self) -> Vec<Value> {
+        self.guard.signal(libc::SIGTERM);
+        for line in self.lines.drain(WAIT) {
+            let v = serde_json::from_str::<Value>(&line)
+                .unwrap_or_else(|e| panic!("server wrote a line that is not JSON ({e}): {line}"));
+            self.events.borrow_mut().push(v);
+        }
+        let events = self.events.borrow().clone();
+        assert!(
+            events.last().is_some_and(|v| v["event"] == "shutdown"),
+            "the server did not finish with a shutdown event: {events:?}"
+        );
+        events
+    }
+
     pub fn done_for_peer(&self, peer: &str) -> Value {
         self.find(&format!("peer_done for {peer}"), |v| {
             v["event"] == "peer_done" && v["peer"] == peer
@@ -111,6 +141,36 @@ fn client_with(mut cmd: Command, args: &[&str]) -> Value {
             String::from_utf8_lossy(&out.stdout)
         )
     })
+}
+
+/// What a `udp_client` run that may fail left behind.
+pub struct Outcome {
+    pub code: Option<i32>,
+    /// The JSON report, when it wrote one.
+    pub report: Option<Value>,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// Runs `udp_client --json` with `args`, whatever its exit code.
+pub fn client_outcome(args: &[&str]) -> Outcome {
+    client_outcome_with(Command::new(CLIENT), args)
+}
+
+/// [`client_outcome`] inside a network namespace.
+pub fn client_outcome_in(ns: &Netns, args: &[&str]) -> Outcome {
+    client_outcome_with(ns.cmd(CLIENT), args)
+}
+
+fn client_outcome_with(mut cmd: Command, args: &[&str]) -> Outcome {
+    let started = Instant::now();
+    let out = run_bounded(cmd.args(args).arg("--json"), WAIT);
+    Outcome {
+        code: out.status.code(),
+        report: serde_json::from_slice(&out.stdout).ok(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
 }
 
 pub fn u(v: &Value, key: &str) -> u64 {

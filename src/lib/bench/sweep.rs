@@ -3,9 +3,10 @@
 //!
 //! Why the server's figure: seed 001's 63.5 Gbit/s headline was a sender
 //! rate measured while the server's buffer overflowed. Every cell here
-//! takes the receive rate from the server's end-of-test answer
-//! (`report.server.gbps`, summed over the clients); a cell whose answer
-//! never came shows as missing rather than as the send rate.
+//! takes the receive rate from the server's end-of-test answers
+//! (`report.server.gbps`: all clients' bytes over the union of their
+//! spans); a cell whose answer never came shows as missing rather than as
+//! the send rate, and makes the run exit with code 3.
 //!
 //! The sweep is a loop around [`crate::client::run`] with the caller's
 //! validated config, overriding only the buffer size and the client count,
@@ -26,14 +27,28 @@ use std::path::Path;
 pub struct SweepCell {
     pub buffer_size: usize,
     pub clients: usize,
-    /// Receive rate from the server's answers (sum over clients); None
-    /// when no client got an answer.
+    /// Receive rate from the server's answers (over the clients' union of
+    /// spans); None when no client got an answer, or the run was too short
+    /// for a rate.
     pub server_gbps: Option<f64>,
     /// Send rate (sender side), for comparison only.
-    pub sent_gbps: f64,
+    pub sent_gbps: Option<f64>,
     pub sent_packets: u64,
     pub received_packets: Option<u64>,
     pub loss_percent: Option<f64>,
+    /// Every client of the cell got the server's answer.
+    pub complete: bool,
+}
+
+impl SweepReport {
+    /// 0, or `client::EXIT_NO_ANSWER` when a cell lacks the server's answer.
+    pub fn exit_code(&self) -> i32 {
+        if self.cells.iter().all(|c| c.complete) {
+            0
+        } else {
+            client::EXIT_NO_ANSWER
+        }
+    }
 }
 
 /// The whole sweep, row-major: for each size, each client count.
@@ -111,11 +126,12 @@ pub fn run(
                 Ok(r) => cells.push(SweepCell {
                     buffer_size: size,
                     clients: n,
-                    server_gbps: r.server.as_ref().map(|s| s.gbps),
+                    server_gbps: r.server.as_ref().and_then(|s| s.gbps),
                     sent_gbps: r.gbps,
                     sent_packets: r.sent_packets,
                     received_packets: r.server.as_ref().map(|s| s.received_packets),
                     loss_percent: r.server.as_ref().map(|s| s.loss_percent),
+                    complete: r.complete,
                 }),
                 Err(e) => {
                     result = Err(Error::runtime(format!(
@@ -209,10 +225,11 @@ mod tests {
             buffer_size: b,
             clients: c,
             server_gbps: g,
-            sent_gbps: 1.0,
+            sent_gbps: Some(1.0),
             sent_packets: 1,
             received_packets: None,
             loss_percent: None,
+            complete: true,
         };
         let r = SweepReport {
             server: "127.0.0.1:1".into(),

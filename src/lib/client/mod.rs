@@ -1,11 +1,15 @@
-//! `udp_client`: send an exact volume, pace it, survive a full queue, then
-//! ask the server what arrived.
+//! `udp_client`: find the server, send an exact volume, pace it, survive a
+//! full queue, then ask the server what arrived.
 //!
 //! Each client socket runs in its own thread ([`run_one`]) and is its own
-//! peer at the server (its own session id). The send loop never skips a
-//! datagram: on ENOBUFS or EAGAIN it backs off exponentially (capped, reset
-//! after a success) and sends the same datagram again, counting the
-//! back-offs and the time spent in them.
+//! peer at the server (its own session id). Before sending, a short probe
+//! (Hello) finds a missing server within a second, instead of after the
+//! whole volume. The send loop never skips a datagram: on ENOBUFS or EAGAIN
+//! it backs off exponentially (capped, reset after a success) and sends the
+//! same datagram again, counting the back-offs and the time spent in them.
+//! At the end, the End is answered only from the server's address and only
+//! with the nonce of an End this client sent, so a forged or stale answer
+//! is ignored.
 
 mod pacing;
 pub mod send;
@@ -15,41 +19,126 @@ use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::server::BufferGrant;
 use crate::shutdown::Shutdown;
+use crate::stats::{self, percent};
 use crate::sys;
-use crate::units;
-use crate::wire::{self, End, Header, Message};
+use crate::wire::{self, End, EndAck, Header, Hello, Message};
 use pacing::Pacer;
 use send::{SendPath, Transmitter};
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::hash::{BuildHasher, Hasher};
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-/// End-of-test attempts within `--end-timeout`.
-const END_ATTEMPTS: u32 = 5;
+/// Attempts of each control exchange (probe, End) within its time.
+const ATTEMPTS: u32 = 5;
+/// How long the start probe waits for a udp_server to answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The exit code of a run that ended without the server's answer for
+/// every client: the sender side is printed, the receiver side is unknown.
+pub const EXIT_NO_ANSWER: i32 = 3;
 
-/// What the server said it received for one session.
+/// What the server said it received for one session, or for all of them.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ServerView {
     pub received_packets: u64,
     pub received_bytes: u64,
+    /// Datagrams lost (at most this many, see `lost_fewest`).
     pub lost_packets: u64,
+    /// Present when some arrivals could not be classified: the loss is then
+    /// between this and `lost_packets`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_fewest: Option<u64>,
     pub loss_percent: f64,
     pub duplicates: u64,
     pub reordered: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uncertain: u64,
+    /// Datagrams that reached the server after it had finished the session.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub late: u64,
+    /// Datagrams whose sequence numbers this client never sent.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unexpected: u64,
     pub jitter_ms: f64,
-    /// Receive rate: bytes over the server's first-to-last datagram time.
-    pub gbps: f64,
+    /// Receive rate: what arrived after the first arrival, over the time
+    /// from the first to the last (server's clock); null under 1 ms.
+    pub gbps: Option<f64>,
     pub seconds: f64,
-    /// Drops on the server's socket while this session ran; absent when
-    /// the server cannot know.
+    /// Drops on the server's socket while the session ran, when nothing
+    /// else used that socket meanwhile: this session's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
-    /// The server had UDP_GRO on: `kernel_drops` counts dropped buffers of
-    /// up to 64 KiB of datagrams each, not datagrams.
+    /// Drops on the server's socket(s) while the session(s) ran, whoever's
+    /// datagrams they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_kernel_drops: Option<u64>,
+    /// `datagrams`, or `buffers` when the datagrams arrived coalesced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_drops_unit: Option<&'static str>,
+    /// Buffers the server received that held several datagrams (GRO).
+    pub gro_buffers: u64,
+    /// Buffers the server's kernel cut short (MSG_TRUNC).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub truncated: u64,
+    /// The server had finished the session as idle before the End came.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub kernel_drops_are_buffers: bool,
+    pub idle_finished: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What became of asking the server for its figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// The server answered the End.
+    Answered,
+    /// It answered the probe, but not the End.
+    NoAnswer,
+    /// The host said "port unreachable" while data was being sent.
+    ServerGone,
+    /// `--no-server`: the target is not a udp_server; nothing was asked.
+    NotAsked,
+}
+
+/// When the first and last send calls returned, and what the first took:
+/// the sender-side rate counts what was sent after the first call.
+#[derive(Debug, Clone, Copy)]
+struct SendTiming {
+    first_call: Option<Instant>,
+    first_packets: u64,
+    first_bytes: u64,
+    last_call: Instant,
+}
+
+impl SendTiming {
+    fn new(now: Instant) -> Self {
+        SendTiming {
+            first_call: None,
+            first_packets: 0,
+            first_bytes: 0,
+            last_call: now,
+        }
+    }
+
+    /// A send call that returned at `at`, having sent this much.
+    fn call(&mut self, at: Instant, packets: u64, bytes: u64) {
+        if self.first_call.is_none() {
+            self.first_call = Some(at);
+            self.first_packets = packets;
+            self.first_bytes = bytes;
+        }
+        self.last_call = at;
+    }
+
+    fn span(&self) -> Duration {
+        self.first_call.map_or(Duration::ZERO, |f| {
+            self.last_call.saturating_duration_since(f)
+        })
+    }
 }
 
 /// One client socket's result.
@@ -61,8 +150,11 @@ pub struct ClientReport {
     pub sent_bytes: u64,
     /// Datagrams too short to carry a header (counted, not sequence-checked).
     pub untagged_packets: u64,
+    /// From the return of the first send call to the return of the last.
     pub seconds: f64,
-    pub gbps: f64,
+    /// Send rate over `seconds` of what the calls after the first sent;
+    /// null under 1 ms.
+    pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
     /// How the datagrams were really sent: batch, GSO, fallbacks.
@@ -70,11 +162,12 @@ pub struct ClientReport {
     /// SO_SNDBUF as granted, when --sndbuf was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sndbuf: Option<BufferGrant>,
-    #[serde(skip)]
-    started: Instant,
-    #[serde(skip)]
-    finished: Instant,
+    pub answer: Answer,
     pub server: Option<ServerView>,
+    #[serde(skip)]
+    timing: SendTiming,
+    #[serde(skip)]
+    ack: Option<EndAck>,
 }
 
 /// The whole run: every client socket, and their totals.
@@ -87,31 +180,50 @@ pub struct RunReport {
     pub rate_bps: Option<u64>,
     pub sent_packets: u64,
     pub sent_bytes: u64,
-    /// Wall time from the first client's first send to the last one's end.
+    /// From the first client's first send call to the last one's last.
     pub seconds: f64,
-    /// Send rate over `seconds` (sender side).
-    pub gbps: f64,
+    /// Send rate over `seconds` (sender side); null under 1 ms.
+    pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
-    /// Sums over the clients the server answered for; null if none did.
+    /// Combined over the clients the server answered for; null if none did.
     pub server: Option<ServerView>,
     pub clients_answered: usize,
+    /// Every client that asked got its answer (or none asked: --no-server).
+    pub complete: bool,
     pub clients: Vec<ClientReport>,
     /// Things the user should know about how the run went.
     pub notes: Vec<String>,
 }
 
-fn random_session() -> u64 {
-    // RandomState is seeded from the OS once per process and per-thread
-    // incremented, so distinct clients get distinct ids.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
+impl RunReport {
+    /// 0, or [`EXIT_NO_ANSWER`] when the receiver side is missing for a
+    /// client that asked for it.
+    pub fn exit_code(&self) -> i32 {
+        if self.complete {
+            0
+        } else {
+            EXIT_NO_ANSWER
+        }
+    }
+}
+
+/// A random u64 from the OS: session ids and nonces must not be guessable
+/// by anyone who cannot see the traffic.
+pub fn random_u64() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
+        // No OS randomness (never seen on Linux): a keyed hash of the time
+        // is still unique per call, if not secret.
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        h.finish()
+    })
 }
 
 /// Creates a client socket for `server`.
@@ -144,20 +256,36 @@ fn open_socket(server: SocketAddr, connected: bool, dont_fragment: bool) -> Resu
     Ok(socket.into())
 }
 
-/// Sends end-of-test messages until the server answers or time runs out.
-fn end_of_test(
+/// How a control exchange ended.
+enum Exchange<T> {
+    Answered(T),
+    /// The host said "port unreachable".
+    Refused,
+    Silent,
+}
+
+/// Asks the server one question ([`ATTEMPTS`] times within `wait`, each
+/// with a fresh nonce) until `accept` takes an answer that came from
+/// `server` and echoes one of the nonces sent.
+fn exchange<T>(
     socket: &UdpSocket,
     tx: &mut Transmitter,
-    end: &End,
-    timeout: Duration,
-) -> Option<wire::EndAck> {
-    tx.end_gso();
-    let message = wire::encode_end(end);
-    let per_attempt = timeout / END_ATTEMPTS;
-    let mut buf = [0u8; 256];
-    for _ in 0..END_ATTEMPTS {
+    server: SocketAddr,
+    wait: Duration,
+    mut ask: impl FnMut(u64) -> Vec<u8>,
+    mut accept: impl FnMut(Message, &[u64]) -> Option<T>,
+) -> Exchange<T> {
+    let per_attempt = wait / ATTEMPTS;
+    let mut nonces = Vec::with_capacity(ATTEMPTS as usize);
+    let mut refused = false;
+    let mut buf = [0u8; 512];
+    for _ in 0..ATTEMPTS {
+        let nonce = random_u64();
+        nonces.push(nonce);
         // A refusal here is counted by the transmitter; keep listening.
-        let _ = tx.send_control(&message);
+        if let Ok(0) = tx.send_control(&ask(nonce)) {
+            refused = true;
+        }
         let deadline = Instant::now() + per_attempt;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -165,22 +293,100 @@ fn end_of_test(
                 break;
             }
             let _ = socket.set_read_timeout(Some(left));
-            let n = match socket.recv(&mut buf) {
-                Ok(n) => n,
+            let (n, from) = match socket.recv_from(&mut buf) {
+                Ok(got) => got,
                 Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                    tx.refused += 1;
+                    refused = true;
                     continue;
                 }
                 Err(_) => continue,
             };
-            if let Ok(Message::EndAck(ack)) = wire::decode(&buf[..n]) {
-                if ack.session == end.header.session {
-                    return Some(ack);
+            // Only the address asked answers; anything else is not ours.
+            if crate::server::peers::canonical(from) != crate::server::peers::canonical(server) {
+                continue;
+            }
+            if let Ok(message) = wire::decode(&buf[..n]) {
+                if let Some(answer) = accept(message, &nonces) {
+                    return Exchange::Answered(answer);
                 }
             }
         }
     }
-    None
+    if refused {
+        Exchange::Refused
+    } else {
+        Exchange::Silent
+    }
+}
+
+/// What the probe learned about the server.
+#[derive(Debug, Clone, Copy)]
+struct ServerInfo {
+    end_grace: Duration,
+}
+
+/// The start probe: is a udp_server at `server`?
+fn probe(
+    socket: &UdpSocket,
+    tx: &mut Transmitter,
+    server: SocketAddr,
+    session: u64,
+) -> Result<ServerInfo> {
+    let started = Instant::now();
+    let ask = |nonce| {
+        wire::encode_hello(&Hello {
+            header: Header {
+                session,
+                seq: 0,
+                send_time_ns: started.elapsed().as_nanos() as u64,
+            },
+            nonce,
+        })
+        .to_vec()
+    };
+    let accept = |message, nonces: &[u64]| match message {
+        Message::HelloAck(ack) if ack.session == session && nonces.contains(&ack.nonce) => {
+            Some(ServerInfo {
+                end_grace: Duration::from_nanos(ack.end_grace_ns).min(crate::config::MAX_END_GRACE),
+            })
+        }
+        _ => None,
+    };
+    match exchange(socket, tx, server, PROBE_TIMEOUT, ask, accept) {
+        Exchange::Answered(info) => Ok(info),
+        Exchange::Refused => Err(tx.nobody_listening()),
+        Exchange::Silent => Err(Error::runtime(format!(
+            "no udp_server answered at {server} within {} s: check the address, that udp_server runs there, and that UDP is not filtered on the way (to send to something that is not udp_server, such as nc or sockperf, add --no-server)",
+            PROBE_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// Sends End messages until the server answers one of them, or `wait`
+/// passes.
+fn end_of_test(
+    socket: &UdpSocket,
+    tx: &mut Transmitter,
+    server: SocketAddr,
+    end: End,
+    wait: Duration,
+) -> Option<EndAck> {
+    tx.end_gso();
+    let session = end.header.session;
+    let ask = |nonce| {
+        let mut this = end;
+        this.nonce = nonce;
+        this.answer_wait_ns = wait.as_nanos() as u64;
+        wire::encode_end(&this).to_vec()
+    };
+    let accept = |message, nonces: &[u64]| match message {
+        Message::EndAck(ack) if ack.session == session && nonces.contains(&ack.nonce) => Some(ack),
+        _ => None,
+    };
+    match exchange(socket, tx, server, wait, ask, accept) {
+        Exchange::Answered(ack) => Some(ack),
+        Exchange::Refused | Exchange::Silent => None,
+    }
 }
 
 /// Fills `buf` with bytes that do not compress, so that a compressing link
@@ -242,8 +448,16 @@ pub fn run_one(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let session = random_session();
+    let session = random_u64();
     let size = cfg.buffer_size;
+    // The probe goes out before GSO is set on the socket: a Hello longer
+    // than -b would otherwise be cut into segments.
+    let info = if cfg.no_server {
+        None
+    } else {
+        let mut plain = Transmitter::new(&socket, cfg.server, cfg.connected, size, 1, false);
+        Some(probe(&socket, &mut plain, cfg.server, session)?)
+    };
     let mut tx = Transmitter::new(&socket, cfg.server, cfg.connected, size, cfg.batch, cfg.gso);
     tx.dont_fragment = cfg.dont_fragment;
     let max_payload = if cfg.server.is_ipv4() {
@@ -260,8 +474,8 @@ pub fn run_one(
     let mut pacer = cfg.rate_bps.map(Pacer::new);
     let (mut packets, mut bytes, mut untagged) = (0u64, 0u64, 0u64);
     let start = Instant::now();
-    let mut last_send = start;
-    while !shutdown.is_triggered() {
+    let mut timing = SendTiming::new(start);
+    while !shutdown.is_triggered() && !tx.gone {
         let per_message = tx.segments_per_message(max_payload);
         plan(
             cfg.volume,
@@ -323,13 +537,15 @@ pub fn run_one(
         } else {
             sent.iter().filter(|&&l| l < wire::HEADER_LEN).count() as u64
         };
+        if !sent.is_empty() {
+            timing.call(Instant::now(), sent.len() as u64, sent_bytes);
+        }
         progress.add(sent_bytes);
-        last_send = Instant::now();
         if sent_messages < message_count {
             break;
         }
     }
-    let send_seconds = last_send.duration_since(start).as_secs_f64();
+    let span = timing.span();
     let end = End {
         header: Header {
             session,
@@ -338,47 +554,43 @@ pub fn run_one(
         },
         sent_packets: packets,
         sent_bytes: bytes,
-        duration_ns: (send_seconds * 1e9) as u64,
+        duration_ns: span.as_nanos() as u64,
+        nonce: 0,
+        answer_wait_ns: 0,
+        tag: [0; wire::TAG_LEN],
     };
-    let ack = end_of_test(&socket, &mut tx, &end, cfg.end_timeout);
-    if ack.is_none() && tx.refused > 0 {
-        return Err(tx.nobody_listening());
-    }
-    let server = ack.map(|a| {
-        let seconds = a.first_to_last_ns as f64 / 1e9;
-        ServerView {
-            received_packets: a.received_packets,
-            received_bytes: a.received_bytes,
-            lost_packets: a.lost,
-            loss_percent: if packets == 0 {
-                0.0
-            } else {
-                a.lost as f64 * 100.0 / packets as f64
-            },
-            duplicates: a.duplicates,
-            reordered: a.reordered,
-            jitter_ms: a.jitter_ns as f64 / 1e6,
-            gbps: units::gbps(a.received_bytes, seconds),
-            seconds,
-            kernel_drops: (a.kernel_drops != wire::UNKNOWN).then_some(a.kernel_drops),
-            kernel_drops_are_buffers: a.flags & wire::ACK_FLAG_GRO != 0,
+    let (answer, ack) = match info {
+        None => (Answer::NotAsked, None),
+        Some(_) if tx.gone => (Answer::ServerGone, None),
+        Some(info) => {
+            let wait = cfg.end_timeout + info.end_grace;
+            match end_of_test(&socket, &mut tx, cfg.server, end, wait) {
+                Some(ack) => (Answer::Answered, Some(ack)),
+                None => (Answer::NoAnswer, None),
+            }
         }
-    });
+    };
+    let answer = if tx.gone && answer == Answer::NotAsked {
+        Answer::ServerGone
+    } else {
+        answer
+    };
     Ok(ClientReport {
         session: format!("{session:016x}"),
         local_addr,
         sent_packets: packets,
         sent_bytes: bytes,
         untagged_packets: untagged,
-        seconds: send_seconds,
-        gbps: units::gbps(bytes, send_seconds),
+        seconds: span.as_secs_f64(),
+        gbps: stats::rate_gbps(bytes.saturating_sub(timing.first_bytes), span),
         enobufs_retries: tx.enobufs_retries,
         backoff_seconds: tx.backoff_time.as_secs_f64(),
         send_path: tx.path(),
         sndbuf,
-        started: start,
-        finished: last_send,
-        server,
+        answer,
+        server: ack.as_ref().map(|a| server_view(&[(a, packets)])),
+        timing,
+        ack,
     })
 }
 
@@ -407,44 +619,107 @@ pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
     Ok(summarise(cfg, clients))
 }
 
+/// The receiver side of one or more sessions of one server, from its
+/// answers and what each session sent: sums, and rates and drops over the
+/// union of their spans (the answers' times share the server's clock).
+fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
+    let mut v = ServerView::default();
+    let mut sent = 0;
+    for &(a, sent_packets) in answers {
+        sent += sent_packets;
+        v.received_packets += a.received_packets;
+        v.received_bytes += a.received_bytes;
+        v.lost_packets += a.lost;
+        v.duplicates += a.duplicates;
+        v.reordered += a.reordered;
+        v.uncertain += a.uncertain;
+        v.late += a.late;
+        v.unexpected += a.unexpected;
+        v.jitter_ms = v.jitter_ms.max(a.jitter_ns as f64 / 1e6);
+        v.gro_buffers += a.gro_buffers;
+        v.truncated += a.truncated;
+        v.idle_finished |= a.flags & wire::ACK_IDLE_FINISHED != 0;
+    }
+    let fewest: u64 = answers.iter().map(|(a, _)| a.lost_fewest).sum();
+    v.lost_fewest = (fewest != v.lost_packets).then_some(fewest);
+    v.loss_percent = percent(v.lost_packets, sent);
+    // Rates: what arrived after the earliest first arrival, over the span
+    // from it to the latest arrival.
+    let with_data: Vec<&EndAck> = answers
+        .iter()
+        .map(|(a, _)| *a)
+        .filter(|a| a.received_packets > 0)
+        .collect();
+    if let (Some(first), Some(last)) = (
+        with_data.iter().map(|a| a.first_arrival_ns).min(),
+        with_data.iter().map(|a| a.last_arrival_ns).max(),
+    ) {
+        let at_first: u64 = with_data
+            .iter()
+            .filter(|a| a.first_arrival_ns == first)
+            .map(|a| a.first_arrival_bytes)
+            .sum();
+        let span = Duration::from_nanos(last.saturating_sub(first));
+        v.seconds = span.as_secs_f64();
+        v.gbps = stats::rate_gbps(v.received_bytes.saturating_sub(at_first), span);
+    }
+    // Kernel drops: per receive socket, the counter's growth over the union
+    // of the sessions' spans on it, then summed over sockets.
+    let mut sockets: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut known = true;
+    let mut shared = answers.len() > 1;
+    for (a, _) in answers {
+        if a.drops_start == wire::UNKNOWN || a.drops_end == wire::UNKNOWN {
+            known = false;
+            continue;
+        }
+        shared |= a.flags & wire::ACK_DROPS_SHARED != 0;
+        let entry = sockets
+            .entry(a.drop_socket)
+            .or_insert((a.drops_start, a.drops_end));
+        entry.0 = entry.0.min(a.drops_start);
+        entry.1 = entry.1.max(a.drops_end);
+    }
+    if known && !sockets.is_empty() {
+        let drops: u64 = sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum();
+        v.socket_kernel_drops = Some(drops);
+        v.kernel_drops = (!shared).then_some(drops);
+        v.kernel_drops_unit = Some(if v.gro_buffers > 0 {
+            "buffers"
+        } else {
+            "datagrams"
+        });
+    }
+    v
+}
+
 fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
     let sent_packets = clients.iter().map(|c| c.sent_packets).sum();
     let sent_bytes: u64 = clients.iter().map(|c| c.sent_bytes).sum();
-    // From the first client's first send to the last one's last send.
-    let first = clients.iter().map(|c| c.started).min();
-    let last = clients.iter().map(|c| c.finished).max();
-    let seconds = match (first, last) {
-        (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
-        _ => 0.0,
+    // Sender side: what the calls after the earliest first call sent, from
+    // it to the latest last call.
+    let first = clients.iter().filter_map(|c| c.timing.first_call).min();
+    let last = clients
+        .iter()
+        .filter(|c| c.timing.first_call.is_some())
+        .map(|c| c.timing.last_call)
+        .max();
+    let (span, at_first) = match (first, last) {
+        (Some(a), Some(b)) => (
+            b.saturating_duration_since(a),
+            clients
+                .iter()
+                .filter(|c| c.timing.first_call == Some(a))
+                .map(|c| c.timing.first_bytes)
+                .sum(),
+        ),
+        _ => (Duration::ZERO, 0),
     };
-    let answered: Vec<&ServerView> = clients.iter().filter_map(|c| c.server.as_ref()).collect();
-    let server = (!answered.is_empty()).then(|| {
-        let mut s = ServerView::default();
-        for v in &answered {
-            s.received_packets += v.received_packets;
-            s.received_bytes += v.received_bytes;
-            s.lost_packets += v.lost_packets;
-            s.duplicates += v.duplicates;
-            s.reordered += v.reordered;
-            s.jitter_ms = s.jitter_ms.max(v.jitter_ms);
-            // Concurrent sessions: rates add up, like iperf3's -P sum.
-            s.gbps += v.gbps;
-            s.seconds = s.seconds.max(v.seconds);
-            s.kernel_drops = v.kernel_drops.max(s.kernel_drops);
-            s.kernel_drops_are_buffers |= v.kernel_drops_are_buffers;
-        }
-        let answered_sent: u64 = clients
-            .iter()
-            .filter(|c| c.server.is_some())
-            .map(|c| c.sent_packets)
-            .sum();
-        s.loss_percent = if answered_sent == 0 {
-            0.0
-        } else {
-            s.lost_packets as f64 * 100.0 / answered_sent as f64
-        };
-        s
-    });
+    let answered: Vec<(&EndAck, u64)> = clients
+        .iter()
+        .filter_map(|c| c.ack.as_ref().map(|a| (a, c.sent_packets)))
+        .collect();
+    let server = (!answered.is_empty()).then(|| server_view(&answered));
     let mut notes = Vec::new();
     let untagged: u64 = clients.iter().map(|c| c.untagged_packets).sum();
     if untagged > 0 {
@@ -453,14 +728,52 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
             wire::HEADER_LEN
         ));
     }
-    if answered.len() < clients.len() {
+    let count = |answer: Answer| clients.iter().filter(|c| c.answer == answer).count();
+    let n = clients.len();
+    let gone = count(Answer::ServerGone);
+    if gone > 0 {
         notes.push(format!(
-            "no end-of-test answer from {} for {} of {} clients: only sender-side figures are known for them (a foreign server, a firewall, or every answer lost)",
-            cfg.server,
-            clients.len() - answered.len(),
-            clients.len()
+            "{} answered 'port unreachable' while {gone} of {n} clients were sending: the server went away (or never listened); only sender-side figures are known for them, up to that point",
+            cfg.server
         ));
     }
+    let silent = count(Answer::NoAnswer);
+    if silent > 0 {
+        notes.push(format!(
+            "no end-of-test answer from {} for {silent} of {n} clients within {:.1} s: only sender-side figures are known for them (the server stopped, a firewall, or every answer lost; raise --end-timeout on a lossy path)",
+            cfg.server,
+            cfg.end_timeout.as_secs_f64()
+        ));
+    }
+    if count(Answer::NotAsked) > 0 {
+        notes.push(
+            "--no-server: the receiver was not asked what arrived; these are sender-side figures only".into(),
+        );
+    }
+    if let Some(v) = &server {
+        if v.idle_finished {
+            notes.push("the server had already finished a session as idle (no datagram for its --idle-timeout) when the End arrived: its figures stop there; raise the server's --idle-timeout for slow senders".into());
+        }
+        if v.late > 0 {
+            notes.push(format!(
+                "{} datagrams reached the server after it had finished the session: they are not in its figures (raise the server's --end-grace on a path that delays datagrams this much)",
+                v.late
+            ));
+        }
+        if v.unexpected > 0 {
+            notes.push(format!(
+                "the server received {} datagrams for this session with sequence numbers it never sent: forged, or from another sender",
+                v.unexpected
+            ));
+        }
+        if v.truncated > 0 {
+            notes.push(format!(
+                "the server's kernel cut {} buffers short (MSG_TRUNC): their datagrams count as lost",
+                v.truncated
+            ));
+        }
+    }
+    let answered_count = count(Answer::Answered);
     RunReport {
         server_addr: cfg.server.to_string(),
         buffer_size: cfg.buffer_size,
@@ -468,12 +781,13 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
         rate_bps: cfg.rate_bps,
         sent_packets,
         sent_bytes,
-        seconds,
-        gbps: units::gbps(sent_bytes, seconds),
+        seconds: span.as_secs_f64(),
+        gbps: stats::rate_gbps(sent_bytes.saturating_sub(at_first), span),
         enobufs_retries: clients.iter().map(|c| c.enobufs_retries).sum(),
         backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
         server,
-        clients_answered: answered.len(),
+        clients_answered: answered_count,
+        complete: answered_count + count(Answer::NotAsked) == n,
         clients,
         notes,
     }

@@ -72,7 +72,22 @@ pub struct Transmitter<'a> {
     pub enobufs_retries: u64,
     pub backoff_time: Duration,
     pub refused: u64,
+    /// The host said "port unreachable" [`MAX_REFUSED`] times while data
+    /// was being sent: nothing listens there (any more).
+    pub gone: bool,
     calls: u64,
+}
+
+/// What a send is for, which decides what a refusal means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Data messages: stop between messages once the host has refused
+    /// [`MAX_REFUSED`] times.
+    Data,
+    /// A piece of a data message: sent whatever happens.
+    Piece,
+    /// A control message: give up on a refusal; the answer will not come.
+    Control,
 }
 
 fn is_gso_refusal(e: &io::Error) -> bool {
@@ -118,6 +133,7 @@ impl<'a> Transmitter<'a> {
             enobufs_retries: 0,
             backoff_time: Duration::ZERO,
             refused: 0,
+            gone: false,
             calls: 0,
         }
     }
@@ -213,31 +229,37 @@ impl<'a> Transmitter<'a> {
 
     /// Sends every message, in order. Returns how many were sent, which is
     /// fewer than `messages.len()` only when `shutdown` interrupted a
-    /// back-off.
+    /// back-off, or when the host kept answering "port unreachable"
+    /// ([`Transmitter::gone`]).
     pub fn send_all(&mut self, messages: &[&[u8]], shutdown: &Shutdown) -> Result<usize> {
-        self.send_messages(messages, shutdown, true)
+        self.send_messages(messages, shutdown, Mode::Data)
     }
 
-    /// Sends a control message (end of test) whole, whatever the datagram
+    /// Sends a control message (Hello, End) whole, whatever the datagram
     /// size: it must never be cut into pieces. Call [`Self::end_gso`] first.
+    /// Returns 0 when the host answered "port unreachable" instead; the
+    /// caller, listening for the answer, sees the refusal too.
     pub fn send_control(&mut self, message: &[u8]) -> Result<usize> {
-        self.send_messages(&[message], &Shutdown::new(), false)
+        self.send_messages(&[message], &Shutdown::new(), Mode::Control)
     }
 
     fn send_messages(
         &mut self,
         messages: &[&[u8]],
         shutdown: &Shutdown,
-        split: bool,
+        mode: Mode,
     ) -> Result<usize> {
         let limit = self.message_limit();
-        if split && messages.iter().any(|m| m.len() > limit) {
+        if mode == Mode::Data && messages.iter().any(|m| m.len() > limit) {
             // Laid out for a GSO state that has since changed: send each
             // message in pieces the current path takes. Pieces are never
             // interrupted, so a message is sent whole or not at all.
-            for message in messages {
+            for (i, message) in messages.iter().enumerate() {
+                if self.gone || shutdown.is_triggered() {
+                    return Ok(i);
+                }
                 for piece in message.chunks(limit) {
-                    self.send_all(&[piece], &Shutdown::new())?;
+                    self.send_messages(&[piece], shutdown, Mode::Piece)?;
                 }
             }
             return Ok(messages.len());
@@ -251,28 +273,39 @@ impl<'a> Transmitter<'a> {
                     self.backoff.reset();
                 }
                 Err(e) => {
-                    if let (Gso::On(max), true) = (&self.gso, split) {
+                    if let (Gso::On(max), Mode::Data | Mode::Piece) = (&self.gso, mode) {
                         let max = *max;
                         if is_gso_refusal(&e) {
                             self.gso_refused(max, &e);
-                            return Ok(sent + self.send_all(&messages[sent..], shutdown)?);
+                            return Ok(
+                                sent + self.send_messages(&messages[sent..], shutdown, mode)?
+                            );
                         }
                     }
                     match sys::classify_send_error(&e) {
                         SendFailure::QueueFull => {
                             self.enobufs_retries += 1;
                             self.backoff_time += self.backoff.wait();
-                            if shutdown.is_triggered() {
+                            if mode == Mode::Data && shutdown.is_triggered() {
                                 return Ok(sent);
                             }
                         }
                         SendFailure::Interrupted => {}
                         SendFailure::Refused => {
                             // The error belonged to an earlier datagram;
-                            // this one was not sent, so it is retried.
+                            // this one was not sent.
                             self.refused += 1;
-                            if self.refused >= MAX_REFUSED {
-                                return Err(self.nobody_listening());
+                            match mode {
+                                Mode::Data if self.refused >= MAX_REFUSED => {
+                                    self.gone = true;
+                                    return Ok(sent);
+                                }
+                                // The caller listens for the answer, and
+                                // sees the refusal there too.
+                                Mode::Control => return Ok(sent),
+                                // Sent again: a piece of a message that is
+                                // sent whole or not at all.
+                                Mode::Data | Mode::Piece => {}
                             }
                         }
                         SendFailure::TooBig => {

@@ -19,7 +19,7 @@ use crate::config::ServerConfig;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use crate::sys;
-use peers::{Event, Overflow, PeerReport, PeerTable};
+use peers::{Event, LateReport, PeerReport, PeerTable, Reply, TableConfig, Totals};
 use recv::Deliver;
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -188,18 +188,15 @@ fn size_recv_buffer(socket: &Socket, requested: Option<usize>) -> Result<BufferG
 pub enum ServerEvent {
     Interval(PeerReport),
     PeerDone(PeerReport),
+    /// Datagrams arrived for a session after it had finished.
+    Late(LateReport),
 }
 
 /// Totals over the server's whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerSummary {
-    pub packets: u64,
-    pub bytes: u64,
-    pub peers: u64,
-    pub overflow: Overflow,
-    pub answers_limited: u64,
-    /// End-of-test messages unanswered because the session table was full.
-    pub ends_table_full: u64,
+    #[serde(flatten)]
+    pub totals: Totals,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
     pub method: &'static str,
@@ -207,10 +204,12 @@ pub struct ServerSummary {
     pub gro: bool,
 }
 
-/// The table and the events it produced, shared by the receive threads.
+/// The table, the events it produced and the answers it wants sent, shared
+/// by the receive threads and the caller's thread.
 struct Shared {
     table: PeerTable,
     pending: Vec<ServerEvent>,
+    replies: Vec<Reply>,
 }
 
 /// Counts what the receive loops read into the shared table.
@@ -223,7 +222,17 @@ fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
         pending.push(match e {
             Event::Interval(r) => ServerEvent::Interval(r),
             Event::Done(r) => ServerEvent::PeerDone(r),
+            Event::Late(r) => ServerEvent::Late(r),
         })
+    }
+}
+
+/// Sends answers; best effort: a lost answer is retried by the client.
+fn send_replies(sockets: &[&Socket], replies: &mut Vec<Reply>) {
+    for reply in replies.drain(..) {
+        if let Some(socket) = sockets.get(reply.socket).or(sockets.first()) {
+            let _ = socket.send_to(reply.bytes.as_slice(), &SockAddr::from(reply.to));
+        }
     }
 }
 
@@ -239,8 +248,7 @@ impl Deliver for Counter<'_> {
             // One lock per batch: the receive threads share one table so a
             // peer is reported once whichever socket its traffic reaches.
             let mut guard = self.shared.lock().unwrap_or_else(|p| p.into_inner());
-            let Shared { table, pending } = &mut *guard;
-            let mut events = push_event(pending);
+            let table = &mut guard.table;
             for i in 0..count {
                 let received = batch.datagram(i);
                 let Some(from) = received.from else { continue };
@@ -255,25 +263,26 @@ impl Deliver for Counter<'_> {
                 table.on_receive(
                     received.data,
                     received.segment_size,
+                    received.truncated,
                     from,
                     at,
                     index,
                     received.kernel_drops,
-                    &mut events,
                     &mut replies,
                 );
             }
         }
-        for (reply, to) in replies {
-            // Best effort: a lost answer is retried by the client.
-            let _ = socket.send_to(&reply, &SockAddr::from(to));
+        // Answers go out of the socket the request came in on.
+        for reply in replies {
+            let _ = socket.send_to(reply.bytes.as_slice(), &SockAddr::from(reply.to));
         }
     }
 }
 
 /// Receives and counts until `shutdown` is set, reporting through `events`
 /// from the calling thread. Receive threads do the counting; this thread
-/// writes interval lines, expires idle peers and passes events on.
+/// writes interval lines, finalises sessions (sending their answers),
+/// expires idle peers and passes events on.
 pub fn run(
     bound: &Bound,
     cfg: &ServerConfig,
@@ -289,12 +298,24 @@ pub fn run(
         let _ = sys::enable_rx_timestamps(socket);
     }
     let start = Instant::now();
-    let mut table = PeerTable::new(cfg.max_peers, cfg.idle_timeout, start, bound.sockets.len());
-    table.gro = bound.gro;
+    let table = PeerTable::new(
+        TableConfig {
+            max_peers: cfg.max_peers,
+            idle_timeout: cfg.idle_timeout,
+            end_grace: cfg.end_grace,
+            sockets: bound.sockets.len(),
+            gro: bound.gro,
+            recv_buffer: bound.buffer.granted as u64,
+            intervals: cfg.interval.is_some(),
+        },
+        start,
+    );
     let shared = Mutex::new(Shared {
         table,
         pending: Vec::new(),
+        replies: Vec::new(),
     });
+    let sockets: Vec<&Socket> = bound.sockets.iter().collect();
     let counter = Counter { shared: &shared };
     let receivers_done = Shutdown::new();
     let result = std::thread::scope(|scope| {
@@ -313,6 +334,7 @@ pub fn run(
         let mut next_interval = cfg.interval.map(|i| start + i);
         let tick = Duration::from_millis(20);
         let mut flushed = Vec::new();
+        let mut replies = Vec::new();
         loop {
             let stopping = shutdown.is_triggered() || receivers.iter().any(|h| h.is_finished());
             if stopping {
@@ -322,7 +344,11 @@ pub fn run(
             let now = Instant::now();
             {
                 let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
-                let Shared { table, pending } = &mut *guard;
+                let Shared {
+                    table,
+                    pending,
+                    replies: queued,
+                } = &mut *guard;
                 {
                     let mut sink = push_event(pending);
                     if let Some(due) = next_interval {
@@ -336,10 +362,12 @@ pub fn run(
                             });
                         }
                     }
-                    table.expire(now, &mut sink);
+                    table.expire(now, &mut sink, queued);
                 }
                 std::mem::swap(pending, &mut flushed);
+                std::mem::swap(queued, &mut replies);
             }
+            send_replies(&sockets, &mut replies);
             for event in flushed.drain(..) {
                 events(event);
             }
@@ -356,19 +384,19 @@ pub fn run(
             .collect::<io::Result<Vec<()>>>()
     });
     let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
-    let Shared { table, pending } = &mut *guard;
-    table.finish_all(&mut push_event(pending));
+    let Shared {
+        table,
+        pending,
+        replies,
+    } = &mut *guard;
+    table.finish_all(Instant::now(), &mut push_event(pending), replies);
+    send_replies(&sockets, replies);
     for event in pending.drain(..) {
         events(event);
     }
     result.map_err(|e| Error::runtime(format!("receive failed: {e}")))?;
     Ok(ServerSummary {
-        packets: table.total_packets,
-        bytes: table.total_bytes,
-        peers: table.peers_seen,
-        overflow: table.overflow,
-        answers_limited: table.answers_limited,
-        ends_table_full: table.ends_table_full,
+        totals: table.totals.clone(),
         kernel_drops: table.kernel_drops().filter(|_| drops_supported),
         method: cfg.method.name(),
         threads: bound.sockets.len(),

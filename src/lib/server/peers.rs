@@ -7,25 +7,48 @@
 //! spoofed source addresses can fill the untagged table, but it cannot take
 //! a slot from a real session. Traffic that finds its table full is summed
 //! in an overflow bucket, so memory stays bounded and nothing is uncounted.
+//!
+//! A session lives through three states:
+//!
+//! * **active**: data is counted;
+//! * **closing**: its End arrived; data still in flight is counted for
+//!   `end_grace`, then the session is finalised: its summary is written and
+//!   the End answered, once, from the same figures;
+//! * **finished**: a record kept long enough to answer every retry the
+//!   client can still send (it says how long in its End), with its own
+//!   bound. Retries are answered from the record, so every answer agrees
+//!   with the summary; datagrams that arrive now are *late*, counted against
+//!   the record and reported as such, never as a new peer.
 
-use crate::stats::{self, wire_bytes, Jitter, SeqTracker};
-use crate::units;
-use crate::wire::{self, End, EndAck, Message};
+use crate::stats::{self, percent, wire_bytes, Arrival as SeqArrival, Jitter, SeqSet};
+use crate::wire::{self, End, EndAck, Hello, HelloAck, Message};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-/// Answers to end-of-test messages allowed per source IP per second: room
-/// for `--clients 1024` on one host retrying twice within a second, while
-/// bounding what a flood of forged end-of-test messages can draw out.
+/// Answers (to End and Hello) allowed per source IP per second: room for
+/// `--clients 1024` on one host retrying twice within a second, while
+/// bounding what a flood of forged requests can draw out.
 pub const ANSWERS_PER_SECOND: u32 = 2048;
+
+/// Sequence-number ranges (16 bytes each) the whole session table may hold;
+/// each session gets an equal share, at least [`MIN_RANGES_PER_SESSION`].
+pub const RANGE_BUDGET: usize = 4 << 20;
+/// The least ranges a session keeps before it forgets its oldest holes.
+pub const MIN_RANGES_PER_SESSION: usize = 1024;
+
+/// A finished session's record is kept at least this long, whatever the
+/// client asked for: long enough for a straggler to be recognised as late.
+pub const KEEP_FINISHED_MIN: Duration = Duration::from_secs(10);
+/// ... and at most this long, whatever the client asked for.
+pub const KEEP_FINISHED_MAX: Duration = Duration::from_secs(600);
 
 /// Why a peer's summary was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DoneReason {
-    /// Its end-of-test message arrived.
+    /// Its end-of-test message arrived (and the grace period passed).
     End,
     /// Nothing arrived for `--idle-timeout`.
     Idle,
@@ -33,8 +56,41 @@ pub enum DoneReason {
     Shutdown,
 }
 
+/// How the server's table is set up.
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    /// Most sessions, and most untagged sources, tracked at once.
+    pub max_peers: usize,
+    pub idle_timeout: Duration,
+    /// How long after an End data still in flight is counted.
+    pub end_grace: Duration,
+    /// Receive sockets (`--threads`).
+    pub sockets: usize,
+    /// UDP_GRO is on.
+    pub gro: bool,
+    /// What the kernel granted for SO_RCVBUF, for the Hello answer.
+    pub recv_buffer: u64,
+    /// Interval lines are written: the last partial interval of a peer is
+    /// written before its summary, so that interval lines add up to it.
+    pub intervals: bool,
+}
+
+impl Default for TableConfig {
+    fn default() -> Self {
+        TableConfig {
+            max_peers: 4096,
+            idle_timeout: Duration::from_secs(2),
+            end_grace: Duration::from_millis(100),
+            sockets: 1,
+            gro: false,
+            recv_buffer: 0,
+            intervals: false,
+        }
+    }
+}
+
 /// One peer's figures, for an interval line or a final summary. Optional
-/// fields are left out of JSON when unknown.
+/// fields are left out of JSON when unknown. `docs/output.md` defines each.
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerReport {
     pub peer: String,
@@ -44,11 +100,13 @@ pub struct PeerReport {
     /// Distinct datagrams received (duplicates are not counted again).
     pub packets: u64,
     pub bytes: u64,
-    /// Time from first to last datagram (summary), or the interval's length.
+    /// Summary: first to last datagram. Interval: the interval's span.
     pub seconds: f64,
-    pub gbps: f64,
-    pub pps: f64,
-    pub wire_gbps: f64,
+    /// Rates over `seconds`, of what arrived after its start; null when the
+    /// span is under `stats::MIN_RATE_SPAN`.
+    pub gbps: Option<f64>,
+    pub pps: Option<f64>,
+    pub wire_gbps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total_packets: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,8 +115,13 @@ pub struct PeerReport {
     pub sent_packets: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sent_bytes: Option<u64>,
+    /// Lost datagrams (at most this many, see `lost_fewest`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost: Option<u64>,
+    /// Present only when some arrivals could not be classified: the loss is
+    /// then between this and `lost`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_fewest: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_percent: Option<f64>,
     /// `declared` (the client's end-of-test totals) or `sequence` (estimated
@@ -69,194 +132,391 @@ pub struct PeerReport {
     pub duplicates: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reordered: Option<u64>,
+    /// Arrivals that could not be classified as new or duplicate.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uncertain: u64,
+    /// Datagrams whose sequence numbers the sender never sent.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unexpected: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<f64>,
-    /// Datagrams without a netspeed header merged into this session (a
+    /// Datagrams without a netspeed header counted in this session (a
     /// client's datagrams shorter than the header).
     #[serde(skip_serializing_if = "is_zero")]
     pub untagged_packets: u64,
+    /// Drops on the server socket while this peer was active, when nothing
+    /// else arrived on that socket meanwhile: this peer's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
-    /// True when the server had UDP_GRO on: `kernel_drops` then counts
-    /// dropped buffers, each holding up to 64 KiB of datagrams.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub kernel_drops_are_buffers: bool,
+    /// Drops on the server socket while this peer was active, whoever's
+    /// datagrams they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_kernel_drops: Option<u64>,
+    /// What the drop counts count: `datagrams`, or `buffers` when this
+    /// peer's datagrams arrived coalesced (UDP GRO).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_drops_unit: Option<&'static str>,
+    /// Buffers received that held more than one datagram (UDP GRO).
+    pub gro_buffers: u64,
+    /// Buffers the kernel cut to fit (MSG_TRUNC): should never happen.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub truncated: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<DoneReason>,
+}
+
+/// Datagrams that arrived for a session after it was finished.
+#[derive(Debug, Clone, Serialize)]
+pub struct LateReport {
+    pub peer: String,
+    pub session: String,
+    /// Since the session finished, in all.
+    pub late_packets: u64,
+    pub late_bytes: u64,
+    /// From the session's end to the latest of them.
+    pub seconds_after_end: f64,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// Packets, payload bytes and estimated wire bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Amount {
+    packets: u64,
+    bytes: u64,
+    wire: u64,
+}
+
+impl Amount {
+    fn add(&mut self, other: Amount) {
+        self.packets += other.packets;
+        self.bytes += other.bytes;
+        self.wire += other.wire;
+    }
+
+    fn minus(self, other: Amount) -> Amount {
+        Amount {
+            packets: self.packets.saturating_sub(other.packets),
+            bytes: self.bytes.saturating_sub(other.bytes),
+            wire: self.wire.saturating_sub(other.wire),
+        }
+    }
+}
+
+/// Where the last interval line left off.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    at: Instant,
+    total: Amount,
+}
+
+/// Where to send an answer to an End, once the session is finalised.
+#[derive(Debug, Clone, Copy)]
+struct ReplyTo {
+    /// As received (a v4-mapped address on a dual-stack socket).
+    to: SocketAddr,
+    socket: usize,
+    nonce: u64,
+}
+
+enum State {
+    Active,
+    Closing {
+        grace_until: Instant,
+        reply: ReplyTo,
+    },
+    Finished(Finished),
+}
+
+struct Finished {
+    at: Instant,
+    reason: DoneReason,
+    late: Amount,
+    late_reported: u64,
+    last_late: Option<Instant>,
+    /// When late datagrams were last reported (at most once a second).
+    late_reported_at: Option<Instant>,
+}
+
 struct Tagged {
     session: u64,
-    seq: SeqTracker,
+    seq: SeqSet,
     jitter: Jitter,
     declared: Option<End>,
-    /// Untagged datagrams from the same address, merged at end of test.
+    /// Untagged datagrams from the same address, counted in this session.
     untagged_packets: u64,
 }
 
 struct Peer {
     addr: SocketAddr,
-    packets: u64,
-    bytes: u64,
-    /// Estimated bytes on an Ethernet wire, per datagram (stats::wire_bytes).
-    wire: u64,
-    first: Instant,
+    state: State,
+    total: Amount,
+    /// The first data arrival, and what arrived at that instant.
+    first: Option<Instant>,
+    at_first: Amount,
+    /// The last data arrival.
     last: Instant,
-    mark_at: Instant,
-    mark_packets: u64,
-    mark_bytes: u64,
-    mark_wire: u64,
+    /// The last datagram of any kind (for the idle time-out).
+    last_seen: Instant,
+    mark: Option<Mark>,
     tagged: Option<Box<Tagged>>,
-    done_at: Option<Instant>,
-    /// The receive socket this peer's traffic arrives on, and its drop
-    /// counter when the peer's first datagram was queued.
+    /// The receive socket, its drop counter at this peer's first and latest
+    /// datagram, and whether anything else arrived on it meanwhile.
     socket: usize,
-    drops_at_start: Option<u64>,
+    drops_start: Option<u64>,
+    drops_end: Option<u64>,
+    joins_at_start: u64,
+    shared: bool,
+    gro_buffers: u64,
+    truncated: u64,
 }
 
 impl Peer {
-    fn new(
-        addr: SocketAddr,
-        now: Instant,
-        socket: usize,
-        drops: Option<u64>,
-        session: Option<u64>,
-    ) -> Self {
+    fn new(addr: SocketAddr, now: Instant, socket: usize, tagged: Option<Box<Tagged>>) -> Self {
         Peer {
             addr,
-            packets: 0,
-            bytes: 0,
-            wire: 0,
-            first: now,
+            state: State::Active,
+            total: Amount::default(),
+            first: None,
+            at_first: Amount::default(),
             last: now,
-            mark_at: now,
-            mark_packets: 0,
-            mark_bytes: 0,
-            mark_wire: 0,
-            tagged: session.map(|session| {
-                Box::new(Tagged {
-                    session,
-                    seq: SeqTracker::default(),
-                    jitter: Jitter::default(),
-                    declared: None,
-                    untagged_packets: 0,
-                })
-            }),
-            done_at: None,
+            last_seen: now,
+            mark: None,
+            tagged,
             socket,
-            drops_at_start: drops,
+            drops_start: None,
+            drops_end: None,
+            joins_at_start: 0,
+            shared: false,
+            gro_buffers: 0,
+            truncated: 0,
         }
     }
 
-    fn count(&mut self, len: usize, now: Instant) {
-        if self.packets == 0 {
-            self.first = now;
-            self.mark_at = now;
-        }
-        self.packets += 1;
-        self.bytes += len as u64;
-        self.wire += wire_bytes(len as u64, self.addr.is_ipv6());
-        self.last = now;
+    fn is_finished(&self) -> bool {
+        matches!(self.state, State::Finished(_))
     }
 
-    fn lost(&self) -> Option<(u64, &'static str, u64)> {
+    fn count(&mut self, len: usize, at: Instant) {
+        let amount = Amount {
+            packets: 1,
+            bytes: len as u64,
+            wire: wire_bytes(len as u64, self.addr.is_ipv6()),
+        };
+        self.total.add(amount);
+        match self.first {
+            Some(first) if at > first => {}
+            Some(first) if at == first => self.at_first.add(amount),
+            _ => {
+                self.first = Some(at);
+                self.at_first = amount;
+            }
+        }
+        if at > self.last || self.total.packets == 1 {
+            self.last = at;
+        }
+    }
+
+    fn seen(&mut self, now: Instant, drops: Option<u64>) {
+        self.last_seen = self.last_seen.max(now);
+        if drops.is_some() {
+            self.drops_start = self.drops_start.or(drops);
+            self.drops_end = drops;
+        }
+    }
+
+    /// (lost at most, lost at least, expected, basis), for tagged peers.
+    fn loss(&self) -> Option<(u64, u64, u64, &'static str)> {
         let t = self.tagged.as_ref()?;
         match &t.declared {
             Some(end) => {
-                let got = t.seq.unique() + t.untagged_packets;
-                Some((
-                    end.sent_packets.saturating_sub(got),
-                    "declared",
-                    end.sent_packets,
-                ))
+                let (fewest, most) = t.seq.lost_range(end.sent_packets);
+                // Untagged datagrams of the session have no sequence number
+                // but were declared too.
+                let fewest = fewest.saturating_sub(t.untagged_packets);
+                let most = most.saturating_sub(t.untagged_packets);
+                Some((most, fewest, end.sent_packets, "declared"))
             }
-            None if t.seq.received > 0 => {
-                let lost = t.seq.lost_estimate(0);
-                Some((lost, "sequence", lost + t.seq.unique()))
+            None if t.seq.unique > 0 || t.seq.uncertain > 0 => {
+                let expected = t.seq.expected_from_sequence();
+                let (fewest, most) = t.seq.lost_range(expected);
+                Some((most, fewest, expected, "sequence"))
             }
             None => None,
         }
     }
 
-    fn ack(&self, drops_now: Option<u64>) -> EndAck {
-        let t = self.tagged.as_ref().expect("acks are for tagged peers");
-        EndAck {
-            session: t.session,
-            received_packets: self.packets,
-            received_bytes: self.bytes,
-            lost: self.lost().map(|l| l.0).unwrap_or(0),
-            duplicates: t.seq.duplicates,
-            reordered: t.seq.reordered,
-            first_to_last_ns: self.last.duration_since(self.first).as_nanos() as u64,
-            jitter_ns: t.jitter.nanos() as u64,
-            kernel_drops: self.kernel_drops(drops_now).unwrap_or(wire::UNKNOWN),
-            flags: 0,
+    fn unexpected(&self) -> u64 {
+        let Some(t) = self.tagged.as_ref() else {
+            return 0;
+        };
+        match &t.declared {
+            Some(end) => t.seq.unexpected(end.sent_packets),
+            None => t.seq.implausible,
         }
     }
 
-    fn kernel_drops(&self, drops_now: Option<u64>) -> Option<u64> {
-        Some(drops_now?.saturating_sub(self.drops_at_start.unwrap_or(0)))
+    fn socket_drops(&self) -> Option<u64> {
+        Some(self.drops_end?.saturating_sub(self.drops_start?))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    fn drops_unit(&self) -> &'static str {
+        if self.gro_buffers > 0 {
+            "buffers"
+        } else {
+            "datagrams"
+        }
+    }
+
+    /// A report of `amount` over the span from `start` to `end`, where
+    /// `after_start` is the part of `amount` that arrived after `start`.
     fn report(
         &self,
-        packets: u64,
-        bytes: u64,
-        wire: u64,
-        seconds: f64,
-        drops_now: Option<u64>,
+        amount: Amount,
+        after_start: Amount,
+        span: Duration,
+        shared: bool,
         reason: Option<DoneReason>,
     ) -> PeerReport {
         let t = self.tagged.as_deref();
-        let lost = self.lost();
+        let loss = self.loss();
+        let socket_drops = self.socket_drops();
         PeerReport {
             peer: self.addr.to_string(),
             tagged: t.is_some(),
             session: t.map(|t| format!("{:016x}", t.session)),
-            packets,
-            bytes,
-            seconds,
-            gbps: units::gbps(bytes, seconds),
-            pps: units::per_second(packets as f64, seconds),
-            wire_gbps: units::gbps(wire, seconds),
+            packets: amount.packets,
+            bytes: amount.bytes,
+            seconds: span.as_secs_f64(),
+            gbps: stats::rate_gbps(after_start.bytes, span),
+            pps: stats::rate_per_second(after_start.packets, span),
+            wire_gbps: stats::rate_gbps(after_start.wire, span),
             total_packets: None,
             total_bytes: None,
             sent_packets: t.and_then(|t| t.declared.map(|d| d.sent_packets)),
             sent_bytes: t.and_then(|t| t.declared.map(|d| d.sent_bytes)),
-            lost: lost.map(|l| l.0),
-            loss_percent: lost.map(|(lost, _, expected)| {
-                if expected == 0 {
-                    0.0
-                } else {
-                    lost as f64 * 100.0 / expected as f64
-                }
-            }),
-            loss_basis: lost.map(|l| l.1),
+            lost: loss.map(|l| l.0),
+            lost_fewest: loss.filter(|l| l.1 != l.0).map(|l| l.1),
+            loss_percent: loss.map(|(lost, _, expected, _)| percent(lost, expected)),
+            loss_basis: loss.map(|l| l.3),
             duplicates: t.map(|t| t.seq.duplicates),
             reordered: t.map(|t| t.seq.reordered),
+            uncertain: t.map_or(0, |t| t.seq.uncertain),
+            unexpected: self.unexpected(),
             jitter_ms: t.map(|t| t.jitter.nanos() / 1e6),
-            untagged_packets: t.map(|t| t.untagged_packets).unwrap_or(0),
-            kernel_drops: self.kernel_drops(drops_now),
-            kernel_drops_are_buffers: false,
+            untagged_packets: t.map_or(0, |t| t.untagged_packets),
+            kernel_drops: socket_drops.filter(|_| !shared),
+            socket_kernel_drops: socket_drops,
+            kernel_drops_unit: socket_drops.map(|_| self.drops_unit()),
+            gro_buffers: self.gro_buffers,
+            truncated: self.truncated,
             reason,
         }
     }
 
-    fn summary(&self, drops_now: Option<u64>, reason: DoneReason) -> PeerReport {
-        let seconds = self.last.duration_since(self.first).as_secs_f64();
+    /// The whole peer: first to last datagram.
+    fn summary(&self, shared: bool, reason: DoneReason) -> PeerReport {
+        let span = match self.first {
+            Some(first) => self.last.saturating_duration_since(first),
+            None => Duration::ZERO,
+        };
         self.report(
-            self.packets,
-            self.bytes,
-            self.wire,
-            seconds,
-            drops_now,
+            self.total,
+            self.total.minus(self.at_first),
+            span,
+            shared,
             Some(reason),
         )
+    }
+
+    /// What arrived since the last interval line, up to `end`; None when
+    /// nothing did.
+    fn interval(&self, end: Instant, shared: bool) -> Option<PeerReport> {
+        let first = self.first?;
+        let (start, amount, after_start) = match self.mark {
+            Some(m) => {
+                let amount = self.total.minus(m.total);
+                (m.at, amount, amount)
+            }
+            None => (first, self.total, self.total.minus(self.at_first)),
+        };
+        if amount.packets == 0 {
+            return None;
+        }
+        let mut report = self.report(
+            amount,
+            after_start,
+            end.saturating_duration_since(start),
+            shared,
+            None,
+        );
+        report.total_packets = Some(self.total.packets);
+        report.total_bytes = Some(self.total.bytes);
+        Some(report)
+    }
+
+    /// The answer to an End: the session's figures, which no longer change
+    /// once it is finished (late datagrams are counted apart).
+    fn answer(&self, nonce: u64, epoch: Instant, table: &TableFlags) -> EndAck {
+        let t = self.tagged.as_ref().expect("answers are for tagged peers");
+        let (lost, lost_fewest) = self.loss().map_or((0, 0), |l| (l.0, l.1));
+        let since = |at: Instant| at.saturating_duration_since(epoch).as_nanos() as u64;
+        let mut flags = 0;
+        if table.gro {
+            flags |= wire::ACK_GRO;
+        }
+        if self.shared_now(table) {
+            flags |= wire::ACK_DROPS_SHARED;
+        }
+        let late = match &self.state {
+            State::Finished(f) => {
+                if f.reason == DoneReason::Idle {
+                    flags |= wire::ACK_IDLE_FINISHED;
+                }
+                f.late.packets
+            }
+            _ => 0,
+        };
+        EndAck {
+            session: t.session,
+            flags,
+            nonce,
+            received_packets: self.total.packets,
+            received_bytes: self.total.bytes,
+            lost,
+            lost_fewest,
+            duplicates: t.seq.duplicates,
+            reordered: t.seq.reordered,
+            uncertain: t.seq.uncertain,
+            late,
+            unexpected: self.unexpected(),
+            first_arrival_ns: self.first.map_or(0, since),
+            last_arrival_ns: self.first.map_or(0, |_| since(self.last)),
+            first_arrival_packets: self.at_first.packets,
+            first_arrival_bytes: self.at_first.bytes,
+            jitter_ns: t.jitter.nanos() as u64,
+            drops_start: self.drops_start.unwrap_or(wire::UNKNOWN),
+            drops_end: self.drops_end.unwrap_or(wire::UNKNOWN),
+            drop_socket: self.socket as u64,
+            gro_buffers: self.gro_buffers,
+            truncated: self.truncated,
+            cpu_user_ns: wire::UNKNOWN,
+            cpu_system_ns: wire::UNKNOWN,
+            transit_discarded: 0,
+            tag: [0; wire::TAG_LEN],
+        }
+    }
+
+    /// Whether anything else arrived on this peer's socket while it was
+    /// active (decided for good when it finishes).
+    fn shared_now(&self, table: &TableFlags) -> bool {
+        self.shared
+            || table
+                .socket_joins
+                .get(self.socket)
+                .is_some_and(|&joins| joins != self.joins_at_start)
     }
 }
 
@@ -285,6 +545,7 @@ impl Arrival {
 pub enum Event {
     Interval(PeerReport),
     Done(PeerReport),
+    Late(LateReport),
 }
 
 /// Traffic that found its table full.
@@ -294,7 +555,7 @@ pub struct Overflow {
     pub bytes: u64,
 }
 
-/// Limits end-of-test answers per source IP, in one-second windows.
+/// Limits answers per source IP, in one-second windows.
 struct AnswerLimiter {
     window_start: Instant,
     counts: HashMap<IpAddr, u32>,
@@ -303,7 +564,7 @@ struct AnswerLimiter {
 
 impl AnswerLimiter {
     fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
-        if now.duration_since(self.window_start) >= Duration::from_secs(1) {
+        if now.saturating_duration_since(self.window_start) >= Duration::from_secs(1) {
             self.window_start = now;
             self.counts.clear();
         }
@@ -385,26 +646,12 @@ impl<K: std::hash::Hash + Eq + Copy> Slab<K> {
         self.slots[slot].take()
     }
 
-    fn peers_mut(&mut self) -> impl Iterator<Item = &mut Peer> {
-        self.slots.iter_mut().flatten()
+    fn keys(&self) -> Vec<(K, usize)> {
+        self.index.iter().map(|(k, &s)| (*k, s)).collect()
     }
 
     fn peers(&self) -> impl Iterator<Item = &Peer> {
         self.slots.iter().flatten()
-    }
-
-    /// Keeps the peers for which `keep` is true.
-    fn retain(&mut self, mut keep: impl FnMut(&mut Peer) -> bool) {
-        let mut gone = Vec::new();
-        for (key, &slot) in &self.index {
-            let peer = self.slots[slot].as_mut().expect("live slot");
-            if !keep(peer) {
-                gone.push(*key);
-            }
-        }
-        for key in gone {
-            self.remove(&key);
-        }
     }
 
     fn clear(&mut self) {
@@ -412,58 +659,134 @@ impl<K: std::hash::Hash + Eq + Copy> Slab<K> {
     }
 }
 
-/// The peer table.
-pub struct PeerTable {
-    tagged: Slab<(SocketAddr, u64)>,
-    untagged: Slab<SocketAddr>,
-    max_peers: usize,
-    idle_timeout: Duration,
-    epoch: Instant,
-    limiter: AnswerLimiter,
-    /// Each receive socket's kernel drop counter, as last reported.
-    socket_drops: Vec<Option<u64>>,
-    /// UDP_GRO is on: the kernel counts dropped buffers, not datagrams.
-    pub gro: bool,
-    pub overflow: Overflow,
-    /// End-of-test answers refused by the rate limit.
-    pub answers_limited: u64,
-    /// End-of-test messages of new sessions that found the session table
-    /// full (`--max-peers`): unanswered.
-    pub ends_table_full: u64,
-    pub total_packets: u64,
-    pub total_bytes: u64,
-    pub peers_seen: u64,
+type SessionKey = (SocketAddr, u64);
+
+/// Per receive socket: its drop counter, and who is on it.
+#[derive(Debug, Clone, Default)]
+struct SocketState {
+    /// The kernel's counter as last seen (a u32 that wraps).
+    raw: Option<u32>,
+    /// Drops since the server started, taken in wrapping u32 steps.
+    total: u64,
+    /// Unfinished peers on this socket.
+    active: u32,
 }
 
-/// An answer to send: bytes and destination.
-pub type Reply = ([u8; wire::END_LEN], SocketAddr);
+/// What peers need to know about the table to build their reports.
+struct TableFlags {
+    gro: bool,
+    /// Per socket: bumped whenever traffic of more than one peer meets on
+    /// it, so a peer can tell whether its drops were its own.
+    socket_joins: Vec<u64>,
+}
+
+/// Counters over the table's whole life.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Totals {
+    /// Every datagram counted: data (duplicates included), untagged, late
+    /// and overflow. Control messages are not counted.
+    pub packets: u64,
+    pub bytes: u64,
+    /// Peer entries ever created.
+    pub peers: u64,
+    pub overflow: Overflow,
+    /// Answers refused by the per-IP rate limit.
+    pub answers_limited: u64,
+    /// End messages of new sessions that found the table full: unanswered.
+    pub ends_table_full: u64,
+    /// Datagrams for sessions already finished.
+    pub late_packets: u64,
+    pub late_bytes: u64,
+    /// Buffers cut short by the kernel (MSG_TRUNC).
+    pub truncated: u64,
+    /// Finished sessions' records dropped early because too many were kept.
+    pub records_evicted: u64,
+}
+
+/// An answer to send: bytes, destination (as received) and the receive
+/// socket the request came in on.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub bytes: ReplyBytes,
+    pub to: SocketAddr,
+    pub socket: usize,
+}
+
+/// An EndAck or a HelloAck, without allocating.
+#[derive(Debug, Clone)]
+pub enum ReplyBytes {
+    End([u8; wire::END_LEN]),
+    Hello([u8; wire::HELLO_LEN]),
+}
+
+impl ReplyBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            ReplyBytes::End(b) => b,
+            ReplyBytes::Hello(b) => b,
+        }
+    }
+}
+
+/// The peer table.
+pub struct PeerTable {
+    cfg: TableConfig,
+    /// Sessions in every state, finished ones included.
+    tagged: Slab<SessionKey>,
+    untagged: Slab<SocketAddr>,
+    /// The latest session seen from each source address, for datagrams
+    /// too short to carry a session id.
+    by_addr: HashMap<SocketAddr, SessionKey>,
+    /// Sessions not yet finished.
+    active_sessions: usize,
+    /// Finished sessions' records, by when they may go.
+    expiry: BTreeMap<(Instant, u64), SessionKey>,
+    expiry_ids: u64,
+    epoch: Instant,
+    limiter: AnswerLimiter,
+    sockets: Vec<SocketState>,
+    flags: TableFlags,
+    ranges_per_session: usize,
+    pub totals: Totals,
+}
 
 impl PeerTable {
-    /// A table for traffic arriving on `sockets` receive sockets.
-    pub fn new(max_peers: usize, idle_timeout: Duration, now: Instant, sockets: usize) -> Self {
+    /// A table whose clock starts at `now`.
+    pub fn new(cfg: TableConfig, now: Instant) -> Self {
+        let sockets = cfg.sockets.max(1);
+        let ranges_per_session =
+            (RANGE_BUDGET / cfg.max_peers.max(1)).clamp(MIN_RANGES_PER_SESSION, RANGE_BUDGET);
         PeerTable {
             tagged: Slab::new(),
             untagged: Slab::new(),
-            max_peers,
-            idle_timeout,
+            by_addr: HashMap::new(),
+            active_sessions: 0,
+            expiry: BTreeMap::new(),
+            expiry_ids: 0,
             epoch: now,
             limiter: AnswerLimiter {
                 window_start: now,
                 counts: HashMap::new(),
-                max_sources: max_peers,
+                max_sources: cfg.max_peers,
             },
-            socket_drops: vec![None; sockets.max(1)],
-            gro: false,
-            overflow: Overflow::default(),
-            answers_limited: 0,
-            ends_table_full: 0,
-            total_packets: 0,
-            total_bytes: 0,
-            peers_seen: 0,
+            sockets: vec![SocketState::default(); sockets],
+            flags: TableFlags {
+                gro: cfg.gro,
+                socket_joins: vec![0; sockets],
+            },
+            ranges_per_session,
+            totals: Totals::default(),
+            cfg,
         }
     }
 
-    /// Peers tracked right now (finished ones linger to answer retries).
+    /// Finished sessions' records kept at most.
+    pub fn records_bound(&self) -> usize {
+        (self.cfg.max_peers * 4).max(1024)
+    }
+
+    /// Peers tracked right now: unfinished ones, and finished sessions'
+    /// records.
     pub fn len(&self) -> usize {
         self.tagged.len() + self.untagged.len()
     }
@@ -472,19 +795,61 @@ impl PeerTable {
         self.len() == 0
     }
 
-    /// The sum of every socket's kernel drop counter, when known.
-    pub fn kernel_drops(&self) -> Option<u64> {
-        self.socket_drops
-            .iter()
-            .copied()
-            .reduce(|a, b| match (a, b) {
-                (Some(a), Some(b)) => Some(a + b),
-                (a, b) => a.or(b),
-            })?
+    /// Finished sessions' records kept now.
+    pub fn records(&self) -> usize {
+        self.tagged.len() - self.active_sessions
     }
 
-    fn drops_for(socket_drops: &[Option<u64>], peer: &Peer) -> Option<u64> {
-        socket_drops.get(peer.socket).copied().flatten()
+    /// The sum of every socket's kernel drop counter, when known.
+    pub fn kernel_drops(&self) -> Option<u64> {
+        let known: Vec<u64> = self
+            .sockets
+            .iter()
+            .filter(|s| s.raw.is_some())
+            .map(|s| s.total)
+            .collect();
+        (!known.is_empty()).then(|| known.iter().sum())
+    }
+
+    /// Folds a datagram's raw drop counter into its socket's running total
+    /// (wrapping u32 steps) and returns that total.
+    fn socket_drops(&mut self, socket: usize, raw: Option<u32>) -> Option<u64> {
+        let raw = raw?;
+        let s = self.sockets.get_mut(socket)?;
+        if let Some(previous) = s.raw {
+            s.total += u64::from(raw.wrapping_sub(previous));
+        } else {
+            s.total = u64::from(raw);
+        }
+        s.raw = Some(raw);
+        Some(s.total)
+    }
+
+    /// Someone other than the peers already on `socket` used it.
+    fn join(&mut self, socket: usize) {
+        if let Some(joins) = self.flags.socket_joins.get_mut(socket) {
+            *joins += 1;
+        }
+    }
+
+    /// Registers a new unfinished peer on `socket`.
+    fn start_peer(&mut self, peer: &mut Peer, socket: usize) {
+        let others = self.sockets.get(socket).map_or(0, |s| s.active);
+        if others > 0 {
+            self.join(socket);
+            peer.shared = true;
+        }
+        peer.joins_at_start = self.flags.socket_joins.get(socket).copied().unwrap_or(0);
+        if let Some(s) = self.sockets.get_mut(socket) {
+            s.active += 1;
+        }
+        self.totals.peers += 1;
+    }
+
+    fn end_peer(&mut self, socket: usize) {
+        if let Some(s) = self.sockets.get_mut(socket) {
+            s.active = s.active.saturating_sub(1);
+        }
     }
 
     /// Accounts one received buffer: a datagram, or with UDP_GRO several
@@ -495,14 +860,18 @@ impl PeerTable {
         &mut self,
         data: &[u8],
         segment_size: Option<usize>,
+        truncated: bool,
         from: SocketAddr,
         now: Instant,
         socket: usize,
-        drops: Option<u64>,
-        events: &mut dyn FnMut(Event),
+        drops: Option<u32>,
         replies: &mut Vec<Reply>,
     ) {
         let at = Arrival::new(now, self.epoch);
+        let drops = self.socket_drops(socket, drops);
+        if truncated {
+            self.totals.truncated += 1;
+        }
         match segment_size {
             Some(seg) if seg > 0 && data.len() > seg => {
                 // Coalesced datagrams arrived together: jitter is measured
@@ -513,34 +882,40 @@ impl PeerTable {
                         jitter: i == 0,
                         ..at
                     };
-                    if let Some(r) = self.account(chunk, from, at, socket, drops, events) {
-                        replies.push(r);
-                    }
+                    let meta = Meta {
+                        socket,
+                        drops,
+                        coalesced_first: i == 0,
+                        truncated: truncated && i == 0,
+                    };
+                    self.account(chunk, from, at, meta, replies);
                 }
             }
             _ => {
-                if let Some(r) = self.account(data, from, at, socket, drops, events) {
-                    replies.push(r);
-                }
+                let meta = Meta {
+                    socket,
+                    drops,
+                    coalesced_first: false,
+                    truncated,
+                };
+                self.account(data, from, at, meta, replies);
             }
         }
     }
 
-    /// Accounts one datagram from `from` (as received: a v4-mapped address
-    /// on a dual-stack socket) on receive socket `socket`, whose drop
-    /// counter was `drops` when the datagram was queued. Returns the answer
-    /// to send, if any.
+    /// Accounts one datagram that was not coalesced (tests and fuzzing).
+    #[allow(clippy::too_many_arguments)]
     pub fn on_datagram(
         &mut self,
         data: &[u8],
         from: SocketAddr,
         now: Instant,
         socket: usize,
-        drops: Option<u64>,
-        events: &mut dyn FnMut(Event),
+        drops: Option<u32>,
     ) -> Option<Reply> {
-        let at = Arrival::new(now, self.epoch);
-        self.account(data, from, at, socket, drops, events)
+        let mut replies = Vec::new();
+        self.on_receive(data, None, false, from, now, socket, drops, &mut replies);
+        replies.pop()
     }
 
     fn account(
@@ -548,221 +923,566 @@ impl PeerTable {
         data: &[u8],
         from: SocketAddr,
         at: Arrival,
-        socket: usize,
-        drops: Option<u64>,
-        events: &mut dyn FnMut(Event),
-    ) -> Option<Reply> {
-        let now = at.now;
-        if drops.is_some() {
-            if let Some(d) = self.socket_drops.get_mut(socket) {
-                *d = drops;
-            }
-        }
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
         let addr = canonical(from);
         match wire::decode(data) {
             Ok(Message::Data(header)) => {
-                self.total_packets += 1;
-                self.total_bytes += data.len() as u64;
-                let Some(slot) = self.tagged_slot(addr, header.session, now, socket, drops) else {
-                    self.overflow.packets += 1;
-                    self.overflow.bytes += data.len() as u64;
-                    return None;
-                };
-                let peer = self.tagged.get_mut(slot);
-                let t = peer
-                    .tagged
-                    .as_mut()
-                    .expect("tagged table holds tagged peers");
-                if t.seq.record(header.seq) == stats::Arrival::Duplicate {
-                    return None;
-                }
-                if at.jitter {
-                    t.jitter.record(header.send_time_ns, at.ns);
-                }
-                peer.count(data.len(), now);
-                None
+                self.totals.packets += 1;
+                self.totals.bytes += data.len() as u64;
+                self.on_data(data.len(), header, addr, at, meta);
             }
-            Ok(Message::End(end)) => self.on_end(end, addr, from, now, socket, drops, events),
-            Ok(Message::EndAck(_)) => None,
+            Ok(Message::End(end)) => self.on_end(end, addr, from, at.now, meta, replies),
+            Ok(Message::Hello(hello)) => self.on_hello(hello, addr, from, at.now, meta, replies),
+            Ok(Message::EndAck(_) | Message::HelloAck(_)) => {}
             Err(_) => {
-                self.total_packets += 1;
-                self.total_bytes += data.len() as u64;
-                match self.untagged.find(&addr) {
-                    Some(slot) => self.untagged.get_mut(slot).count(data.len(), now),
-                    None if self.untagged.len() >= self.max_peers => {
-                        self.overflow.packets += 1;
-                        self.overflow.bytes += data.len() as u64;
-                    }
-                    None => {
-                        self.peers_seen += 1;
-                        let mut peer = Peer::new(addr, now, socket, drops, None);
-                        peer.count(data.len(), now);
-                        self.untagged.insert(addr, peer);
-                    }
-                }
-                None
+                self.totals.packets += 1;
+                self.totals.bytes += data.len() as u64;
+                self.on_untagged(data.len(), addr, at.now, meta);
             }
         }
     }
 
-    fn tagged_slot(
-        &mut self,
-        addr: SocketAddr,
-        session: u64,
-        now: Instant,
-        socket: usize,
-        drops: Option<u64>,
-    ) -> Option<usize> {
-        let key = (addr, session);
+    /// The slot of session `key`, creating it if there is room.
+    fn session_slot(&mut self, key: SessionKey, now: Instant, socket: usize) -> Option<usize> {
         if let Some(slot) = self.tagged.find(&key) {
             return Some(slot);
         }
-        if self.tagged.len() >= self.max_peers {
+        if self.active_sessions >= self.cfg.max_peers {
             return None;
         }
-        self.peers_seen += 1;
-        Some(
-            self.tagged
-                .insert(key, Peer::new(addr, now, socket, drops, Some(session))),
-        )
+        let tagged = Box::new(Tagged {
+            session: key.1,
+            seq: SeqSet::with_bound(self.ranges_per_session),
+            jitter: Jitter::default(),
+            declared: None,
+            untagged_packets: 0,
+        });
+        let mut peer = Peer::new(key.0, now, socket, Some(tagged));
+        self.start_peer(&mut peer, socket);
+        self.active_sessions += 1;
+        self.by_addr.insert(key.0, key);
+        Some(self.tagged.insert(key, peer))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    fn on_data(
+        &mut self,
+        len: usize,
+        header: wire::Header,
+        addr: SocketAddr,
+        at: Arrival,
+        meta: Meta,
+    ) {
+        let Some(slot) = self.session_slot((addr, header.session), at.now, meta.socket) else {
+            self.overflow(len, meta.socket);
+            return;
+        };
+        if self.tagged.get(slot).is_finished() {
+            self.late(slot, len, at.now);
+            return;
+        }
+        let peer = self.tagged.get_mut(slot);
+        peer.seen(at.now, meta.drops);
+        if meta.coalesced_first {
+            peer.gro_buffers += 1;
+        }
+        if meta.truncated {
+            peer.truncated += 1;
+        }
+        let t = peer.tagged.as_mut().expect("sessions are tagged");
+        match t.seq.record(header.seq) {
+            SeqArrival::Duplicate | SeqArrival::Uncertain => return,
+            SeqArrival::Implausible => {
+                // Counted as unexpected; it says nothing about timing.
+                peer.count(len, at.now);
+                return;
+            }
+            SeqArrival::New { .. } => {}
+        }
+        if at.jitter {
+            t.jitter.record(header.send_time_ns, at.ns);
+        }
+        peer.count(len, at.now);
+    }
+
+    fn on_untagged(&mut self, len: usize, addr: SocketAddr, now: Instant, meta: Meta) {
+        if let Some(slot) = self.untagged.find(&addr) {
+            let peer = self.untagged.get_mut(slot);
+            peer.seen(now, meta.drops);
+            peer.count(len, now);
+            return;
+        }
+        // From an address with a session: a datagram of that client too
+        // short for a header (the short tail of a -t run, or -b under 32).
+        if let Some(slot) = self
+            .by_addr
+            .get(&addr)
+            .copied()
+            .and_then(|key| self.tagged.find(&key))
+        {
+            if self.tagged.get(slot).is_finished() {
+                self.late(slot, len, now);
+                return;
+            }
+            let peer = self.tagged.get_mut(slot);
+            peer.seen(now, meta.drops);
+            peer.count(len, now);
+            peer.tagged.as_mut().expect("tagged").untagged_packets += 1;
+            return;
+        }
+        if self.untagged.len() >= self.cfg.max_peers {
+            self.overflow(len, meta.socket);
+            return;
+        }
+        let mut peer = Peer::new(addr, now, meta.socket, None);
+        self.start_peer(&mut peer, meta.socket);
+        peer.seen(now, meta.drops);
+        peer.count(len, now);
+        self.untagged.insert(addr, peer);
+    }
+
+    /// A datagram for session `slot`, which is finished.
+    fn late(&mut self, slot: usize, len: usize, now: Instant) {
+        let peer = self.tagged.get_mut(slot);
+        let socket = peer.socket;
+        if let State::Finished(f) = &mut peer.state {
+            f.late.add(Amount {
+                packets: 1,
+                bytes: len as u64,
+                wire: 0,
+            });
+            f.last_late = Some(now);
+        }
+        self.totals.late_packets += 1;
+        self.totals.late_bytes += len as u64;
+        // Its datagrams share the socket with whoever is on it now.
+        self.join(socket);
+    }
+
+    fn overflow(&mut self, len: usize, socket: usize) {
+        self.totals.overflow.packets += 1;
+        self.totals.overflow.bytes += len as u64;
+        self.join(socket);
+    }
+
+    /// The slot for a Hello's or End's session; None (counted) when the
+    /// table is full: the request goes unanswered.
+    fn control_slot(&mut self, key: SessionKey, now: Instant, socket: usize) -> Option<usize> {
+        let slot = self.session_slot(key, now, socket);
+        if slot.is_none() {
+            self.totals.ends_table_full += 1;
+        }
+        slot
+    }
+
+    fn on_hello(
+        &mut self,
+        hello: Hello,
+        addr: SocketAddr,
+        from: SocketAddr,
+        now: Instant,
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        let Some(slot) = self.control_slot((addr, hello.header.session), now, meta.socket) else {
+            return;
+        };
+        let peer = self.tagged.get_mut(slot);
+        if !peer.is_finished() {
+            peer.seen(now, meta.drops);
+        }
+        if !self.limiter.allow(addr.ip(), now) {
+            self.totals.answers_limited += 1;
+            return;
+        }
+        let mut flags = 0;
+        if self.cfg.gro {
+            flags |= wire::ACK_GRO;
+        }
+        let ack = HelloAck {
+            session: hello.header.session,
+            nonce: hello.nonce,
+            flags,
+            end_grace_ns: self.cfg.end_grace.as_nanos() as u64,
+            recv_buffer: self.cfg.recv_buffer,
+        };
+        replies.push(Reply {
+            bytes: ReplyBytes::Hello(wire::encode_hello_ack(&ack)),
+            to: from,
+            socket: meta.socket,
+        });
+    }
+
     fn on_end(
         &mut self,
         end: End,
         addr: SocketAddr,
         from: SocketAddr,
         now: Instant,
-        socket: usize,
-        drops: Option<u64>,
-        events: &mut dyn FnMut(Event),
-    ) -> Option<Reply> {
-        let Some(slot) = self.tagged_slot(addr, end.header.session, now, socket, drops) else {
-            self.ends_table_full += 1;
-            return None;
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        let Some(slot) = self.control_slot((addr, end.header.session), now, meta.socket) else {
+            return;
         };
-        let first_end = self
+        let grace = self.cfg.end_grace;
+        let reply = ReplyTo {
+            to: from,
+            socket: meta.socket,
+            nonce: end.nonce,
+        };
+        if self.tagged.get(slot).is_finished() {
+            // A retry: answer from the record, which no longer changes.
+            let t = self.tagged.get_mut(slot).tagged.as_mut().expect("tagged");
+            if t.declared.is_none() {
+                // Finished as idle before its End came.
+                t.declared = Some(end);
+            }
+            self.answer(slot, reply, now, replies);
+            return;
+        }
+        let peer = self.tagged.get_mut(slot);
+        peer.seen(now, meta.drops);
+        match &mut peer.state {
+            State::Closing { reply: pending, .. } => {
+                // Answered once the grace period is over, to the latest ask.
+                *pending = reply;
+            }
+            _ => {
+                peer.tagged.as_mut().expect("tagged").declared = Some(end);
+                peer.state = State::Closing {
+                    grace_until: now + grace,
+                    reply,
+                };
+            }
+        }
+    }
+
+    /// Sends session `slot`'s answer, if the rate limit allows.
+    fn answer(&mut self, slot: usize, reply: ReplyTo, now: Instant, replies: &mut Vec<Reply>) {
+        let ip = canonical(reply.to).ip();
+        if !self.limiter.allow(ip, now) {
+            self.totals.answers_limited += 1;
+            return;
+        }
+        let ack = self
             .tagged
             .get(slot)
-            .tagged
-            .as_ref()
-            .expect("tagged")
-            .declared
-            .is_none();
-        if first_end {
-            // The same socket's datagrams that were too short to tag.
-            let merge = self.untagged.remove(&addr);
+            .answer(reply.nonce, self.epoch, &self.flags);
+        replies.push(Reply {
+            bytes: ReplyBytes::End(wire::encode_end_ack(&ack)),
+            to: reply.to,
+            socket: reply.socket,
+        });
+    }
+
+    /// Writes a session's last interval and summary, answers its End, and
+    /// keeps its record.
+    fn finalise(
+        &mut self,
+        key: SessionKey,
+        now: Instant,
+        reason: DoneReason,
+        events: &mut dyn FnMut(Event),
+        replies: &mut Vec<Reply>,
+    ) {
+        let Some(slot) = self.tagged.find(&key) else {
+            return;
+        };
+        // Short datagrams that came from this address before the session
+        // was known belong to it.
+        if let Some(m) = self.untagged.remove(&key.0) {
+            self.end_peer(m.socket);
             let peer = self.tagged.get_mut(slot);
-            let t = peer.tagged.as_mut().expect("tagged");
-            t.declared = Some(end);
-            if let Some(m) = merge {
-                t.untagged_packets += m.packets;
-                if peer.packets == 0 {
-                    peer.first = m.first;
-                    peer.mark_at = m.mark_at;
-                } else {
-                    peer.first = peer.first.min(m.first);
-                }
-                peer.last = peer.last.max(m.last);
-                peer.packets += m.packets;
-                peer.bytes += m.bytes;
-                peer.wire += m.wire;
+            merge(peer, m);
+        }
+        let (reply, socket) = {
+            let peer = self.tagged.get_mut(slot);
+            let reply = match peer.state {
+                State::Closing { reply, .. } => Some(reply),
+                _ => None,
+            };
+            (reply, peer.socket)
+        };
+        let shared = self.tagged.get(slot).shared_now(&self.flags);
+        self.tagged.get_mut(slot).shared = shared;
+        self.write_done(self.tagged.get(slot), reason, events);
+        self.active_sessions -= 1;
+        self.end_peer(socket);
+        let keep = {
+            let peer = self.tagged.get(slot);
+            let asked = peer
+                .tagged
+                .as_ref()
+                .and_then(|t| t.declared)
+                .map_or(Duration::ZERO, |e| Duration::from_nanos(e.answer_wait_ns));
+            asked
+                .max(self.cfg.idle_timeout * 2)
+                .clamp(KEEP_FINISHED_MIN, KEEP_FINISHED_MAX)
+        };
+        self.expiry_ids += 1;
+        let expiry = (now + keep, self.expiry_ids);
+        self.expiry.insert(expiry, key);
+        self.tagged.get_mut(slot).state = State::Finished(Finished {
+            at: now,
+            reason,
+            late: Amount::default(),
+            late_reported: 0,
+            last_late: None,
+            late_reported_at: None,
+        });
+        if let Some(reply) = reply {
+            self.answer(slot, reply, now, replies);
+        }
+        while self.records() > self.records_bound() {
+            let Some((_, oldest)) = self.expiry.pop_first() else {
+                break;
+            };
+            self.totals.records_evicted += 1;
+            self.forget(oldest, events);
+        }
+    }
+
+    /// Drops a finished session's record, reporting late datagrams not yet
+    /// reported.
+    fn forget(&mut self, key: SessionKey, events: &mut dyn FnMut(Event)) {
+        if let Some(peer) = self.tagged.remove(&key) {
+            if let Some(report) = late_report(&peer) {
+                events(Event::Late(report));
             }
-            if peer.done_at.is_none() {
-                peer.done_at = Some(now);
-                let drops_now = Self::drops_for(&self.socket_drops, peer);
-                let mut summary = peer.summary(drops_now, DoneReason::End);
-                summary.kernel_drops_are_buffers = self.gro;
-                events(Event::Done(summary));
-            }
         }
-        if !self.limiter.allow(addr.ip(), now) {
-            self.answers_limited += 1;
-            return None;
+        if self.by_addr.get(&key.0) == Some(&key) {
+            self.by_addr.remove(&key.0);
         }
-        let peer = self.tagged.get(slot);
-        let drops_now = Self::drops_for(&self.socket_drops, peer);
-        let mut ack = peer.ack(drops_now);
-        if self.gro {
-            ack.flags |= wire::ACK_FLAG_GRO;
-        }
-        Some((wire::encode_end_ack(&ack), from))
     }
 
     /// Interval lines for every peer that received something since the last
     /// tick. Call every `--interval`.
     pub fn tick_intervals(&mut self, now: Instant, events: &mut dyn FnMut(Event)) {
-        let socket_drops = &self.socket_drops;
-        let gro = self.gro;
-        for peer in self.tagged.peers_mut().chain(self.untagged.peers_mut()) {
-            if peer.done_at.is_some() || peer.packets == peer.mark_packets {
+        let flags = &self.flags;
+        for peer in self
+            .tagged
+            .slots
+            .iter_mut()
+            .chain(self.untagged.slots.iter_mut())
+            .flatten()
+        {
+            if peer.is_finished() {
                 continue;
             }
-            let seconds = now.duration_since(peer.mark_at).as_secs_f64();
-            let mut report = peer.report(
-                peer.packets - peer.mark_packets,
-                peer.bytes - peer.mark_bytes,
-                peer.wire - peer.mark_wire,
-                seconds,
-                Self::drops_for(socket_drops, peer),
-                None,
-            );
-            report.total_packets = Some(peer.packets);
-            report.kernel_drops_are_buffers = gro;
-            report.total_bytes = Some(peer.bytes);
-            events(Event::Interval(report));
-            peer.mark_at = now;
-            peer.mark_packets = peer.packets;
-            peer.mark_bytes = peer.bytes;
-            peer.mark_wire = peer.wire;
+            let shared = peer.shared_now(flags);
+            if let Some(report) = peer.interval(now, shared) {
+                events(Event::Interval(report));
+                peer.mark = Some(Mark {
+                    at: now,
+                    total: peer.total,
+                });
+            }
         }
     }
 
-    /// Summarises peers idle for `--idle-timeout` and forgets finished
-    /// peers once their retries can no longer come.
-    pub fn expire(&mut self, now: Instant, events: &mut dyn FnMut(Event)) {
-        let idle = self.idle_timeout;
-        let linger = idle.max(Duration::from_secs(2));
-        let socket_drops = &self.socket_drops;
-        self.tagged.retain(|peer| match peer.done_at {
-            Some(done) => now.duration_since(done) < linger,
-            None if now.duration_since(peer.last) >= idle => {
-                peer.done_at = Some(now);
-                events(Event::Done(peer.summary(
-                    Self::drops_for(socket_drops, peer),
-                    DoneReason::Idle,
-                )));
-                true
+    /// Finalises sessions whose grace period is over or that went idle,
+    /// summarises idle untagged sources, and forgets finished sessions'
+    /// records once no retry can come. Call often (every 20 ms).
+    pub fn expire(
+        &mut self,
+        now: Instant,
+        events: &mut dyn FnMut(Event),
+        replies: &mut Vec<Reply>,
+    ) {
+        let idle = self.cfg.idle_timeout;
+        let mut due = Vec::new();
+        for peer in self.tagged.slots.iter_mut().flatten() {
+            // Stragglers, reported at most once a second per session.
+            let Some(report) = late_report(peer) else {
+                continue;
+            };
+            if let State::Finished(f) = &mut peer.state {
+                let quiet = f.late_reported_at.map_or(true, |at| {
+                    now.saturating_duration_since(at) >= Duration::from_secs(1)
+                });
+                if quiet {
+                    f.late_reported = f.late.packets;
+                    f.late_reported_at = Some(now);
+                    events(Event::Late(report));
+                }
             }
-            None => true,
-        });
-        self.untagged.retain(|peer| {
-            if now.duration_since(peer.last) >= idle {
-                events(Event::Done(peer.summary(
-                    Self::drops_for(socket_drops, peer),
-                    DoneReason::Idle,
-                )));
-                false
-            } else {
-                true
+        }
+        for (key, &slot) in &self.tagged.index {
+            let peer = self.tagged.get(slot);
+            match peer.state {
+                State::Closing { grace_until, .. } if now >= grace_until => {
+                    due.push((*key, Some(DoneReason::End)))
+                }
+                State::Active if now.saturating_duration_since(peer.last_seen) >= idle => {
+                    // A probe and nothing else has nothing to report.
+                    let reason = (peer.total.packets > 0).then_some(DoneReason::Idle);
+                    due.push((*key, reason));
+                }
+                _ => {}
             }
-        });
+        }
+        for (key, reason) in due {
+            match reason {
+                Some(reason) => self.finalise(key, now, reason, events, replies),
+                None => {
+                    if let Some(peer) = self.tagged.remove(&key) {
+                        self.active_sessions -= 1;
+                        self.end_peer(peer.socket);
+                    }
+                    if self.by_addr.get(&key.0) == Some(&key) {
+                        self.by_addr.remove(&key.0);
+                    }
+                }
+            }
+        }
+        while let Some((&(until, id), &key)) = self.expiry.first_key_value() {
+            if until > now {
+                break;
+            }
+            self.expiry.remove(&(until, id));
+            self.forget(key, events);
+        }
+        let idle_sources: Vec<SocketAddr> = self
+            .untagged
+            .index
+            .iter()
+            .filter(|(_, &slot)| {
+                now.saturating_duration_since(self.untagged.get(slot).last_seen) >= idle
+            })
+            .map(|(addr, _)| *addr)
+            .collect();
+        for addr in idle_sources {
+            if let Some(peer) = self.untagged.remove(&addr) {
+                self.end_peer(peer.socket);
+                self.write_done(&peer, DoneReason::Idle, events);
+            }
+        }
     }
 
-    /// Summarises every unfinished peer; used once, at shutdown.
-    pub fn finish_all(&mut self, events: &mut dyn FnMut(Event)) {
-        for peer in self.tagged.peers().chain(self.untagged.peers()) {
-            if peer.done_at.is_none() && peer.packets > 0 {
-                let drops_now = Self::drops_for(&self.socket_drops, peer);
-                let mut summary = peer.summary(drops_now, DoneReason::Shutdown);
-                summary.kernel_drops_are_buffers = self.gro;
-                events(Event::Done(summary));
+    /// A peer's last interval (when interval lines are on) and summary.
+    fn write_done(&self, peer: &Peer, reason: DoneReason, events: &mut dyn FnMut(Event)) {
+        let shared = peer.shared_now(&self.flags);
+        if self.cfg.intervals {
+            if let Some(report) = peer.interval(peer.last, shared) {
+                events(Event::Interval(report));
+            }
+        }
+        events(Event::Done(peer.summary(shared, reason)));
+    }
+
+    /// Finalises every unfinished peer and reports every record's
+    /// unreported late datagrams; used once, at shutdown. Sessions whose
+    /// End arrived are answered.
+    pub fn finish_all(
+        &mut self,
+        now: Instant,
+        events: &mut dyn FnMut(Event),
+        replies: &mut Vec<Reply>,
+    ) {
+        for (key, slot) in self.tagged.keys() {
+            let peer = self.tagged.get(slot);
+            match peer.state {
+                State::Closing { .. } => self.finalise(key, now, DoneReason::End, events, replies),
+                State::Active if peer.total.packets > 0 => {
+                    self.finalise(key, now, DoneReason::Shutdown, events, replies)
+                }
+                _ => {}
+            }
+        }
+        for peer in self.untagged.peers() {
+            self.write_done(peer, DoneReason::Shutdown, events);
+        }
+        for peer in self.tagged.peers() {
+            if let Some(report) = late_report(peer) {
+                events(Event::Late(report));
             }
         }
         self.tagged.clear();
         self.untagged.clear();
+        self.by_addr.clear();
+        self.expiry.clear();
+        self.active_sessions = 0;
     }
+}
+
+/// Where a datagram came in, and what the kernel said about it.
+#[derive(Clone, Copy)]
+struct Meta {
+    socket: usize,
+    /// The socket's running drop total, when known.
+    drops: Option<u64>,
+    /// The first datagram of a coalesced (GRO) buffer.
+    coalesced_first: bool,
+    truncated: bool,
+}
+
+/// Adds an untagged source's datagrams to the session from the same
+/// address.
+fn merge(peer: &mut Peer, m: Peer) {
+    if let Some(t) = peer.tagged.as_mut() {
+        t.untagged_packets += m.total.packets;
+    }
+    match (peer.first, m.first) {
+        (_, None) => {}
+        (Some(a), Some(b)) if a < b => {}
+        (Some(a), Some(b)) if a == b => peer.at_first.add(m.at_first),
+        (_, Some(b)) => {
+            peer.first = Some(b);
+            peer.at_first = m.at_first;
+        }
+    }
+    if peer.total.packets == 0 || m.last > peer.last {
+        peer.last = m.last;
+    }
+    peer.total.add(m.total);
+    // Interval lines already written under the source address count for
+    // the session: its lines go on from where both left off.
+    peer.mark = match (peer.mark, m.mark) {
+        (None, None) => None,
+        (Some(a), None) => Some(a),
+        (None, Some(b)) => Some(b),
+        (Some(a), Some(b)) => {
+            let mut total = a.total;
+            total.add(b.total);
+            Some(Mark {
+                at: a.at.max(b.at),
+                total,
+            })
+        }
+    };
+    peer.drops_start = match (peer.drops_start, m.drops_start) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    peer.drops_end = match (peer.drops_end, m.drops_end) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    peer.shared |= m.shared;
+    peer.gro_buffers += m.gro_buffers;
+    peer.truncated += m.truncated;
+}
+
+/// The session's late datagrams, if some are not reported yet.
+fn late_report(peer: &Peer) -> Option<LateReport> {
+    let State::Finished(f) = &peer.state else {
+        return None;
+    };
+    if f.late.packets <= f.late_reported {
+        return None;
+    }
+    let t = peer.tagged.as_ref()?;
+    Some(LateReport {
+        peer: peer.addr.to_string(),
+        session: format!("{:016x}", t.session),
+        late_packets: f.late.packets,
+        late_bytes: f.late.bytes,
+        seconds_after_end: f
+            .last_late
+            .map_or(0.0, |l| l.saturating_duration_since(f.at).as_secs_f64()),
+    })
 }
 
 /// `::ffff:1.2.3.4` (a v4 client on a dual-stack socket) as `1.2.3.4`.
@@ -773,7 +1493,9 @@ pub fn canonical(addr: SocketAddr) -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{encode_end, write_data_header, Header};
+    use crate::wire::{encode_end, encode_hello, write_data_header, Header};
+
+    const MS: Duration = Duration::from_millis(1);
 
     fn data(session: u64, seq: u64, len: usize) -> Vec<u8> {
         let mut buf = vec![0u8; len];
@@ -788,7 +1510,7 @@ mod tests {
         buf
     }
 
-    fn end(session: u64, packets: u64, bytes: u64) -> Vec<u8> {
+    fn end_msg(session: u64, packets: u64, bytes: u64, nonce: u64) -> Vec<u8> {
         encode_end(&End {
             header: Header {
                 session,
@@ -798,150 +1520,301 @@ mod tests {
             sent_packets: packets,
             sent_bytes: bytes,
             duration_ns: 0,
+            nonce,
+            answer_wait_ns: 0,
+            tag: [0; wire::TAG_LEN],
         })
         .to_vec()
     }
 
-    fn collect() -> (Vec<PeerReport>, impl FnMut(Event)) {
-        (Vec::new(), |_| {})
+    fn table() -> (PeerTable, Instant) {
+        let t0 = Instant::now();
+        (PeerTable::new(TableConfig::default(), t0), t0)
     }
 
-    /// A sink that keeps the final summaries.
-    fn keep(done: &mut Vec<PeerReport>) -> impl FnMut(Event) + '_ {
-        |e: Event| {
-            if let Event::Done(r) = e {
-                done.push(r)
+    /// Collects events.
+    #[derive(Default)]
+    struct Sink {
+        done: Vec<PeerReport>,
+        intervals: Vec<PeerReport>,
+        late: Vec<LateReport>,
+    }
+
+    impl Sink {
+        fn f(&mut self) -> impl FnMut(Event) + '_ {
+            |e| match e {
+                Event::Done(r) => self.done.push(r),
+                Event::Interval(r) => self.intervals.push(r),
+                Event::Late(r) => self.late.push(r),
             }
         }
     }
 
+    fn ack_of(reply: &Reply) -> EndAck {
+        match wire::decode(reply.bytes.as_slice()) {
+            Ok(Message::EndAck(a)) => a,
+            other => panic!("not an EndAck: {other:?}"),
+        }
+    }
+
+    fn expire(table: &mut PeerTable, at: Instant, sink: &mut Sink) -> Vec<Reply> {
+        let mut replies = Vec::new();
+        table.expire(at, &mut sink.f(), &mut replies);
+        replies
+    }
+
     #[test]
-    fn exact_counts_and_answer() {
-        let t0 = Instant::now();
-        let mut table = PeerTable::new(16, Duration::from_secs(2), t0, 1);
+    fn the_answer_waits_for_the_grace_period_and_counts_what_is_in_flight() {
+        let (mut table, t0) = table();
         let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let mut done = Vec::new();
-        for seq in [0, 1, 3, 2, 2, 4] {
+        let mut sink = Sink::default();
+        for seq in [0, 1, 3, 2, 2] {
             assert!(table
-                .on_datagram(&data(7, seq, 100), a, t0, 0, Some(0), &mut keep(&mut done))
+                .on_datagram(&data(7, seq, 100), a, t0, 0, Some(0))
                 .is_none());
         }
-        // A short tail from the same socket, untagged until the end merges it.
-        table.on_datagram(&[1, 2, 3], a, t0, 0, Some(0), &mut keep(&mut done));
-        let (bytes, to) = table
-            .on_datagram(&end(7, 7, 603), a, t0, 0, Some(5), &mut keep(&mut done))
-            .unwrap();
-        assert_eq!(to, a);
-        let Ok(Message::EndAck(ack)) = wire::decode(&bytes) else {
-            panic!("not an ack")
+        assert!(
+            table
+                .on_datagram(&end_msg(7, 6, 600, 11), a, t0 + MS, 0, Some(5))
+                .is_none(),
+            "no answer before the grace period is over"
+        );
+        // Seq 4 and 5 were behind the End; they land within the grace.
+        table.on_datagram(&data(7, 5, 100), a, t0 + 50 * MS, 0, Some(5));
+        table.on_datagram(&data(7, 4, 100), a, t0 + 60 * MS, 0, Some(5));
+        assert!(expire(&mut table, t0 + 90 * MS, &mut sink).is_empty());
+        let replies = expire(&mut table, t0 + 101 * MS, &mut sink);
+        assert_eq!(replies.len(), 1);
+        assert_eq!(replies[0].to, a);
+        let ack = ack_of(&replies[0]);
+        assert_eq!(ack.nonce, 11, "the answer echoes the End's nonce");
+        assert_eq!((ack.received_packets, ack.received_bytes), (6, 600));
+        assert_eq!((ack.lost, ack.lost_fewest), (0, 0));
+        assert_eq!((ack.duplicates, ack.reordered), (1, 2));
+        assert_eq!(ack.drops_end - ack.drops_start, 5);
+        assert_eq!(sink.done.len(), 1);
+        let done = &sink.done[0];
+        assert_eq!((done.packets, done.lost), (6, Some(0)));
+        assert_eq!(done.kernel_drops, Some(5), "alone on the socket: its own");
+        assert_eq!(replies[0].bytes.as_slice().len(), wire::END_LEN);
+    }
+
+    #[test]
+    fn retries_are_answered_from_the_record_and_stragglers_are_late() {
+        let (mut table, t0) = table();
+        let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let mut sink = Sink::default();
+        for seq in 0..10 {
+            table.on_datagram(&data(7, seq, 100), a, t0, 0, None);
+        }
+        table.on_datagram(&end_msg(7, 11, 1100, 1), a, t0, 0, None);
+        let first = ack_of(&expire(&mut table, t0 + 200 * MS, &mut sink)[0]);
+        assert_eq!((first.received_packets, first.lost), (10, 1));
+        // The lost datagram turns up 3 s later: late, not a new peer.
+        table.on_datagram(&data(7, 10, 100), a, t0 + 3000 * MS, 0, None);
+        // A retry 8 s later (the first answer was lost) gets the same figures.
+        let retry = table
+            .on_datagram(&end_msg(7, 11, 1100, 2), a, t0 + 8000 * MS, 0, None)
+            .expect("a retry is answered at once");
+        let retry = ack_of(&retry);
+        assert_eq!(retry.nonce, 2);
+        assert_eq!(
+            (retry.received_packets, retry.lost),
+            (first.received_packets, first.lost)
+        );
+        assert_eq!(retry.late, 1);
+        expire(&mut table, t0 + 9000 * MS, &mut sink);
+        expire(&mut table, t0 + 9100 * MS, &mut sink);
+        assert_eq!(sink.done.len(), 1, "one summary per session, ever");
+        assert_eq!(sink.late.len(), 1);
+        assert_eq!(sink.late[0].late_packets, 1);
+        assert_eq!(table.totals.late_packets, 1);
+        // The record goes after KEEP_FINISHED_MIN; nothing is reborn.
+        expire(&mut table, t0 + 11_000 * MS, &mut sink);
+        assert!(table.is_empty());
+        assert_eq!(sink.done.len(), 1);
+    }
+
+    #[test]
+    fn a_record_is_kept_as_long_as_the_client_says_it_will_ask() {
+        let (mut table, t0) = table();
+        let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let mut sink = Sink::default();
+        table.on_datagram(&data(7, 0, 100), a, t0, 0, None);
+        let mut end = wire::decode(&end_msg(7, 1, 100, 1)).unwrap();
+        if let Message::End(e) = &mut end {
+            e.answer_wait_ns = 30_000_000_000;
+            table.on_datagram(&encode_end(e), a, t0, 0, None);
+        }
+        expire(&mut table, t0 + 200 * MS, &mut sink);
+        expire(&mut table, t0 + 25_000 * MS, &mut sink);
+        let retry = table.on_datagram(&end_msg(7, 1, 100, 9), a, t0 + 25_000 * MS, 0, None);
+        assert_eq!(ack_of(&retry.unwrap()).received_packets, 1);
+    }
+
+    #[test]
+    fn finished_records_are_bounded() {
+        let t0 = Instant::now();
+        let cfg = TableConfig {
+            max_peers: 4,
+            ..TableConfig::default()
         };
-        assert_eq!(ack.received_packets, 6);
-        assert_eq!(ack.received_bytes, 503);
-        assert_eq!(ack.duplicates, 1);
-        assert_eq!(ack.reordered, 1);
-        assert_eq!(ack.lost, 1);
-        assert_eq!(ack.kernel_drops, 5);
-        assert_eq!(done.len(), 1);
-        assert_eq!(done[0].untagged_packets, 1);
-        assert_eq!(done[0].loss_basis, Some("declared"));
-        assert_eq!(bytes.len(), end(7, 7, 603).len(), "no amplification");
+        let mut table = PeerTable::new(cfg, t0);
+        let mut sink = Sink::default();
+        let bound = table.records_bound();
+        for port in 0..(bound as u16 + 50) {
+            let a = SocketAddr::from(([127, 0, 0, 1], 1000 + port));
+            table.on_datagram(&end_msg(1, 0, 0, 1), a, t0, 0, None);
+            expire(&mut table, t0 + 200 * MS, &mut sink);
+        }
+        assert_eq!(table.records(), bound);
+        assert_eq!(table.totals.records_evicted, 50);
     }
 
     #[test]
     fn garbage_cannot_evict_a_session() {
         let t0 = Instant::now();
-        let (_, mut sink) = collect();
-        let mut table = PeerTable::new(4, Duration::from_secs(2), t0, 1);
+        let cfg = TableConfig {
+            max_peers: 4,
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
+        let mut sink = Sink::default();
         let real: SocketAddr = "10.0.0.1:9".parse().unwrap();
-        table.on_datagram(&data(1, 0, 64), real, t0, 0, None, &mut sink);
+        table.on_datagram(&data(1, 0, 64), real, t0, 0, None);
         for port in 0..1000u16 {
             let spoofed = SocketAddr::from(([10, 0, 0, 2], port));
-            table.on_datagram(&[0xFF; 40], spoofed, t0, 0, None, &mut sink);
+            table.on_datagram(&[0xFF; 40], spoofed, t0, 0, None);
         }
-        table.on_datagram(&data(1, 1, 64), real, t0, 0, None, &mut sink);
+        table.on_datagram(&data(1, 1, 64), real, t0, 0, None);
         assert!(table.len() <= 8);
-        assert_eq!(table.overflow.packets, 996);
-        let reply = table
-            .on_datagram(&end(1, 2, 128), real, t0, 0, None, &mut sink)
-            .unwrap();
-        let Ok(Message::EndAck(ack)) = wire::decode(&reply.0) else {
-            panic!()
-        };
+        assert_eq!(table.totals.overflow.packets, 996);
+        table.on_datagram(&end_msg(1, 2, 128, 3), real, t0, 0, None);
+        let ack = ack_of(&expire(&mut table, t0 + 200 * MS, &mut sink)[0]);
         assert_eq!((ack.received_packets, ack.lost), (2, 0));
-        assert_eq!(table.total_packets, 1002);
+        assert_eq!(table.totals.packets, 1002);
+        assert!(
+            ack.flags & wire::ACK_DROPS_SHARED != 0,
+            "the socket carried other traffic"
+        );
     }
 
     #[test]
     fn ends_that_find_the_table_full_are_counted() {
         let t0 = Instant::now();
-        let (_, mut sink) = collect();
-        let mut table = PeerTable::new(2, Duration::from_secs(2), t0, 1);
+        let cfg = TableConfig {
+            max_peers: 2,
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
         let a: SocketAddr = "10.0.0.1:9".parse().unwrap();
-        let answered = (0..5)
-            .filter(|i| {
-                table
-                    .on_datagram(&end(*i, 0, 0), a, t0, 0, None, &mut sink)
-                    .is_some()
-            })
-            .count();
-        assert_eq!(answered, 2);
-        assert_eq!(table.ends_table_full, 3);
+        for i in 0..5 {
+            table.on_datagram(&end_msg(i, 0, 0, 0), a, t0, 0, None);
+        }
+        assert_eq!(table.totals.ends_table_full, 3);
     }
 
     #[test]
     fn answers_are_rate_limited_per_source() {
         let t0 = Instant::now();
-        let (_, mut sink) = collect();
-        let mut table = PeerTable::new(4096, Duration::from_secs(2), t0, 1);
+        let cfg = TableConfig {
+            max_peers: 4096,
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
         let a: SocketAddr = "10.0.0.1:9".parse().unwrap();
-        let answered = (0..3000)
-            .filter(|i| {
-                table
-                    .on_datagram(&end(*i, 0, 0), a, t0, 0, None, &mut sink)
-                    .is_some()
+        let hello = |i: u64| {
+            encode_hello(&Hello {
+                header: Header {
+                    session: i,
+                    ..Header::default()
+                },
+                nonce: i,
             })
+        };
+        let answered = (0..3000)
+            .filter(|&i| table.on_datagram(&hello(i), a, t0, 0, None).is_some())
             .count();
         assert_eq!(answered, ANSWERS_PER_SECOND as usize);
-        assert_eq!(table.answers_limited, 3000 - ANSWERS_PER_SECOND as u64);
+        assert_eq!(
+            table.totals.answers_limited,
+            3000 - ANSWERS_PER_SECOND as u64
+        );
         let later = t0 + Duration::from_millis(1001);
-        assert!(table
-            .on_datagram(&end(1, 0, 0), a, later, 0, None, &mut sink)
-            .is_some());
+        let reply = table.on_datagram(&hello(1), a, later, 0, None).unwrap();
+        let Ok(Message::HelloAck(ack)) = wire::decode(reply.bytes.as_slice()) else {
+            panic!("not a HelloAck")
+        };
+        assert_eq!((ack.session, ack.nonce), (1, 1));
+        assert!(reply.bytes.as_slice().len() <= wire::HELLO_LEN);
     }
 
     #[test]
-    fn idle_peers_are_summarised_and_forgotten() {
-        let t0 = Instant::now();
-        let mut table = PeerTable::new(16, Duration::from_secs(2), t0, 1);
-        let mut done = Vec::new();
+    fn a_probe_alone_leaves_no_summary() {
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
+        let a: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let hello = encode_hello(&Hello {
+            header: Header {
+                session: 5,
+                ..Header::default()
+            },
+            nonce: 1,
+        });
+        assert!(table.on_datagram(&hello, a, t0, 0, None).is_some());
+        assert_eq!(table.len(), 1);
+        expire(&mut table, t0 + Duration::from_secs(3), &mut sink);
+        assert!(table.is_empty());
+        assert!(sink.done.is_empty());
+    }
+
+    #[test]
+    fn idle_peers_are_summarised_and_their_stragglers_are_late() {
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
         let a: SocketAddr = "[::1]:1".parse().unwrap();
-        table.on_datagram(&data(3, 0, 100), a, t0, 0, None, &mut keep(&mut done));
-        table.on_datagram(
-            &data(3, 2, 100),
-            a,
-            t0 + Duration::from_secs(1),
-            0,
-            None,
-            &mut keep(&mut done),
+        let b: SocketAddr = "[::1]:2".parse().unwrap();
+        table.on_datagram(&data(3, 0, 100), a, t0, 0, None);
+        table.on_datagram(&data(3, 2, 100), a, t0 + 1000 * MS, 0, None);
+        table.on_datagram(b"hello", b, t0, 0, None);
+        expire(&mut table, t0 + 2500 * MS, &mut sink);
+        assert_eq!(
+            sink.done.len(),
+            1,
+            "untagged peer idle, tagged still active"
         );
-        table.on_datagram(b"hello", a, t0, 0, None, &mut keep(&mut done));
-        table.expire(t0 + Duration::from_millis(2500), &mut keep(&mut done));
-        assert_eq!(done.len(), 1, "untagged peer idle, tagged still active");
-        table.expire(t0 + Duration::from_millis(3100), &mut keep(&mut done));
-        assert_eq!(done.len(), 2);
-        let tagged = done.iter().find(|r| r.tagged).unwrap();
+        expire(&mut table, t0 + 3100 * MS, &mut sink);
+        assert_eq!(sink.done.len(), 2);
+        let tagged = sink.done.iter().find(|r| r.tagged).unwrap();
         assert_eq!(tagged.loss_basis, Some("sequence"));
         assert_eq!(tagged.lost, Some(1));
         assert_eq!(tagged.seconds, 1.0);
         assert_eq!(tagged.reason, Some(DoneReason::Idle));
-        table.expire(t0 + Duration::from_secs(10), &mut keep(&mut done));
+        // A datagram of that session after it went idle is late.
+        table.on_datagram(&data(3, 3, 100), a, t0 + 4000 * MS, 0, None);
+        assert_eq!(table.totals.late_packets, 1);
+        // An End after the idle summary is answered, flagged as such.
+        let reply = table
+            .on_datagram(&end_msg(3, 4, 400, 8), a, t0 + 4100 * MS, 0, None)
+            .unwrap();
+        let ack = ack_of(&reply);
+        assert!(ack.flags & wire::ACK_IDLE_FINISHED != 0);
+        assert_eq!((ack.received_packets, ack.lost, ack.late), (2, 2, 1));
+        expire(&mut table, t0 + Duration::from_secs(30), &mut sink);
         assert!(table.is_empty());
+        assert_eq!(sink.done.len(), 2);
     }
 
     #[test]
     fn gro_buffers_are_split_into_their_datagrams() {
         let t0 = Instant::now();
-        let mut table = PeerTable::new(16, Duration::from_secs(2), t0, 2);
+        let cfg = TableConfig {
+            sockets: 2,
+            gro: true,
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
+        let mut sink = Sink::default();
         let a: SocketAddr = "127.0.0.1:7".parse().unwrap();
         // Five 100-byte datagrams and a 40-byte tail, coalesced.
         let mut buf = Vec::new();
@@ -950,44 +1823,142 @@ mod tests {
         }
         buf.extend_from_slice(&data(4, 5, 40));
         let mut replies = Vec::new();
-        let mut done = Vec::new();
-        table.on_receive(
-            &buf,
-            Some(100),
-            a,
-            t0,
-            1,
-            Some(3),
-            &mut keep(&mut done),
-            &mut replies,
-        );
-        // The end-of-test message may be the last segment of a GRO buffer.
-        let mut tail = data(4, 6, 96);
-        let end_msg = end(4, 7, 636);
-        tail.extend_from_slice(&end_msg);
+        table.on_receive(&buf, Some(100), false, a, t0, 1, Some(3), &mut replies);
+        // The end-of-test message may be the last, shorter segment of a GRO
+        // buffer.
+        let mut tail = data(4, 6, 300);
+        tail.extend_from_slice(&end_msg(4, 7, 840, 1)[..]);
         table.on_receive(
             &tail,
-            Some(96),
+            Some(300),
+            false,
             a,
-            t0,
+            t0 + 10 * MS,
             1,
             Some(3),
-            &mut keep(&mut done),
             &mut replies,
         );
-        assert_eq!(replies.len(), 1);
-        let Ok(Message::EndAck(ack)) = wire::decode(&replies[0].0) else {
-            panic!()
-        };
+        let replies = expire(&mut table, t0 + 200 * MS, &mut sink);
+        let ack = ack_of(&replies[0]);
         assert_eq!(
             (ack.received_packets, ack.received_bytes, ack.lost),
-            (7, 636, 0)
+            (7, 840, 0)
         );
         assert_eq!(
-            ack.kernel_drops, 0,
-            "drops are per socket, from the peer's start"
+            ack.drops_end - ack.drops_start,
+            0,
+            "drops from the peer's start"
         );
+        assert_eq!(ack.gro_buffers, 2, "both buffers held several datagrams");
+        assert_eq!(sink.done[0].kernel_drops_unit, Some("buffers"));
         assert_eq!(table.kernel_drops(), Some(3));
+        assert_eq!(
+            (ack.first_arrival_packets, ack.first_arrival_bytes),
+            (6, 540),
+            "the first GRO buffer arrived at one instant"
+        );
+    }
+
+    #[test]
+    fn kernel_drop_counters_wrap_as_u32() {
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:7".parse().unwrap();
+        table.on_datagram(&data(1, 0, 100), a, t0, 0, Some(u32::MAX - 2));
+        table.on_datagram(&data(1, 1, 100), a, t0, 0, Some(4));
+        table.on_datagram(&end_msg(1, 2, 200, 1), a, t0, 0, Some(4));
+        expire(&mut table, t0 + 200 * MS, &mut sink);
+        assert_eq!(sink.done[0].kernel_drops, Some(7));
+    }
+
+    #[test]
+    fn short_datagrams_count_in_their_session_and_their_drops_too() {
+        // -b 10: every datagram untagged. Drops counted from the first.
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:7".parse().unwrap();
+        for i in 0..5u32 {
+            table.on_datagram(&[0u8; 10], a, t0 + MS * i, 0, Some(i * 2));
+        }
+        table.on_datagram(&end_msg(9, 10, 100, 1), a, t0 + 5 * MS, 0, Some(10));
+        let ack = ack_of(&expire(&mut table, t0 + 200 * MS, &mut sink)[0]);
+        assert_eq!((ack.received_packets, ack.lost), (5, 5));
+        assert_eq!(ack.drops_end - ack.drops_start, 10);
+        assert_eq!(sink.done[0].untagged_packets, 5);
+        // With a session already there, they count in it directly.
+        let b: SocketAddr = "127.0.0.1:8".parse().unwrap();
+        table.on_datagram(&data(2, 0, 100), b, t0, 0, None);
+        table.on_datagram(&[0u8; 3], b, t0 + MS, 0, None);
+        table.on_datagram(&end_msg(2, 2, 103, 1), b, t0 + MS, 0, None);
+        let ack = ack_of(&expire(&mut table, t0 + 300 * MS, &mut sink)[0]);
+        assert_eq!(
+            (ack.received_packets, ack.received_bytes, ack.lost),
+            (2, 103, 0)
+        );
+    }
+
+    #[test]
+    fn interval_lines_add_up_to_the_summary() {
+        let t0 = Instant::now();
+        let cfg = TableConfig {
+            intervals: true,
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:7".parse().unwrap();
+        for seq in 0..100 {
+            table.on_datagram(&data(1, seq, 1000), a, t0 + MS * (seq as u32 * 10), 0, None);
+            if seq % 30 == 29 {
+                table.tick_intervals(t0 + MS * (seq as u32 * 10 + 5), &mut sink.f());
+            }
+        }
+        table.on_datagram(&end_msg(1, 100, 100_000, 1), a, t0 + 1000 * MS, 0, None);
+        expire(&mut table, t0 + 1200 * MS, &mut sink);
+        let done = &sink.done[0];
+        let sum: u64 = sink.intervals.iter().map(|r| r.packets).sum();
+        let bytes: u64 = sink.intervals.iter().map(|r| r.bytes).sum();
+        assert_eq!(sink.intervals.len(), 4, "three ticks and the last part");
+        assert_eq!((sum, bytes), (done.packets, done.bytes));
+        // 100 datagrams 10 ms apart: 99 gaps of 10 ms, 1000 bytes each.
+        let gbps = done.gbps.unwrap();
+        assert!((gbps - 0.0008).abs() < 1e-12, "{gbps}");
+    }
+
+    #[test]
+    fn rates_of_very_short_runs_are_unknown() {
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:7".parse().unwrap();
+        for seq in 0..3 {
+            table.on_datagram(
+                &data(1, seq, 1000),
+                a,
+                t0 + Duration::from_micros(18) * seq as u32,
+                0,
+                None,
+            );
+        }
+        table.on_datagram(&end_msg(1, 3, 3000, 1), a, t0 + MS, 0, None);
+        let ack = ack_of(&expire(&mut table, t0 + 200 * MS, &mut sink)[0]);
+        assert_eq!(sink.done[0].gbps, None);
+        assert_eq!(ack.last_arrival_ns - ack.first_arrival_ns, 36_000);
+    }
+
+    #[test]
+    fn a_forged_far_sequence_number_does_not_wrap_the_loss() {
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:7".parse().unwrap();
+        for seq in [0, 1, u64::MAX, 2] {
+            table.on_datagram(&data(1, seq, 100), a, t0, 0, None);
+        }
+        table.tick_intervals(t0 + MS, &mut sink.f());
+        table.on_datagram(&end_msg(1, 3, 300, 1), a, t0, 0, None);
+        let ack = ack_of(&expire(&mut table, t0 + 200 * MS, &mut sink)[0]);
+        assert_eq!((ack.lost, ack.unexpected), (0, 1));
+        assert_eq!(sink.done[0].lost, Some(0));
+        assert_eq!(sink.done[0].unexpected, 1);
     }
 
     #[test]

@@ -15,7 +15,10 @@ use std::io;
 /// Datagrams per recvmmsg call. More than 32 gains nothing measurable
 /// (daeuniverse/honk #80); 8 already gets most of the benefit.
 pub const RECV_BATCH: usize = 32;
-/// Each receive buffer holds the largest datagram, or a whole GRO buffer.
+/// Each receive buffer holds the largest datagram, or a whole GRO buffer:
+/// a UDP payload is at most 65535 - 8 bytes, and Linux stops coalescing a
+/// UDP GRO buffer before it reaches 64 KiB. Should the kernel ever cut one
+/// anyway, MSG_TRUNC is counted and reported (`truncated`).
 pub const RECV_BUF_SIZE: usize = 65536;
 
 /// How the server waits for and reads datagrams.

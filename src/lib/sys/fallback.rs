@@ -65,6 +65,8 @@ impl RecvBatch {
             data: bytes,
             from: self.from,
             kernel_drops: None,
+            // socket2's recv_from does not report MSG_TRUNC here.
+            truncated: false,
             segment_size: None,
             rx_time_ns: None,
         }

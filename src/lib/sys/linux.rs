@@ -70,11 +70,13 @@ pub struct RecvBatch {
     controls: Vec<[u64; CONTROL_LEN / 8]>,
     headers: Vec<libc::mmsghdr>,
     /// Per datagram: the socket's drop counter when it was queued.
-    drops: Vec<u64>,
+    drops: Vec<u32>,
     /// Per datagram: the GRO segment size, when the kernel coalesced.
     segments: Vec<u32>,
     /// Per datagram: the kernel's receive time (CLOCK_REALTIME ns), or 0.
     stamps: Vec<u64>,
+    /// Per datagram: MSG_TRUNC was set.
+    truncated: Vec<bool>,
     /// Datagrams per recvmmsg call, at most the number of slots.
     limit: usize,
     filled: usize,
@@ -95,6 +97,7 @@ impl RecvBatch {
             drops: vec![0; batch],
             segments: vec![0; batch],
             stamps: vec![0; batch],
+            truncated: vec![false; batch],
             limit: batch,
             filled: 0,
         };
@@ -197,6 +200,7 @@ impl RecvBatch {
             let info = parse_control(bytes);
             // Linux attaches the drop counter only once it is non-zero.
             self.drops[i] = info.kernel_drops.unwrap_or(0);
+            self.truncated[i] = self.headers[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             self.segments[i] = info.segment_size.unwrap_or(0);
             self.stamps[i] = info.rx_time_ns.unwrap_or(0);
         }
@@ -212,6 +216,7 @@ impl RecvBatch {
             data: &self.buffers[start..start + len],
             from: sockaddr_to_std(&self.addrs[i], header.msg_hdr.msg_namelen),
             kernel_drops: Some(self.drops[i]),
+            truncated: self.truncated[i],
             segment_size: match self.segments[i] {
                 0 => None,
                 n => Some(n as usize),
@@ -579,8 +584,8 @@ pub fn enable_rx_timestamps(socket: &Socket) -> io::Result<()> {
 /// What the control messages of one received datagram said.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ControlInfo {
-    /// SO_RXQ_OVFL: the socket's drop counter.
-    pub kernel_drops: Option<u64>,
+    /// SO_RXQ_OVFL: the socket's drop counter (a u32 that wraps).
+    pub kernel_drops: Option<u32>,
     /// UDP_GRO: the size of each coalesced datagram.
     pub segment_size: Option<u32>,
     /// SCM_TIMESTAMPNS: the kernel's receive time, CLOCK_REALTIME ns.
@@ -621,9 +626,8 @@ pub fn parse_control(control: &[u8]) -> ControlInfo {
         let data = &control[offset + CMSG_HEADER..offset + len];
         match (level, kind) {
             (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) if data.len() >= 4 => {
-                info.kernel_drops = Some(u64::from(u32::from_ne_bytes(
-                    data[..4].try_into().expect("4 bytes"),
-                )));
+                info.kernel_drops =
+                    Some(u32::from_ne_bytes(data[..4].try_into().expect("4 bytes")));
             }
             (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) if data.len() >= 16 => {
                 let sec = i64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
@@ -672,6 +676,36 @@ mod tests {
         assert_eq!(info.kernel_drops, Some(7));
         assert_eq!(info.rx_time_ns, Some(5_000_000_009));
         assert_eq!(info.segment_size, Some(1460));
+    }
+
+    #[test]
+    fn a_datagram_cut_to_fit_is_flagged() {
+        use socket2::{Domain, Type};
+        let rx = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        rx.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let to = rx.local_addr().unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut batch = RecvBatch::new(2, 100);
+        tx.send_to(&[7u8; 200], to.as_socket().unwrap()).unwrap();
+        tx.send_to(&[8u8; 50], to.as_socket().unwrap()).unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let n = batch.recv(&rx).unwrap();
+            for i in 0..n {
+                let d = batch.datagram(i);
+                got.push((d.data.len(), d.truncated));
+            }
+        }
+        assert_eq!(got, [(100, true), (50, false)]);
+        let n = {
+            tx.send_to(&[9u8; 300], to.as_socket().unwrap()).unwrap();
+            batch.recv_one(&rx).unwrap()
+        };
+        assert_eq!(n, 1);
+        assert!(batch.datagram(0).truncated, "recvmsg path too");
     }
 
     #[test]

@@ -38,9 +38,13 @@ pub struct Received<'a> {
     pub data: &'a [u8],
     /// The sender; None only for an address family we do not know.
     pub from: Option<std::net::SocketAddr>,
-    /// The socket's cumulative drop counter (receive buffer full) when this
-    /// datagram was queued; None where the platform cannot tell.
-    pub kernel_drops: Option<u64>,
+    /// The socket's drop counter (receive buffer full) when this datagram
+    /// was queued, as the kernel keeps it: a u32 that wraps. None where the
+    /// platform cannot tell.
+    pub kernel_drops: Option<u32>,
+    /// The kernel cut the datagram (or GRO buffer) to fit the receive
+    /// buffer (MSG_TRUNC): `data` is shorter than what arrived.
+    pub truncated: bool,
     /// With UDP_GRO: `data` holds several datagrams of this size (the last
     /// may be shorter), coalesced by the kernel.
     pub segment_size: Option<usize>,
