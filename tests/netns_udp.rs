@@ -66,3 +66,28 @@ fn gso_falls_back_when_segments_exceed_the_mtu() {
     assert_eq!(u(c, "sent_bytes"), 2_000_000);
     assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
 }
+
+#[test]
+fn a_multi_homed_server_answers_from_the_address_it_was_asked_on() {
+    // The server host has two addresses on one link; the client asks the
+    // second. The client accepts answers only from the address it sent to
+    // (a forged answer from elsewhere must not count), so the server must
+    // answer from that address, not the one routing would pick (the first).
+    let srv = Netns::new("mhs");
+    let cli = Netns::new("mhc");
+    let (srv_dev, cli_dev) = veth_pair(&srv, "10.77.3.1/24", &cli, "10.77.3.2/24");
+    srv.ip(&["addr", "add", "10.77.3.9/24", "dev", &srv_dev]);
+    cli.pin_neighbor(&cli_dev, "10.77.3.9", &srv.mac(&srv_dev));
+    for listen in ["0.0.0.0:0", "[::]:0"] {
+        let server = Server::start_in(&srv, listen, &["--recv-buffer-size", "4M"]);
+        let target = format!("10.77.3.9:{}", port_of(&server.addr));
+        let report = client_in(
+            &cli,
+            &[
+                "-s", &target, "-b", "1000", "-t", "100K", "--rate", "50Mbit",
+            ],
+        );
+        let c = &report["clients"][0];
+        assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
+    }
+}

@@ -170,12 +170,17 @@ fn a_burst_too_short_for_a_rate_has_none() {
     let report = client(&["-s", &server.addr, "-b", "1000", "-n", "3"]);
     let done = server.done_for(&session(&report));
     assert_eq!(u(&done, "packets"), 3);
-    assert!(done["gbps"].is_null(), "{done}");
-    assert!(done["pps"].is_null(), "{done}");
-    assert!(report["server"]["gbps"].is_null(), "{report}");
-    assert!(report["gbps"].is_null(), "{report}");
+    // Unknown exactly when the span is under 1 ms (a client preempted
+    // between its three sends can make it longer).
+    let short = |v: &Value| v["seconds"].as_f64().unwrap() < 0.001;
+    assert_eq!(done["gbps"].is_null(), short(&done), "{done}");
+    assert_eq!(done["pps"].is_null(), short(&done), "{done}");
+    let answer = &report["server"];
+    assert_eq!(answer["gbps"].is_null(), short(answer), "{report}");
+    assert_eq!(report["gbps"].is_null(), short(&report), "{report}");
+    // One datagram has no span at all: the text says the rate is unknown.
     let text = run_bounded(
-        Command::new(CLIENT).args(["-s", &server.addr, "-b", "1000", "-n", "3"]),
+        Command::new(CLIENT).args(["-s", &server.addr, "-b", "1000", "-n", "1"]),
         common::udp::WAIT,
     );
     let text = String::from_utf8_lossy(&text.stdout);
@@ -238,7 +243,14 @@ fn totals_are_total_bytes_over_the_time_they_span() {
 
 #[test]
 fn interval_lines_add_up_to_the_summary() {
-    let server = Server::start_args(&["--listen", "127.0.0.1:0", "--interval", "300ms"]);
+    let server = Server::start_args(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--interval",
+        "300ms",
+        "--recv-buffer-size",
+        "4M",
+    ]);
     let report = client(&[
         "-s",
         &server.addr,
@@ -344,6 +356,11 @@ fn a_lost_first_answer_is_answered_again_from_the_record() {
     // late in both.
     assert_eq!(u(answer, "received_packets"), u(done, "packets"));
     assert_eq!(u(answer, "lost_packets"), u(done, "lost"));
+    assert_eq!(
+        answer.get("kernel_drops"),
+        done.get("kernel_drops"),
+        "the retry's answer says what the summary said, drops included"
+    );
     assert_eq!(u(answer, "received_packets"), 199, "{report}");
     assert_eq!(u(answer, "lost_packets"), 1);
     assert_eq!(u(answer, "late"), 1, "{report}");
@@ -426,8 +443,12 @@ fn a_late_duplicate_cannot_hide_a_loss() {
 
 #[test]
 fn data_just_behind_the_end_is_counted() {
-    // The last datagram reaches the server 50 ms after the End.
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    // The last datagram reaches the server 50 ms after the End (a grace
+    // period of 1 s keeps a loaded machine from making this a race).
+    let server = Server::start(
+        "127.0.0.1:0",
+        &["--recv-buffer-size", "4M", "--end-grace", "1s"],
+    );
     let relay = relay_to(
         &server,
         &[(
@@ -476,7 +497,14 @@ fn a_test_without_an_answer_exits_3_with_the_sender_side() {
 fn a_forged_far_sequence_number_cannot_wrap_the_loss() {
     // One datagram with seq 2^64 - 1 in the client's session, sent from its
     // address (through the relay) in the middle of the run.
-    let server = Server::start_args(&["--listen", "127.0.0.1:0", "--interval", "100ms"]);
+    let server = Server::start_args(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--recv-buffer-size",
+        "4M",
+    ]);
     let relay = relay_to(&server, &[]);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {

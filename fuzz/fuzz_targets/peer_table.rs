@@ -4,7 +4,7 @@
 //! larger than what caused them.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use netspeed::server::peers::{PeerTable, TableConfig};
+use netspeed::server::peers::{PeerTable, Rx, TableConfig};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,11 @@ fuzz_target!(|data: &[u8]| {
             datagram[..4].copy_from_slice(b"NSPD");
             datagram[4] = netspeed::wire::VERSION;
             datagram[5] %= 5;
+            // Now and then a Data datagram past the End's total, to reach
+            // the conflict paths.
+            if datagram[5] == 0 && datagram.len() >= 24 && control & 0x08 != 0 {
+                datagram[16..24].copy_from_slice(&u64::from(control).to_be_bytes());
+            }
             // Give control messages their length now and then.
             match (datagram[5], control & 0x20 != 0) {
                 (1, true) => datagram.resize(netspeed::wire::END_LEN, 0),
@@ -41,7 +46,17 @@ fuzz_target!(|data: &[u8]| {
         biggest_request = biggest_request.max(datagram.len());
         let segment = (control & 0x40 != 0).then_some(1 + usize::from(control % 32));
         let before = replies.len();
-        table.on_receive(&datagram, segment, control & 0x10 != 0, from, now, usize::from(control % 2), Some(u32::from(control) << 24), &mut replies);
+        let rx = Rx {
+            from,
+            arrived: now,
+            processed: now,
+            socket: usize::from(control % 2),
+            drops: Some(u32::from(control) << 24),
+            local: None,
+            segment_size: segment,
+            truncated: control & 0x10 != 0,
+        };
+        table.on_receive(&datagram, &rx, &mut replies);
         for reply in &replies[before..] {
             assert!(reply.bytes.as_slice().len() <= datagram.len(), "answer larger than its request");
         }

@@ -37,6 +37,7 @@ fn run() -> Result<()> {
             ServerEvent::Interval(r) => report::interval(r, json),
             ServerEvent::PeerDone(r) => report::peer_done(r, json),
             ServerEvent::Late(r) => report::late(r, json),
+            ServerEvent::Conflict(r) => report::conflict(r, json),
         };
         let _ = writeln!(out, "{line}");
         let _ = out.flush();

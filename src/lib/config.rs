@@ -6,6 +6,7 @@
 //! default, without a flag's default silently winning over the file.
 //! Unknown TOML keys are errors that name the key (`deny_unknown_fields`).
 
+use crate::auth::Psk;
 use crate::error::{Error, Result};
 use crate::server::recv::Method;
 use crate::sys::SchedPolicy;
@@ -53,15 +54,53 @@ impl DurationValue {
     }
 }
 
-fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::usage(format!("cannot read config {}: {e}", path.display())))?;
-    parse_toml(&text).map_err(|e| Error::usage(format!("config {}: {e}", path.display())))
+/// The largest config file read. Real ones are a few hundred bytes; the
+/// bound keeps `--config /dev/zero` or a huge file from eating memory.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads and parses a TOML config file: a regular file of at most
+/// [`MAX_CONFIG_BYTES`], or a one-line usage error.
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    use std::io::Read;
+    let shown = path.display();
+    let fail = |why: String| Error::usage(clip(&format!("config {shown}: {why}")));
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Error::usage(clip(&format!("cannot read config {shown}: {e}"))))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let too_big = || fail(format!("larger than {} KiB", MAX_CONFIG_BYTES >> 10));
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_big());
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        // Never more than the bound, even if the file grows meanwhile.
+        .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| Error::usage(clip(&format!("cannot read config {shown}: {e}"))))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_big());
+    }
+    parse_toml(&text).map_err(fail)
 }
 
-/// Parses a config text; the error is one line naming the bad key.
+/// Parses a config text; the error is one line naming the bad key, with
+/// any echo of the file's text cut short.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> std::result::Result<T, String> {
-    toml::from_str(text).map_err(|e| e.message().replace('\n', " ").trim().to_string())
+    toml::from_str(text).map_err(|e| clip(e.message().replace('\n', " ").trim()))
+}
+
+/// The longest error line: anything the user typed is echoed at most this
+/// long.
+pub const MAX_MESSAGE: usize = 300;
+
+/// `text` on one line, cut to [`MAX_MESSAGE`] characters.
+pub fn clip(text: &str) -> String {
+    let line = text.replace(['\n', '\r'], " ");
+    match line.char_indices().nth(MAX_MESSAGE) {
+        Some((cut, _)) => format!("{}… (cut)", &line[..cut]),
+        None => line,
+    }
 }
 
 fn size_arg(s: &str) -> std::result::Result<u64, String> {
@@ -153,12 +192,66 @@ pub struct ServerArgs {
     pub no_gro: bool,
     #[command(flatten)]
     pub sched: SchedArgs,
+    #[command(flatten)]
+    pub psk: PskArgs,
     /// Write NDJSON events to stdout, one object per line.
     #[arg(long)]
     pub json: bool,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+/// `--psk` and `--psk-file`, shared by both binaries.
+#[derive(clap::Args, Debug, Default)]
+pub struct PskArgs {
+    /// A pre-shared key (at least 8 bytes) that both ends know: the End
+    /// and its answer then carry an HMAC-SHA256, and an answer or End
+    /// without it is refused. Visible in `ps`; prefer --psk-file.
+    #[arg(long, value_name = "KEY", conflicts_with = "psk_file")]
+    pub psk: Option<String>,
+    /// Read the pre-shared key from this file (one line; trailing
+    /// newline ignored).
+    #[arg(long, value_name = "FILE")]
+    pub psk_file: Option<PathBuf>,
+}
+
+/// The key from `--psk`, `--psk-file` or the config file's `psk_file`.
+fn psk_from(args: &PskArgs, file_psk: Option<&Path>) -> Result<Option<Psk>> {
+    let key = match (&args.psk, args.psk_file.as_deref().or(file_psk)) {
+        (Some(k), _) => k.as_bytes().to_vec(),
+        (None, Some(path)) => {
+            let meta = std::fs::metadata(path).map_err(|e| {
+                Error::usage(clip(&format!(
+                    "cannot read --psk-file {}: {e}",
+                    path.display()
+                )))
+            })?;
+            if !meta.is_file() || meta.len() > 4096 {
+                return Err(Error::usage(clip(&format!(
+                    "--psk-file {}: not a regular file of at most 4 KiB",
+                    path.display()
+                ))));
+            }
+            let mut key = std::fs::read(path).map_err(|e| {
+                Error::usage(clip(&format!(
+                    "cannot read --psk-file {}: {e}",
+                    path.display()
+                )))
+            })?;
+            while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                key.pop();
+            }
+            key
+        }
+        (None, None) => return Ok(None),
+    };
+    Psk::new(&key).map(Some).ok_or_else(|| {
+        Error::usage(format!(
+            "the pre-shared key must be at least {} bytes",
+            crate::auth::MIN_KEY_LEN
+        ))
+    })
 }
 
 /// `--scheduler` and `--priority`, shared by both binaries (seed 002's -S, -P).
@@ -215,6 +308,7 @@ pub struct ServerFile {
     pub gro: Option<bool>,
     pub scheduler: Option<SchedPolicy>,
     pub priority: Option<i32>,
+    pub psk_file: Option<PathBuf>,
     pub json: Option<bool>,
 }
 
@@ -234,6 +328,8 @@ pub struct ServerConfig {
     pub threads: usize,
     pub gro: bool,
     pub sched: Option<Sched>,
+    /// `--psk`: Ends must carry its tag.
+    pub psk: Option<Psk>,
     pub json: bool,
 }
 
@@ -265,6 +361,7 @@ impl Default for ServerConfig {
             threads: 1,
             gro: cfg!(target_os = "linux"),
             sched: None,
+            psk: None,
             json: false,
         }
     }
@@ -342,8 +439,11 @@ impl ServerConfig {
             cfg.recv_buffer_size = Some(b as usize);
         }
         if let Some(n) = args.max_peers.or(file.max_peers) {
-            if n == 0 {
-                return Err(Error::usage("--max-peers must be at least 1"));
+            let limit = crate::server::peers::MAX_PEERS_LIMIT;
+            if n == 0 || n > limit {
+                return Err(Error::usage(format!(
+                    "--max-peers {n}: must be between 1 and {limit}"
+                )));
             }
             cfg.max_peers = n;
         }
@@ -370,6 +470,7 @@ impl ServerConfig {
             args.sched.scheduler.or(file.scheduler),
             args.sched.priority.or(file.priority),
         )?;
+        cfg.psk = psk_from(&args.psk, file.psk_file.as_deref())?;
         cfg.json = args.json || file.json.unwrap_or(false);
         Ok(cfg)
     }
@@ -442,6 +543,8 @@ pub struct ClientArgs {
     pub dont_fragment: bool,
     #[command(flatten)]
     pub sched: SchedArgs,
+    #[command(flatten)]
+    pub psk: PskArgs,
     /// Start an in-process server on an ephemeral loopback port and test against it.
     #[arg(long, conflicts_with = "server_addr")]
     pub local: bool,
@@ -480,6 +583,7 @@ pub struct ClientFile {
     pub no_server: Option<bool>,
     pub scheduler: Option<SchedPolicy>,
     pub priority: Option<i32>,
+    pub psk_file: Option<PathBuf>,
     pub json: Option<bool>,
     pub quiet: Option<bool>,
 }
@@ -513,6 +617,8 @@ pub struct ClientConfig {
     pub sndbuf: Option<usize>,
     pub dont_fragment: bool,
     pub sched: Option<Sched>,
+    /// `--psk`: the End is tagged, and only tagged answers are taken.
+    pub psk: Option<Psk>,
     pub json: bool,
     pub quiet: bool,
     /// `--sweep` sizes, empty for a normal run.
@@ -672,6 +778,7 @@ impl ClientConfig {
             sweep: args.sweep.iter().map(|&b| b as usize).collect(),
             sweep_clients: client_list,
             plot: args.plot.clone(),
+            psk: psk_from(&args.psk, file.psk_file.as_deref())?,
             sched,
             json: args.json || file.json.unwrap_or(false),
             quiet: args.quiet || file.quiet.unwrap_or(false),
@@ -692,7 +799,7 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
                 let text = e.render().to_string();
                 let line = text.lines().next().unwrap_or("invalid arguments");
                 let line = line.strip_prefix("error: ").unwrap_or(line);
-                Err(Error::usage(format!("{line} (see --help)")))
+                Err(Error::usage(format!("{} (see --help)", clip(line))))
             }
         },
     }

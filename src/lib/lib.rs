@@ -9,7 +9,8 @@
 //! - [`units`]: sizes, rates and durations as people write them (`64K`, `500Mbit`).
 //! - [`config`]: flags and TOML files merged into one validated config per role.
 //! - [`congestion`]: `--congestion ALGO`, TCP_CONGESTION for tcp_proxy and sockbench tcp.
-//! - [`wire`]: the datagram header and end-of-test messages; pure encode/decode.
+//! - [`wire`]: the datagram header, the start probe and the end-of-test messages; pure encode/decode.
+//! - [`auth`]: `--psk`, an HMAC over the End and its answer.
 //! - [`stats`]: pure statistics: duplicates, reordering, loss, jitter, wire size.
 //! - [`sys`]: the only `unsafe` code: recvmmsg, SO_RXQ_OVFL, IP_RECVERR, ...
 //! - [`server`]: bind, receive, count per peer ([`server::peers`]).
@@ -26,6 +27,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod auth;
 pub mod bench;
 pub mod client;
 pub mod config;

@@ -2,11 +2,12 @@
 //! measures anything; it only formats the structs the roles return.
 //!
 //! JSON is always one valid object per line on stdout (NDJSON); errors go
-//! to stderr. Every number is finite: rates over zero time are 0.
+//! to stderr. Every number is finite: a rate that cannot be known (a span
+//! under 1 ms) is null.
 
 use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::config::ServerConfig;
-use crate::server::peers::{DoneReason, LateReport, PeerReport};
+use crate::server::peers::{ConflictReport, DoneReason, LateReport, PeerReport};
 use crate::server::{Bound, ServerSummary};
 use crate::units::HumanBytes;
 use serde::Serialize;
@@ -124,6 +125,7 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
         Some(DoneReason::End) => "end of test",
         Some(DoneReason::Idle) => "idle",
         Some(DoneReason::Shutdown) => "server stopping",
+        Some(DoneReason::Evicted) => "evicted: a session that began with a Hello needed its slot",
         None => "",
     };
     let rates = match (r.gbps, r.wire_gbps, r.pps) {
@@ -186,7 +188,28 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
             r.truncated
         );
     }
+    if let Some(why) = r.conflict {
+        out += &format!(
+            "\n  DISPUTED  {why}: a forged End, or a confused client; these figures cannot be trusted"
+        );
+    }
     out
+}
+
+/// A session whose End is contradicted.
+pub fn conflict(r: &ConflictReport, json_out: bool) -> String {
+    if json_out {
+        return json_event("conflict", r);
+    }
+    let other = match (r.other_sent_packets, r.seq) {
+        (Some(p), _) => format!("another End declared {p} packets"),
+        (None, Some(seq)) => format!("datagram {seq} arrived after it"),
+        (None, None) => String::new(),
+    };
+    format!(
+        "peer {} session {}: DISPUTED: {}: its End declared {} packets, {other}",
+        r.peer, r.session, r.conflict, r.sent_packets
+    )
 }
 
 /// Datagrams for a session that had already finished.

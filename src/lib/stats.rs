@@ -22,6 +22,9 @@ use std::time::Duration;
 /// Such datagrams (forged, or from a confused sender) are counted in
 /// [`SeqSet::implausible`] and change nothing else.
 pub const MAX_SEQ_JUMP: u64 = 1 << 40;
+/// No sequence number at or above this is plausible, however the ones
+/// before it climbed: a forger cannot walk the set up to `u64::MAX`.
+pub const MAX_SEQ: u64 = 1 << 62;
 
 /// The default bound on the ranges one [`SeqSet`] keeps (16 bytes each).
 pub const DEFAULT_RANGES: usize = 4096;
@@ -54,8 +57,10 @@ pub enum Arrival {
 pub struct SeqSet {
     ranges: VecDeque<(u64, u64)>,
     bound: usize,
-    /// Every sequence number below this was either received or lies in a
-    /// forgotten hole (0 while nothing was forgotten).
+    /// Every sequence number in `[forgotten_from, forgotten_end)` was
+    /// either received or lies in a forgotten hole (an empty interval while
+    /// nothing was forgotten).
+    forgotten_from: u64,
     forgotten_end: u64,
     /// Sequence numbers in forgotten holes.
     forgotten: u64,
@@ -85,6 +90,7 @@ impl SeqSet {
         SeqSet {
             ranges: VecDeque::new(),
             bound: bound.max(2),
+            forgotten_from: 0,
             forgotten_end: 0,
             forgotten: 0,
             highest: None,
@@ -114,14 +120,11 @@ impl SeqSet {
     /// Records one arrival and says what it was.
     pub fn record(&mut self, seq: u64) -> Arrival {
         let base = self.highest.unwrap_or(0);
-        if seq > base && seq - base > MAX_SEQ_JUMP {
+        if seq >= MAX_SEQ || (seq > base && seq - base > MAX_SEQ_JUMP) {
             self.implausible += 1;
             return Arrival::Implausible;
         }
-        if self.forgotten > 0
-            && seq < self.forgotten_end
-            && self.ranges.front().is_some_and(|&(start, _)| seq >= start)
-        {
+        if (self.forgotten_from..self.forgotten_end).contains(&seq) {
             self.uncertain += 1;
             return Arrival::Uncertain;
         }
@@ -180,16 +183,30 @@ impl SeqSet {
         true
     }
 
-    /// Forgets the oldest hole while there are too many ranges.
+    /// Forgets the oldest hole while there are too many ranges, and keeps
+    /// the memory at the bound (a growing VecDeque would double it).
     fn enforce_bound(&mut self) {
+        if self.ranges.len() > self.bound / 2 && self.ranges.capacity() <= self.bound {
+            self.ranges
+                .reserve_exact(self.bound + 1 - self.ranges.len());
+        }
         while self.ranges.len() > self.bound {
             let (start, hole_start) = self.ranges.pop_front().expect("over the bound");
             let next = self.ranges.front_mut().expect("over the bound");
             self.forgotten += next.0 - hole_start;
+            if self.forgotten_end == self.forgotten_from {
+                self.forgotten_from = hole_start;
+            }
             // Holes forgotten earlier lie inside the front range too.
+            self.forgotten_from = self.forgotten_from.min(hole_start);
             self.forgotten_end = self.forgotten_end.max(next.0);
             next.0 = start;
         }
+    }
+
+    /// Frees what the set holds beyond its ranges.
+    pub fn shrink(&mut self) {
+        self.ranges.shrink_to_fit();
     }
 
     /// Distinct datagrams recorded with a sequence number at or above
@@ -217,9 +234,15 @@ impl SeqSet {
     /// sequence number of `sent` or more are not the sender's (see
     /// [`SeqSet::unexpected`]) and cannot hide a loss.
     pub fn lost_range(&self, sent: u64) -> (u64, u64) {
-        let in_range = self.unique - self.count_from(sent);
+        let in_range = self.unique.saturating_sub(self.count_from(sent));
         let most = sent.saturating_sub(in_range);
-        let unknowable = self.uncertain.min(self.forgotten);
+        // Forgotten holes at or beyond `sent` made `count_from` count them
+        // as received: widen the range by them too.
+        let unknowable = if sent < self.forgotten_end {
+            self.forgotten
+        } else {
+            self.uncertain.min(self.forgotten)
+        };
         (most.saturating_sub(unknowable), most)
     }
 
@@ -265,12 +288,26 @@ pub fn percent(part: u64, whole: u64) -> f64 {
     }
 }
 
+/// A change in transit time larger than this between two datagrams is
+/// not a path's jitter but a forged or corrupt send time: it is left out of
+/// the estimate and counted ([`Jitter::discarded`]). One datagram can then
+/// move the estimate by at most this / 16.
+pub const MAX_TRANSIT_STEP_NS: u64 = 1_000_000_000;
+/// After this many discarded transit times in a row, the latest becomes the
+/// new reference: it is the old one that was wrong (a forged datagram came
+/// first), or the path really changed.
+const RESET_AFTER: u32 = 3;
+
 /// Interarrival jitter as RFC 3550 section 6.4.1 defines it: a running
-/// mean of |D|, the change in transit time, with gain 1/16.
+/// mean of |D|, the change in transit time, with gain 1/16; changes above
+/// [`MAX_TRANSIT_STEP_NS`] are discarded and counted.
 #[derive(Clone, Debug, Default)]
 pub struct Jitter {
     last_transit_ns: Option<i64>,
     jitter_ns: f64,
+    /// Transit times left out as implausible.
+    pub discarded: u64,
+    in_a_row: u32,
 }
 
 impl Jitter {
@@ -282,9 +319,19 @@ impl Jitter {
         // 2^63 ns, and i128 would cost a software conversion per datagram.
         let transit = (recv_ns as i64).wrapping_sub(send_ns as i64);
         if let Some(last) = self.last_transit_ns {
-            let d = transit.wrapping_sub(last).unsigned_abs() as f64;
-            self.jitter_ns += (d - self.jitter_ns) / 16.0;
+            let d = transit.wrapping_sub(last).unsigned_abs();
+            if d > MAX_TRANSIT_STEP_NS {
+                self.discarded += 1;
+                self.in_a_row += 1;
+                if self.in_a_row >= RESET_AFTER {
+                    self.last_transit_ns = Some(transit);
+                    self.in_a_row = 0;
+                }
+                return;
+            }
+            self.jitter_ns += (d as f64 - self.jitter_ns) / 16.0;
         }
+        self.in_a_row = 0;
         self.last_transit_ns = Some(transit);
     }
 
@@ -440,6 +487,54 @@ mod tests {
     }
 
     #[test]
+    fn a_new_front_below_a_forgotten_hole_stays_exact() {
+        // Found in review: holes refill, then a datagram below the lowest
+        // range becomes the front; the holes above it are remembered.
+        let mut t = SeqSet::with_bound(3);
+        for seq in [5, 7, 9, 11, 8, 0, 1, 2, 3, 4] {
+            t.record(seq);
+        }
+        let (fewest, most) = t.lost_range(12);
+        assert!(fewest <= 2 && 2 <= most, "({fewest}, {most})");
+        assert_eq!(t.uncertain, 0, "1..4 lie below every forgotten hole");
+    }
+
+    #[test]
+    fn forgotten_holes_beyond_the_total_cannot_underflow() {
+        // Found in review: seqs beyond the declared total, with holes.
+        let mut t = SeqSet::with_bound(2);
+        for seq in (0..10).chain([1000, 1002, 1004]) {
+            t.record(seq);
+        }
+        let (fewest, most) = t.lost_range(10);
+        assert!(fewest == 0 && most <= 10, "({fewest}, {most})");
+    }
+
+    #[test]
+    fn sequence_numbers_cannot_be_walked_up_to_the_top() {
+        // Found in review: each forged datagram 2^40 ahead of the last.
+        let mut t = SeqSet::default();
+        let mut seq = 0u64;
+        for _ in 0..10_000 {
+            t.record(seq);
+            seq = seq.saturating_add(MAX_SEQ_JUMP);
+        }
+        assert_eq!(t.record(u64::MAX), Arrival::Implausible);
+        assert_eq!(t.record(MAX_SEQ), Arrival::Implausible);
+        assert!(t.highest().unwrap() < MAX_SEQ);
+    }
+
+    #[test]
+    fn memory_stays_at_the_bound() {
+        let mut t = SeqSet::with_bound(1024);
+        for seq in (0..10_000).step_by(2) {
+            t.record(seq);
+        }
+        assert_eq!(t.ranges(), 1024);
+        assert!(t.ranges.capacity() <= 1025, "{}", t.ranges.capacity());
+    }
+
+    #[test]
     fn a_lost_first_datagram_stays_exact_after_forgetting() {
         let mut t = SeqSet::with_bound(2);
         for seq in [1, 3, 5, 7] {
@@ -527,6 +622,41 @@ mod tests {
         assert!((j.nanos() - 100.0).abs() < 1e-9);
         j.record(11_000, 5_000_000 + 11_000);
         assert!((j.nanos() - (100.0 + 1500.0 / 16.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn forged_send_times_cannot_blow_up_jitter() {
+        let mut j = Jitter::default();
+        let mut t = 0u64;
+        let mut step = |j: &mut Jitter, send: u64| {
+            t += 1_000_000;
+            j.record(send, 5_000_000_000 + t);
+        };
+        for i in 0..50u64 {
+            step(&mut j, (i + 1) * 1_000_000);
+        }
+        assert_eq!(j.nanos(), 0.0);
+        // Random send times, as a forger sends them.
+        for forged in [u64::MAX / 3, 1 << 50, 1 << 62, 3 << 60, u64::MAX] {
+            step(&mut j, forged);
+        }
+        for i in 55..100u64 {
+            step(&mut j, (i + 1) * 1_000_000);
+        }
+        assert!(j.discarded >= 5, "{}", j.discarded);
+        assert!(
+            j.nanos() < MAX_TRANSIT_STEP_NS as f64 / 16.0,
+            "one datagram moves jitter by at most a step / 16: {}",
+            j.nanos()
+        );
+        // A forged datagram first: the real ones take over after 3.
+        let mut j = Jitter::default();
+        j.record(u64::MAX / 2, 1_000);
+        for i in 1..10u64 {
+            j.record(i * 1_000, 5_000 + i * 1_000);
+        }
+        assert_eq!(j.discarded, 3);
+        assert_eq!(j.nanos(), 0.0);
     }
 
     #[test]

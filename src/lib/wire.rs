@@ -29,7 +29,7 @@ pub const END_LEN: usize = 256;
 pub const HELLO_LEN: usize = 64;
 /// Bytes of the authentication tag at the end of an End and an EndAck
 /// (HMAC-SHA256 with `--psk`; zero without).
-pub const TAG_LEN: usize = 32;
+pub const TAG_LEN: usize = crate::auth::TAG_LEN;
 /// Where the tag starts.
 pub const TAG_AT: usize = END_LEN - TAG_LEN;
 /// In an answer, a figure the server cannot know.
@@ -48,9 +48,17 @@ pub const ACK_IDLE_FINISHED: u16 = 4;
 /// disagree (different totals), or data after an End that its total does
 /// not cover: a forged End, or a confused client.
 pub const ACK_CONFLICT: u16 = 8;
-/// [`EndAck::flags`] and [`HelloAck::flags`]: the answer carries a tag made
-/// with the pre-shared key.
+/// [`EndAck::flags`]: the answer carries a tag made with the pre-shared
+/// key. [`HelloAck::flags`]: the server has a pre-shared key, and answers
+/// only Ends tagged with it.
 pub const ACK_AUTH: u16 = 16;
+/// [`HelloAck::flags`]: the server's session table is full; the session was
+/// not created.
+pub const ACK_BUSY: u16 = 32;
+/// [`EndAck::flags`]: the server had no record of the session when the End
+/// came (no Hello, no data: it restarted, or forgot it): its figures are
+/// not the session's.
+pub const ACK_NO_RECORD: u16 = 64;
 
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;
@@ -332,6 +340,29 @@ fn decode_end_ack(buf: &[u8], header: Header) -> EndAck {
 /// The bytes an End's or EndAck's tag covers: all but the tag itself.
 pub fn tagged_bytes(message: &[u8; END_LEN]) -> &[u8] {
     &message[..TAG_AT]
+}
+
+/// Encodes an End with its tag made by `psk`.
+pub fn encode_end_tagged(end: &End, psk: &crate::auth::Psk) -> [u8; END_LEN] {
+    let mut bytes = encode_end(end);
+    let tag = psk.tag(tagged_bytes(&bytes));
+    bytes[TAG_AT..].copy_from_slice(&tag);
+    bytes
+}
+
+/// Encodes an EndAck with its tag made by `psk` (setting [`ACK_AUTH`]).
+pub fn encode_end_ack_tagged(ack: &EndAck, psk: &crate::auth::Psk) -> [u8; END_LEN] {
+    let mut ack = *ack;
+    ack.flags |= ACK_AUTH;
+    let mut bytes = encode_end_ack(&ack);
+    let tag = psk.tag(tagged_bytes(&bytes));
+    bytes[TAG_AT..].copy_from_slice(&tag);
+    bytes
+}
+
+/// Whether an End or EndAck as received carries `psk`'s tag.
+pub fn verify_tag(message: &[u8], psk: &crate::auth::Psk) -> bool {
+    message.len() == END_LEN && psk.verify(&message[..TAG_AT], &message[TAG_AT..])
 }
 
 /// Decodes any datagram. Total: never panics, whatever `buf` holds.

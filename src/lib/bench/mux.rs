@@ -324,14 +324,19 @@ fn send_all(case: &MuxCase, senders: &[(UdpSocket, SocketAddr)], stop: &Shutdown
             let at = due(sent, case.payload, case.rate_bps);
             loop {
                 let now = start.elapsed();
-                if now >= at {
+                if now >= at || stop.is_triggered() {
                     break;
                 }
                 if at - now > Duration::from_millis(1) {
-                    std::thread::sleep(at - now - Duration::from_micros(500));
+                    // In slices: a slow rate must not outlast a signal.
+                    let nap = at - now - Duration::from_micros(500);
+                    std::thread::sleep(nap.min(Duration::from_millis(50)));
                 } else {
                     std::hint::spin_loop();
                 }
+            }
+            if stop.is_triggered() {
+                break;
             }
         }
         let (sock, dest) = &senders[(sent % k as u64) as usize];
@@ -420,7 +425,10 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
         let sent_n = *sent.as_ref().unwrap_or(&0);
         let drain_start = Instant::now();
         let mut last = (counter.total_packets(), Instant::now());
-        while !receiver.is_finished() && drain_start.elapsed() < Duration::from_secs(2) {
+        while !receiver.is_finished()
+            && drain_start.elapsed() < Duration::from_secs(2)
+            && !shutdown.is_triggered()
+        {
             let now = counter.total_packets();
             if now >= sent_n {
                 break;

@@ -937,7 +937,8 @@ mod tokiolib {
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers)
-            .enable_all()
+            .enable_io()
+            .enable_time()
             .build()
             .map_err(|e| Error::runtime(format!("tokio: cannot start a runtime: {e}")))?;
         let any = any_addr(case.ip);
@@ -1161,6 +1162,18 @@ mod smollib {
         }
     }
 
+    /// async-io's reactor starts on first use and panics when it cannot get
+    /// its file descriptors (a small `ulimit -n`): make sure there is room
+    /// for it and the first socket, so that such a limit is a one-line
+    /// error like any other.
+    fn reactor_room() -> io::Result<()> {
+        let held = (0..4)
+            .map(|_| std::fs::File::open("/dev/null"))
+            .collect::<io::Result<Vec<_>>>()?;
+        drop(held);
+        Ok(())
+    }
+
     pub(super) fn run(
         case: &UdpCase,
         timing: &Timing,
@@ -1170,6 +1183,8 @@ mod smollib {
         let (senders, receivers) = UdpCase::split(case.threads);
         let any = any_addr(case.ip);
         let connected = case.conn == Conn::Connected;
+        reactor_room()
+            .map_err(|e| Error::runtime(format!("async: cannot start the reactor: {e}")))?;
         let first = bind_rx(any, case.reuse).map_err(|e| open_err("async", "receiving", any, e))?;
         let addr = first
             .get_ref()

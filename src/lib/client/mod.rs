@@ -28,6 +28,7 @@ use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Attempts of each control exchange (probe, End) within its time.
@@ -37,6 +38,12 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The exit code of a run that ended without the server's answer for
 /// every client: the sender side is printed, the receiver side is unknown.
 pub const EXIT_NO_ANSWER: i32 = 3;
+/// The exit code of a run whose answer the server marked as disputed:
+/// another End for the session, or data after it (a forged End?).
+pub const EXIT_DISPUTED: i32 = 4;
+/// After a signal ended the test, how long (beyond the server's grace
+/// period) the client still waits for the answer.
+const SIGNALLED_WAIT: Duration = Duration::from_millis(300);
 
 /// What the server said it received for one session, or for all of them.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -84,6 +91,13 @@ pub struct ServerView {
     /// The server had finished the session as idle before the End came.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub idle_finished: bool,
+    /// Transit times the server left out of the jitter as implausible.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub transit_discarded: u64,
+    /// The server saw another End for the session, or data after it that
+    /// its total does not cover: these figures cannot be trusted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub disputed: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -102,6 +116,9 @@ pub enum Answer {
     ServerGone,
     /// `--no-server`: the target is not a udp_server; nothing was asked.
     NotAsked,
+    /// The server answered, but had no record of the session (it
+    /// restarted, or forgot it): its figures are not this session's.
+    NoRecord,
 }
 
 /// When the first and last send calls returned, and what the first took:
@@ -197,10 +214,13 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// 0, or [`EXIT_NO_ANSWER`] when the receiver side is missing for a
-    /// client that asked for it.
+    /// 0; [`EXIT_DISPUTED`] when the server marked an answer as disputed;
+    /// [`EXIT_NO_ANSWER`] when the receiver side is missing for a client
+    /// that asked for it.
     pub fn exit_code(&self) -> i32 {
-        if self.complete {
+        if self.server.as_ref().is_some_and(|v| v.disputed) {
+            EXIT_DISPUTED
+        } else if self.complete {
             0
         } else {
             EXIT_NO_ANSWER
@@ -262,23 +282,35 @@ enum Exchange<T> {
     /// The host said "port unreachable".
     Refused,
     Silent,
+    /// A signal came while it waited.
+    Interrupted,
 }
+
+/// How long one wait of an exchange may last before it looks at the
+/// shutdown flag again.
+const WAKE: Duration = Duration::from_millis(50);
 
 /// Asks the server one question ([`ATTEMPTS`] times within `wait`, each
 /// with a fresh nonce) until `accept` takes an answer that came from
-/// `server` and echoes one of the nonces sent.
+/// `server` and echoes one of the nonces sent (`accept` gets the decoded
+/// message, its bytes and the nonces). A signal that arrives while it
+/// waits ends it within [`WAKE`].
 fn exchange<T>(
     socket: &UdpSocket,
     tx: &mut Transmitter,
     server: SocketAddr,
     wait: Duration,
+    shutdown: &Shutdown,
     mut ask: impl FnMut(u64) -> Vec<u8>,
-    mut accept: impl FnMut(Message, &[u64]) -> Option<T>,
+    mut accept: impl FnMut(Message, &[u8], &[u64]) -> Option<T>,
 ) -> Exchange<T> {
     let per_attempt = wait / ATTEMPTS;
     let mut nonces = Vec::with_capacity(ATTEMPTS as usize);
     let mut refused = false;
     let mut buf = [0u8; 512];
+    // A signal that already came (it ended the test) does not cut the
+    // exchange short: the caller gave it a short `wait` instead.
+    let signalled_before = shutdown.is_triggered();
     for _ in 0..ATTEMPTS {
         let nonce = random_u64();
         nonces.push(nonce);
@@ -288,11 +320,14 @@ fn exchange<T>(
         }
         let deadline = Instant::now() + per_attempt;
         loop {
+            if !signalled_before && shutdown.is_triggered() {
+                return Exchange::Interrupted;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
-            let _ = socket.set_read_timeout(Some(left));
+            let _ = socket.set_read_timeout(Some(left.min(WAKE)));
             let (n, from) = match socket.recv_from(&mut buf) {
                 Ok(got) => got,
                 Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
@@ -306,7 +341,7 @@ fn exchange<T>(
                 continue;
             }
             if let Ok(message) = wire::decode(&buf[..n]) {
-                if let Some(answer) = accept(message, &nonces) {
+                if let Some(answer) = accept(message, &buf[..n], &nonces) {
                     return Exchange::Answered(answer);
                 }
             }
@@ -325,13 +360,16 @@ struct ServerInfo {
     end_grace: Duration,
 }
 
-/// The start probe: is a udp_server at `server`?
+/// The start probe: is a udp_server at `server`, with room for us, and do
+/// we agree about the pre-shared key?
 fn probe(
     socket: &UdpSocket,
     tx: &mut Transmitter,
-    server: SocketAddr,
+    cfg: &ClientConfig,
     session: u64,
+    shutdown: &Shutdown,
 ) -> Result<ServerInfo> {
+    let server = cfg.server;
     let started = Instant::now();
     let ask = |nonce| {
         wire::encode_hello(&Hello {
@@ -344,48 +382,85 @@ fn probe(
         })
         .to_vec()
     };
-    let accept = |message, nonces: &[u64]| match message {
+    let accept = |message, _: &[u8], nonces: &[u64]| match message {
         Message::HelloAck(ack) if ack.session == session && nonces.contains(&ack.nonce) => {
-            Some(ServerInfo {
-                end_grace: Duration::from_nanos(ack.end_grace_ns).min(crate::config::MAX_END_GRACE),
-            })
+            Some(ack)
         }
         _ => None,
     };
-    match exchange(socket, tx, server, PROBE_TIMEOUT, ask, accept) {
-        Exchange::Answered(info) => Ok(info),
-        Exchange::Refused => Err(tx.nobody_listening()),
-        Exchange::Silent => Err(Error::runtime(format!(
-            "no udp_server answered at {server} within {} s: check the address, that udp_server runs there, and that UDP is not filtered on the way (to send to something that is not udp_server, such as nc or sockperf, add --no-server)",
-            PROBE_TIMEOUT.as_secs()
-        ))),
+    let ack = match exchange(socket, tx, server, PROBE_TIMEOUT, shutdown, ask, accept) {
+        Exchange::Answered(ack) => ack,
+        Exchange::Refused => return Err(tx.nobody_listening()),
+        Exchange::Interrupted => {
+            return Err(Error::runtime("interrupted before the test began"))
+        }
+        Exchange::Silent => {
+            return Err(Error::runtime(format!(
+                "no udp_server answered at {server} within {} s: check the address, that udp_server runs there, and that UDP is not filtered on the way (to send to something that is not udp_server, such as nc or sockperf, add --no-server)",
+                PROBE_TIMEOUT.as_secs()
+            )))
+        }
+    };
+    if ack.flags & wire::ACK_BUSY != 0 {
+        return Err(Error::runtime(format!(
+            "the udp_server at {server} is full: its session table (--max-peers), or this address's share of it, is in use; try again later"
+        )));
     }
+    let server_has_key = ack.flags & wire::ACK_AUTH != 0;
+    match (server_has_key, cfg.psk.is_some()) {
+        (true, false) => {
+            return Err(Error::usage(format!(
+                "the udp_server at {server} requires a pre-shared key: add --psk or --psk-file"
+            )))
+        }
+        (false, true) => {
+            return Err(Error::usage(format!(
+                "the udp_server at {server} has no pre-shared key, but --psk was given: start it with the same --psk"
+            )))
+        }
+        _ => {}
+    }
+    Ok(ServerInfo {
+        end_grace: Duration::from_nanos(ack.end_grace_ns).min(crate::config::MAX_END_GRACE),
+    })
 }
 
 /// Sends End messages until the server answers one of them, or `wait`
-/// passes.
+/// passes. With a pre-shared key, the End is tagged and only a tagged
+/// answer counts.
 fn end_of_test(
     socket: &UdpSocket,
     tx: &mut Transmitter,
-    server: SocketAddr,
+    cfg: &ClientConfig,
     end: End,
     wait: Duration,
+    shutdown: &Shutdown,
 ) -> Option<EndAck> {
     tx.end_gso();
     let session = end.header.session;
+    let psk = cfg.psk.as_ref();
     let ask = |nonce| {
         let mut this = end;
         this.nonce = nonce;
         this.answer_wait_ns = wait.as_nanos() as u64;
-        wire::encode_end(&this).to_vec()
+        match psk {
+            Some(psk) => wire::encode_end_tagged(&this, psk).to_vec(),
+            None => wire::encode_end(&this).to_vec(),
+        }
     };
-    let accept = |message, nonces: &[u64]| match message {
-        Message::EndAck(ack) if ack.session == session && nonces.contains(&ack.nonce) => Some(ack),
+    let accept = |message, raw: &[u8], nonces: &[u64]| match message {
+        Message::EndAck(ack)
+            if ack.session == session
+                && nonces.contains(&ack.nonce)
+                && psk.map_or(true, |psk| wire::verify_tag(raw, psk)) =>
+        {
+            Some(ack)
+        }
         _ => None,
     };
-    match exchange(socket, tx, server, wait, ask, accept) {
+    match exchange(socket, tx, cfg.server, wait, shutdown, ask, accept) {
         Exchange::Answered(ack) => Some(ack),
-        Exchange::Refused | Exchange::Silent => None,
+        Exchange::Refused | Exchange::Silent | Exchange::Interrupted => None,
     }
 }
 
@@ -433,12 +508,78 @@ fn plan(
     }
 }
 
+/// Holds every client back until all of them have probed the server: if
+/// one cannot start (no room for it, say), none sends, so that no data is
+/// sent for a report that will not be printed.
+pub struct StartGate {
+    state: Mutex<(usize, bool)>,
+    all_ready: Condvar,
+    clients: usize,
+}
+
+/// The message of a client that did not start because another could not.
+const HELD_BACK: &str = "held back: another client could not start";
+
+impl StartGate {
+    pub fn new(clients: usize) -> Self {
+        StartGate {
+            state: Mutex::new((0, false)),
+            all_ready: Condvar::new(),
+            clients,
+        }
+    }
+
+    /// One client says whether it could start; returns whether all could,
+    /// once every client has said.
+    fn ready(&self, ok: bool) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.0 += 1;
+        state.1 |= !ok;
+        if state.0 >= self.clients {
+            self.all_ready.notify_all();
+        }
+        while state.0 < self.clients {
+            state = self
+                .all_ready
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        !state.1
+    }
+}
+
+/// A client's place at the [`StartGate`]; says "could not start" if
+/// dropped unused (an error or a panic before the probe ended).
+struct Ticket<'a> {
+    gate: &'a StartGate,
+    used: bool,
+}
+
+impl Ticket<'_> {
+    fn ready(mut self, ok: bool) -> bool {
+        self.used = true;
+        self.gate.ready(ok)
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if !self.used {
+            self.gate.ready(false);
+        }
+    }
+}
+
 /// Runs one client socket to the end and asks the server for its figures.
+/// `gate` holds it back until every client of the run has probed the
+/// server.
 pub fn run_one(
     cfg: &ClientConfig,
     shutdown: &Shutdown,
     progress: &Progress,
+    gate: &StartGate,
 ) -> Result<ClientReport> {
+    let ticket = Ticket { gate, used: false };
     let socket = open_socket(cfg.server, cfg.connected, cfg.dont_fragment)?;
     let sndbuf = match cfg.sndbuf {
         Some(want) => Some(size_send_buffer(&socket, want)?),
@@ -456,8 +597,11 @@ pub fn run_one(
         None
     } else {
         let mut plain = Transmitter::new(&socket, cfg.server, cfg.connected, size, 1, false);
-        Some(probe(&socket, &mut plain, cfg.server, session)?)
+        Some(probe(&socket, &mut plain, cfg, session, shutdown)?)
     };
+    if !ticket.ready(true) {
+        return Err(Error::runtime(HELD_BACK));
+    }
     let mut tx = Transmitter::new(&socket, cfg.server, cfg.connected, size, cfg.batch, cfg.gso);
     tx.dont_fragment = cfg.dont_fragment;
     let max_payload = if cfg.server.is_ipv4() {
@@ -490,7 +634,15 @@ pub fn run_one(
             break;
         }
         if let Some(p) = pacer.as_mut() {
-            p.wait_until_due(bytes);
+            // --duration bounds the run: a datagram due after it is not sent.
+            if let Volume::Time(d) = cfg.volume {
+                if p.due(bytes) >= start + d {
+                    break;
+                }
+            }
+            if !p.wait_until_due(bytes, shutdown) {
+                break;
+            }
         }
         // Lay the datagrams out: message m holds datagrams
         // [m * per_message, (m + 1) * per_message), back to back.
@@ -563,8 +715,13 @@ pub fn run_one(
         None => (Answer::NotAsked, None),
         Some(_) if tx.gone => (Answer::ServerGone, None),
         Some(info) => {
-            let wait = cfg.end_timeout + info.end_grace;
-            match end_of_test(&socket, &mut tx, cfg.server, end, wait) {
+            let mut wait = cfg.end_timeout + info.end_grace;
+            if shutdown.is_triggered() {
+                // Stopped by a signal: one quick question, not a long wait.
+                wait = wait.min(info.end_grace + SIGNALLED_WAIT);
+            }
+            match end_of_test(&socket, &mut tx, cfg, end, wait, shutdown) {
+                Some(ack) if ack.flags & wire::ACK_NO_RECORD != 0 => (Answer::NoRecord, None),
                 Some(ack) => (Answer::Answered, Some(ack)),
                 None => (Answer::NoAnswer, None),
             }
@@ -602,9 +759,10 @@ pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
         Volume::Time(_) => None,
     };
     let progress = Progress::new(total, !cfg.quiet && !cfg.json);
+    let gate = StartGate::new(cfg.clients);
     let results: Vec<Result<ClientReport>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..cfg.clients)
-            .map(|_| scope.spawn(|| run_one(cfg, shutdown, &progress)))
+            .map(|_| scope.spawn(|| run_one(cfg, shutdown, &progress, &gate)))
             .collect();
         handles
             .into_iter()
@@ -615,7 +773,21 @@ pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
             .collect()
     });
     progress.finish();
-    let clients = results.into_iter().collect::<Result<Vec<_>>>()?;
+    // The error worth showing is the one that stopped the run, not a
+    // client held back because of it.
+    let (mut clients, mut first_error, mut held_back) = (Vec::new(), None, None);
+    for result in results {
+        match result {
+            Ok(c) => clients.push(c),
+            Err(e) if e.to_string() == HELD_BACK => held_back = Some(e),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error.or(held_back) {
+        return Err(e);
+    }
     Ok(summarise(cfg, clients))
 }
 
@@ -639,6 +811,8 @@ fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
         v.gro_buffers += a.gro_buffers;
         v.truncated += a.truncated;
         v.idle_finished |= a.flags & wire::ACK_IDLE_FINISHED != 0;
+        v.transit_discarded += a.transit_discarded;
+        v.disputed |= a.flags & wire::ACK_CONFLICT != 0;
     }
     let fewest: u64 = answers.iter().map(|(a, _)| a.lost_fewest).sum();
     v.lost_fewest = (fewest != v.lost_packets).then_some(fewest);
@@ -739,10 +913,21 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
     }
     let silent = count(Answer::NoAnswer);
     if silent > 0 {
+        let key = if cfg.psk.is_some() {
+            "; with --psk, also a server with another key, which ignores the End"
+        } else {
+            ""
+        };
         notes.push(format!(
-            "no end-of-test answer from {} for {silent} of {n} clients within {:.1} s: only sender-side figures are known for them (the server stopped, a firewall, or every answer lost; raise --end-timeout on a lossy path)",
+            "no end-of-test answer from {} for {silent} of {n} clients within {:.1} s: only sender-side figures are known for them (the server stopped, a firewall, or every answer lost; raise --end-timeout on a lossy path{key})",
             cfg.server,
             cfg.end_timeout.as_secs_f64()
+        ));
+    }
+    let forgotten = count(Answer::NoRecord);
+    if forgotten > 0 {
+        notes.push(format!(
+            "the server had no record of {forgotten} of {n} sessions when their End came (it restarted, or forgot them under a flood of sessions): their receiver side is unknown"
         ));
     }
     if count(Answer::NotAsked) > 0 {
@@ -765,6 +950,9 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
                 "the server received {} datagrams for this session with sequence numbers it never sent: forged, or from another sender",
                 v.unexpected
             ));
+        }
+        if v.disputed {
+            notes.push("DISPUTED: the server received another End for this session (with other totals), or data after the End that its total does not cover: a forged End, or a confused sender; these figures cannot be trusted (--psk on both ends makes Ends unforgeable)".into());
         }
         if v.truncated > 0 {
             notes.push(format!(

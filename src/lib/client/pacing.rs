@@ -6,7 +6,11 @@
 //! sleep overshoot in one gap is made up in the next and the average rate
 //! stays on target over the whole run.
 
+use crate::shutdown::Shutdown;
 use std::time::{Duration, Instant};
+
+/// The longest the pacer sleeps before it looks at the shutdown flag.
+pub const WAKE: Duration = Duration::from_millis(50);
 
 /// Below this much time ahead of schedule, spin instead of sleeping: the
 /// OS's sleep granularity would overshoot.
@@ -31,17 +35,22 @@ impl Pacer {
         self.start + Duration::from_secs_f64(bytes_sent as f64 * 8.0 / self.rate_bps)
     }
 
-    /// Waits until the next datagram is due.
-    pub fn wait_until_due(&mut self, bytes_sent: u64) {
+    /// Waits until the next datagram is due; false when `shutdown` came
+    /// first (a slow rate can mean minutes between datagrams: a signal
+    /// still ends the wait within [`WAKE`]).
+    pub fn wait_until_due(&mut self, bytes_sent: u64, shutdown: &Shutdown) -> bool {
         let due = self.due(bytes_sent);
         loop {
+            if shutdown.is_triggered() {
+                return false;
+            }
             let now = Instant::now();
             if now >= due {
-                return;
+                return true;
             }
             let ahead = due - now;
             if ahead > SPIN_BELOW {
-                std::thread::sleep(ahead - SPIN_BELOW / 2);
+                std::thread::sleep((ahead - SPIN_BELOW / 2).min(WAKE));
             } else {
                 std::hint::spin_loop();
             }

@@ -3,7 +3,7 @@
 //! layering as [`crate::config`]; every field is an `Option` so that a flag's
 //! default never silently wins over the file).
 
-use crate::config::parse_toml;
+use crate::config::read_toml;
 use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use crate::units;
@@ -251,13 +251,7 @@ impl ProxyConfig {
     /// Merges defaults, the config file named by `--config`, and the flags.
     pub fn from_args(args: ProxyArgs) -> Result<Self> {
         let file: ProxyFile = match &args.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    Error::usage(format!("cannot read config {}: {e}", path.display()))
-                })?;
-                parse_toml(&text)
-                    .map_err(|e| Error::usage(format!("config {}: {e}", path.display())))?
-            }
+            Some(path) => read_toml(path)?,
             None => ProxyFile::default(),
         };
         let listen_text = args.listen.or(file.listen).ok_or_else(|| {
@@ -364,6 +358,7 @@ impl ProxyConfig {
 mod tests {
     use super::*;
     use crate::config::parse_args;
+    use crate::config::parse_toml;
 
     fn proxy(args: &[&str]) -> Result<ProxyConfig> {
         let mut argv = vec!["tcp_proxy"];

@@ -160,12 +160,14 @@ pub fn run(
 ) -> Result<Summary> {
     let runtime = if cfg.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+            .enable_io()
+            .enable_time()
             .build()
     } else {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cfg.threads)
-            .enable_all()
+            .enable_io()
+            .enable_time()
             .build()
     }
     .map_err(|e| Error::runtime(format!("cannot start the tokio runtime: {e}")))?;

@@ -19,7 +19,9 @@ use crate::config::ServerConfig;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use crate::sys;
-use peers::{Event, LateReport, PeerReport, PeerTable, Reply, TableConfig, Totals};
+use peers::{
+    ConflictReport, Event, LateReport, PeerReport, PeerTable, Reply, Rx, TableConfig, Totals,
+};
 use recv::Deliver;
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -190,6 +192,8 @@ pub enum ServerEvent {
     PeerDone(PeerReport),
     /// Datagrams arrived for a session after it had finished.
     Late(LateReport),
+    /// A session's End is contradicted: a forged End, or a confused client.
+    Conflict(ConflictReport),
 }
 
 /// Totals over the server's whole run.
@@ -223,6 +227,7 @@ fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
             Event::Interval(r) => ServerEvent::Interval(r),
             Event::Done(r) => ServerEvent::PeerDone(r),
             Event::Late(r) => ServerEvent::Late(r),
+            Event::Conflict(r) => ServerEvent::Conflict(r),
         })
     }
 }
@@ -231,7 +236,7 @@ fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
 fn send_replies(sockets: &[&Socket], replies: &mut Vec<Reply>) {
     for reply in replies.drain(..) {
         if let Some(socket) = sockets.get(reply.socket).or(sockets.first()) {
-            let _ = socket.send_to(reply.bytes.as_slice(), &SockAddr::from(reply.to));
+            let _ = sys::send_from(socket, reply.bytes.as_slice(), reply.to, reply.from);
         }
     }
 }
@@ -260,21 +265,23 @@ impl Deliver for Counter<'_> {
                         now.checked_sub(Duration::from_nanos(real_now.saturating_sub(rx)))
                     })
                     .unwrap_or(now);
-                table.on_receive(
-                    received.data,
-                    received.segment_size,
-                    received.truncated,
+                let rx = Rx {
                     from,
-                    at,
-                    index,
-                    received.kernel_drops,
-                    &mut replies,
-                );
+                    arrived: at,
+                    processed: now,
+                    socket: index,
+                    drops: received.kernel_drops,
+                    local: received.local,
+                    segment_size: received.segment_size,
+                    truncated: received.truncated,
+                };
+                table.on_receive(received.data, &rx, &mut replies);
             }
         }
-        // Answers go out of the socket the request came in on.
+        // Answers go out of the socket the request came in on, from the
+        // address it was sent to.
         for reply in replies {
-            let _ = socket.send_to(reply.bytes.as_slice(), &SockAddr::from(reply.to));
+            let _ = sys::send_from(socket, reply.bytes.as_slice(), reply.to, reply.from);
         }
     }
 }
@@ -296,6 +303,9 @@ pub fn run(
     for socket in &bound.sockets {
         // Best effort: without it datagrams are timed when read.
         let _ = sys::enable_rx_timestamps(socket);
+        // Best effort: without it answers leave from the address the OS
+        // picks, which a client may not recognise on a multi-homed host.
+        let _ = sys::enable_local_address(socket);
     }
     let start = Instant::now();
     let table = PeerTable::new(
@@ -307,6 +317,7 @@ pub fn run(
             gro: bound.gro,
             recv_buffer: bound.buffer.granted as u64,
             intervals: cfg.interval.is_some(),
+            psk: cfg.psk.clone(),
         },
         start,
     );

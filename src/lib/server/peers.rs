@@ -19,8 +19,17 @@
 //!   bound. Retries are answered from the record, so every answer agrees
 //!   with the summary; datagrams that arrive now are *late*, counted against
 //!   the record and reported as such, never as a new peer.
+//!
+//! Why sessions that began with a Hello come first: every udp_client says
+//! Hello, and the answer proves the session can hear us. Sessions seen only
+//! in data (forged, or a sender of another kind) may hold at most half of
+//! the table, and a Hello that finds the table full takes the slot of the
+//! one silent longest. One source IP holds at most a quarter of the table
+//! (but room for `--clients 1024`). A flood can then slow new sessions
+//! down, but not lock every real client out.
 
-use crate::stats::{self, percent, wire_bytes, Arrival as SeqArrival, Jitter, SeqSet};
+use crate::auth::Psk;
+use crate::stats::{self, percent, wire_bytes, Arrival, Jitter, SeqSet};
 use crate::wire::{self, End, EndAck, Hello, HelloAck, Message};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -44,6 +53,12 @@ pub const KEEP_FINISHED_MIN: Duration = Duration::from_secs(10);
 /// ... and at most this long, whatever the client asked for.
 pub const KEEP_FINISHED_MAX: Duration = Duration::from_secs(600);
 
+/// The largest `--max-peers`: the table, its records and their sequence
+/// sets stay within a few hundred MiB even then.
+pub const MAX_PEERS_LIMIT: usize = 65536;
+/// Most finished sessions' records kept, whatever `--max-peers` says.
+pub const MAX_RECORDS: usize = 65536;
+
 /// Why a peer's summary was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -54,6 +69,9 @@ pub enum DoneReason {
     Idle,
     /// The server is stopping.
     Shutdown,
+    /// A session seen only in data, whose slot a session that began with a
+    /// Hello needed (the table was full).
+    Evicted,
 }
 
 /// How the server's table is set up.
@@ -73,6 +91,8 @@ pub struct TableConfig {
     /// Interval lines are written: the last partial interval of a peer is
     /// written before its summary, so that interval lines add up to it.
     pub intervals: bool,
+    /// `--psk`: Ends must carry its tag, and answers carry it.
+    pub psk: Option<Psk>,
 }
 
 impl Default for TableConfig {
@@ -85,6 +105,7 @@ impl Default for TableConfig {
             gro: false,
             recv_buffer: 0,
             intervals: false,
+            psk: None,
         }
     }
 }
@@ -161,9 +182,38 @@ pub struct PeerReport {
     /// Buffers the kernel cut to fit (MSG_TRUNC): should never happen.
     #[serde(skip_serializing_if = "is_zero")]
     pub truncated: u64,
+    /// Transit times left out of the jitter as implausible.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub transit_discarded: u64,
+    /// Why this session's figures are disputed: Ends with different
+    /// totals, or data after an End that its total does not cover.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<DoneReason>,
 }
+
+/// A session whose End is contradicted.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConflictReport {
+    pub peer: String,
+    pub session: String,
+    pub conflict: &'static str,
+    /// The totals of the End the session was finalised with.
+    pub sent_packets: u64,
+    pub sent_bytes: u64,
+    /// What contradicts them: another End's totals, or a sequence number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_sent_packets: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_sent_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+}
+
+/// Why a session is in conflict.
+pub const CONFLICT_ENDS: &str = "two End messages with different totals";
+pub const CONFLICT_DATA: &str = "data after the End, beyond its total";
 
 /// Datagrams that arrived for a session after it was finished.
 #[derive(Debug, Clone, Serialize)]
@@ -217,6 +267,8 @@ struct Mark {
 struct ReplyTo {
     /// As received (a v4-mapped address on a dual-stack socket).
     to: SocketAddr,
+    /// The address the End was sent to: the answer leaves from it.
+    local: Option<IpAddr>,
     socket: usize,
     nonce: u64,
 }
@@ -238,6 +290,8 @@ struct Finished {
     last_late: Option<Instant>,
     /// When late datagrams were last reported (at most once a second).
     late_reported_at: Option<Instant>,
+    /// The record's key in the expiry index.
+    expiry: (Instant, u64),
 }
 
 struct Tagged {
@@ -247,6 +301,91 @@ struct Tagged {
     declared: Option<End>,
     /// Untagged datagrams from the same address, counted in this session.
     untagged_packets: u64,
+    /// The session began with a Hello (or said one since).
+    proven: bool,
+    conflict: Option<&'static str>,
+    /// Its End created the session: no Hello, no data before it (the
+    /// server restarted, or forgot the session).
+    unknown_start: bool,
+    /// Set when the session is finished with its End's totals: the figures
+    /// no longer change, and the sequence set is freed.
+    frozen: Option<SeqFigures>,
+}
+
+/// Loss against what the sender declared, or estimated from sequence
+/// numbers.
+#[derive(Debug, Clone, Copy)]
+struct Loss {
+    /// Lost at most ...
+    most: u64,
+    /// ... and at least (equal unless arrivals were uncertain).
+    fewest: u64,
+    expected: u64,
+    basis: &'static str,
+}
+
+/// What a session's sequence numbers say.
+#[derive(Debug, Clone, Copy)]
+struct SeqFigures {
+    loss: Option<Loss>,
+    duplicates: u64,
+    reordered: u64,
+    uncertain: u64,
+    unexpected: u64,
+}
+
+impl Tagged {
+    fn figures(&self) -> SeqFigures {
+        if let Some(frozen) = self.frozen {
+            return frozen;
+        }
+        let seq = &self.seq;
+        let (loss, unexpected) = match &self.declared {
+            Some(end) => {
+                let (fewest, most) = seq.lost_range(end.sent_packets);
+                // Untagged datagrams of the session have no sequence number
+                // but were declared too.
+                let loss = Loss {
+                    most: most.saturating_sub(self.untagged_packets),
+                    fewest: fewest.saturating_sub(self.untagged_packets),
+                    expected: end.sent_packets,
+                    basis: "declared",
+                };
+                (Some(loss), seq.unexpected(end.sent_packets))
+            }
+            None if seq.unique > 0 || seq.uncertain > 0 => {
+                let expected = seq.expected_from_sequence();
+                let (fewest, most) = seq.lost_range(expected);
+                let loss = Loss {
+                    most,
+                    fewest,
+                    expected,
+                    basis: "sequence",
+                };
+                (Some(loss), seq.implausible)
+            }
+            None => (None, seq.implausible),
+        };
+        SeqFigures {
+            loss,
+            duplicates: seq.duplicates,
+            reordered: seq.reordered,
+            uncertain: seq.uncertain,
+            unexpected,
+        }
+    }
+
+    /// Once the End's totals are known and the session finished, the
+    /// figures are fixed: keep them, and free the set. A session finished
+    /// as idle keeps its set (shrunk) until its End comes, if ever.
+    fn freeze(&mut self) {
+        if self.declared.is_some() {
+            self.frozen = Some(self.figures());
+            self.seq = SeqSet::with_bound(2);
+        } else {
+            self.seq.shrink();
+        }
+    }
 }
 
 struct Peer {
@@ -327,37 +466,6 @@ impl Peer {
         }
     }
 
-    /// (lost at most, lost at least, expected, basis), for tagged peers.
-    fn loss(&self) -> Option<(u64, u64, u64, &'static str)> {
-        let t = self.tagged.as_ref()?;
-        match &t.declared {
-            Some(end) => {
-                let (fewest, most) = t.seq.lost_range(end.sent_packets);
-                // Untagged datagrams of the session have no sequence number
-                // but were declared too.
-                let fewest = fewest.saturating_sub(t.untagged_packets);
-                let most = most.saturating_sub(t.untagged_packets);
-                Some((most, fewest, end.sent_packets, "declared"))
-            }
-            None if t.seq.unique > 0 || t.seq.uncertain > 0 => {
-                let expected = t.seq.expected_from_sequence();
-                let (fewest, most) = t.seq.lost_range(expected);
-                Some((most, fewest, expected, "sequence"))
-            }
-            None => None,
-        }
-    }
-
-    fn unexpected(&self) -> u64 {
-        let Some(t) = self.tagged.as_ref() else {
-            return 0;
-        };
-        match &t.declared {
-            Some(end) => t.seq.unexpected(end.sent_packets),
-            None => t.seq.implausible,
-        }
-    }
-
     fn socket_drops(&self) -> Option<u64> {
         Some(self.drops_end?.saturating_sub(self.drops_start?))
     }
@@ -381,7 +489,8 @@ impl Peer {
         reason: Option<DoneReason>,
     ) -> PeerReport {
         let t = self.tagged.as_deref();
-        let loss = self.loss();
+        let figures = t.map(Tagged::figures);
+        let loss = figures.and_then(|f| f.loss);
         let socket_drops = self.socket_drops();
         PeerReport {
             peer: self.addr.to_string(),
@@ -397,14 +506,14 @@ impl Peer {
             total_bytes: None,
             sent_packets: t.and_then(|t| t.declared.map(|d| d.sent_packets)),
             sent_bytes: t.and_then(|t| t.declared.map(|d| d.sent_bytes)),
-            lost: loss.map(|l| l.0),
-            lost_fewest: loss.filter(|l| l.1 != l.0).map(|l| l.1),
-            loss_percent: loss.map(|(lost, _, expected, _)| percent(lost, expected)),
-            loss_basis: loss.map(|l| l.3),
-            duplicates: t.map(|t| t.seq.duplicates),
-            reordered: t.map(|t| t.seq.reordered),
-            uncertain: t.map_or(0, |t| t.seq.uncertain),
-            unexpected: self.unexpected(),
+            lost: loss.map(|l| l.most),
+            lost_fewest: loss.filter(|l| l.fewest != l.most).map(|l| l.fewest),
+            loss_percent: loss.map(|l| percent(l.most, l.expected)),
+            loss_basis: loss.map(|l| l.basis),
+            duplicates: figures.map(|f| f.duplicates),
+            reordered: figures.map(|f| f.reordered),
+            uncertain: figures.map_or(0, |f| f.uncertain),
+            unexpected: figures.map_or(0, |f| f.unexpected),
             jitter_ms: t.map(|t| t.jitter.nanos() / 1e6),
             untagged_packets: t.map_or(0, |t| t.untagged_packets),
             kernel_drops: socket_drops.filter(|_| !shared),
@@ -412,6 +521,8 @@ impl Peer {
             kernel_drops_unit: socket_drops.map(|_| self.drops_unit()),
             gro_buffers: self.gro_buffers,
             truncated: self.truncated,
+            transit_discarded: t.map_or(0, |t| t.jitter.discarded),
+            conflict: t.and_then(|t| t.conflict),
             reason,
         }
     }
@@ -461,7 +572,8 @@ impl Peer {
     /// once it is finished (late datagrams are counted apart).
     fn answer(&self, nonce: u64, epoch: Instant, table: &TableFlags) -> EndAck {
         let t = self.tagged.as_ref().expect("answers are for tagged peers");
-        let (lost, lost_fewest) = self.loss().map_or((0, 0), |l| (l.0, l.1));
+        let figures = t.figures();
+        let (lost, lost_fewest) = figures.loss.map_or((0, 0), |l| (l.most, l.fewest));
         let since = |at: Instant| at.saturating_duration_since(epoch).as_nanos() as u64;
         let mut flags = 0;
         if table.gro {
@@ -469,6 +581,12 @@ impl Peer {
         }
         if self.shared_now(table) {
             flags |= wire::ACK_DROPS_SHARED;
+        }
+        if t.conflict.is_some() {
+            flags |= wire::ACK_CONFLICT;
+        }
+        if t.unknown_start {
+            flags |= wire::ACK_NO_RECORD;
         }
         let late = match &self.state {
             State::Finished(f) => {
@@ -487,11 +605,11 @@ impl Peer {
             received_bytes: self.total.bytes,
             lost,
             lost_fewest,
-            duplicates: t.seq.duplicates,
-            reordered: t.seq.reordered,
-            uncertain: t.seq.uncertain,
+            duplicates: figures.duplicates,
+            reordered: figures.reordered,
+            uncertain: figures.uncertain,
             late,
-            unexpected: self.unexpected(),
+            unexpected: figures.unexpected,
             first_arrival_ns: self.first.map_or(0, since),
             last_arrival_ns: self.first.map_or(0, |_| since(self.last)),
             first_arrival_packets: self.at_first.packets,
@@ -504,14 +622,17 @@ impl Peer {
             truncated: self.truncated,
             cpu_user_ns: wire::UNKNOWN,
             cpu_system_ns: wire::UNKNOWN,
-            transit_discarded: 0,
+            transit_discarded: t.jitter.discarded,
             tag: [0; wire::TAG_LEN],
         }
     }
 
     /// Whether anything else arrived on this peer's socket while it was
-    /// active (decided for good when it finishes).
+    /// active (decided for good when it finishes: `finalise` stores it).
     fn shared_now(&self, table: &TableFlags) -> bool {
+        if self.is_finished() {
+            return self.shared;
+        }
         self.shared
             || table
                 .socket_joins
@@ -522,7 +643,7 @@ impl Peer {
 
 /// When a datagram arrived, in the two forms the table needs.
 #[derive(Clone, Copy)]
-struct Arrival {
+struct At {
     now: Instant,
     /// Nanoseconds since the table's epoch, for jitter.
     ns: u64,
@@ -530,10 +651,10 @@ struct Arrival {
     jitter: bool,
 }
 
-impl Arrival {
+impl At {
     fn new(now: Instant, epoch: Instant) -> Self {
         let since = now.saturating_duration_since(epoch);
-        Arrival {
+        At {
             now,
             ns: since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos()),
             jitter: true,
@@ -546,6 +667,7 @@ pub enum Event {
     Interval(PeerReport),
     Done(PeerReport),
     Late(LateReport),
+    Conflict(ConflictReport),
 }
 
 /// Traffic that found its table full.
@@ -701,6 +823,12 @@ pub struct Totals {
     pub truncated: u64,
     /// Finished sessions' records dropped early because too many were kept.
     pub records_evicted: u64,
+    /// Sessions seen only in data, evicted for one that began with a Hello.
+    pub sessions_evicted: u64,
+    /// Ends without a valid tag, ignored (`--psk`).
+    pub ends_rejected: u64,
+    /// Sessions whose End was contradicted (see `conflict` events).
+    pub conflicts: u64,
 }
 
 /// An answer to send: bytes, destination (as received) and the receive
@@ -709,6 +837,8 @@ pub struct Totals {
 pub struct Reply {
     pub bytes: ReplyBytes,
     pub to: SocketAddr,
+    /// The source address the request was sent to, when known.
+    pub from: Option<IpAddr>,
     pub socket: usize,
 }
 
@@ -737,8 +867,11 @@ pub struct PeerTable {
     /// The latest session seen from each source address, for datagrams
     /// too short to carry a session id.
     by_addr: HashMap<SocketAddr, SessionKey>,
-    /// Sessions not yet finished.
+    /// Sessions not yet finished, those of them seen only in data, and
+    /// per source IP.
     active_sessions: usize,
+    unproven_sessions: usize,
+    sessions_per_ip: HashMap<IpAddr, usize>,
     /// Finished sessions' records, by when they may go.
     expiry: BTreeMap<(Instant, u64), SessionKey>,
     expiry_ids: u64,
@@ -747,6 +880,9 @@ pub struct PeerTable {
     sockets: Vec<SocketState>,
     flags: TableFlags,
     ranges_per_session: usize,
+    /// Events that arise as datagrams arrive (a conflict, an eviction),
+    /// handed on at the next `expire` or `tick_intervals`.
+    queued: Vec<Event>,
     pub totals: Totals,
 }
 
@@ -761,6 +897,8 @@ impl PeerTable {
             untagged: Slab::new(),
             by_addr: HashMap::new(),
             active_sessions: 0,
+            unproven_sessions: 0,
+            sessions_per_ip: HashMap::new(),
             expiry: BTreeMap::new(),
             expiry_ids: 0,
             epoch: now,
@@ -775,6 +913,7 @@ impl PeerTable {
                 socket_joins: vec![0; sockets],
             },
             ranges_per_session,
+            queued: Vec::new(),
             totals: Totals::default(),
             cfg,
         }
@@ -782,7 +921,13 @@ impl PeerTable {
 
     /// Finished sessions' records kept at most.
     pub fn records_bound(&self) -> usize {
-        (self.cfg.max_peers * 4).max(1024)
+        (self.cfg.max_peers * 4).clamp(1024, MAX_RECORDS)
+    }
+
+    /// Most unfinished sessions from one source IP: a quarter of the table,
+    /// but always room for `--clients 1024` (or the whole table, if smaller).
+    pub fn sessions_per_ip_bound(&self) -> usize {
+        (self.cfg.max_peers / 4).max(self.cfg.max_peers.min(1024))
     }
 
     /// Peers tracked right now: unfinished ones, and finished sessions'
@@ -853,53 +998,41 @@ impl PeerTable {
     }
 
     /// Accounts one received buffer: a datagram, or with UDP_GRO several
-    /// datagrams of `segment_size` bytes (the last may be shorter) from one
-    /// flow. Answers to send are pushed to `replies`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn on_receive(
-        &mut self,
-        data: &[u8],
-        segment_size: Option<usize>,
-        truncated: bool,
-        from: SocketAddr,
-        now: Instant,
-        socket: usize,
-        drops: Option<u32>,
-        replies: &mut Vec<Reply>,
-    ) {
-        let at = Arrival::new(now, self.epoch);
-        let drops = self.socket_drops(socket, drops);
-        if truncated {
+    /// datagrams of `rx.segment_size` bytes (the last may be shorter) from
+    /// one flow. Answers to send are pushed to `replies`.
+    pub fn on_receive(&mut self, data: &[u8], rx: &Rx, replies: &mut Vec<Reply>) {
+        let at = At::new(rx.arrived, self.epoch);
+        let drops = self.socket_drops(rx.socket, rx.drops);
+        if rx.truncated {
             self.totals.truncated += 1;
         }
-        match segment_size {
+        let meta = Meta {
+            socket: rx.socket,
+            local: rx.local,
+            processed: rx.processed,
+            drops,
+            coalesced_first: false,
+            truncated: rx.truncated,
+        };
+        match rx.segment_size {
             Some(seg) if seg > 0 && data.len() > seg => {
                 // Coalesced datagrams arrived together: jitter is measured
                 // once per buffer (its first datagram); the others would
                 // only add zeros from the shared arrival time.
                 for (i, chunk) in data.chunks(seg).enumerate() {
-                    let at = Arrival {
+                    let at = At {
                         jitter: i == 0,
                         ..at
                     };
                     let meta = Meta {
-                        socket,
-                        drops,
                         coalesced_first: i == 0,
-                        truncated: truncated && i == 0,
+                        truncated: rx.truncated && i == 0,
+                        ..meta
                     };
-                    self.account(chunk, from, at, meta, replies);
+                    self.account(chunk, rx.from, at, meta, replies);
                 }
             }
-            _ => {
-                let meta = Meta {
-                    socket,
-                    drops,
-                    coalesced_first: false,
-                    truncated,
-                };
-                self.account(data, from, at, meta, replies);
-            }
+            _ => self.account(data, rx.from, at, meta, replies),
         }
     }
 
@@ -914,7 +1047,15 @@ impl PeerTable {
         drops: Option<u32>,
     ) -> Option<Reply> {
         let mut replies = Vec::new();
-        self.on_receive(data, None, false, from, now, socket, drops, &mut replies);
+        let rx = Rx {
+            from,
+            arrived: now,
+            processed: now,
+            socket,
+            drops,
+            ..Rx::default()
+        };
+        self.on_receive(data, &rx, &mut replies);
         replies.pop()
     }
 
@@ -922,7 +1063,7 @@ impl PeerTable {
         &mut self,
         data: &[u8],
         from: SocketAddr,
-        at: Arrival,
+        at: At,
         meta: Meta,
         replies: &mut Vec<Reply>,
     ) {
@@ -931,9 +1072,9 @@ impl PeerTable {
             Ok(Message::Data(header)) => {
                 self.totals.packets += 1;
                 self.totals.bytes += data.len() as u64;
-                self.on_data(data.len(), header, addr, at, meta);
+                self.on_data(data.len(), header, addr, at, meta, replies);
             }
-            Ok(Message::End(end)) => self.on_end(end, addr, from, at.now, meta, replies),
+            Ok(Message::End(end)) => self.on_end(end, data, addr, from, at.now, meta, replies),
             Ok(Message::Hello(hello)) => self.on_hello(hello, addr, from, at.now, meta, replies),
             Ok(Message::EndAck(_) | Message::HelloAck(_)) => {}
             Err(_) => {
@@ -944,12 +1085,38 @@ impl PeerTable {
         }
     }
 
-    /// The slot of session `key`, creating it if there is room.
-    fn session_slot(&mut self, key: SessionKey, now: Instant, socket: usize) -> Option<usize> {
+    /// The slot of session `key`, creating it if there is room: see the
+    /// module docs for who gets room. `proven` says the datagram is a Hello.
+    fn session_slot(
+        &mut self,
+        key: SessionKey,
+        now: Instant,
+        socket: usize,
+        proven: bool,
+        replies: &mut Vec<Reply>,
+    ) -> Option<usize> {
         if let Some(slot) = self.tagged.find(&key) {
+            let peer = self.tagged.get_mut(slot);
+            let finished = peer.is_finished();
+            let t = peer.tagged.as_mut().expect("sessions are tagged");
+            if proven && !t.proven {
+                t.proven = true;
+                if !finished {
+                    self.unproven_sessions -= 1;
+                }
+            }
             return Some(slot);
         }
-        if self.active_sessions >= self.cfg.max_peers {
+        let ip = key.0.ip();
+        if self.sessions_per_ip.get(&ip).copied().unwrap_or(0) >= self.sessions_per_ip_bound() {
+            return None;
+        }
+        if !proven && self.unproven_sessions >= (self.cfg.max_peers / 2).max(1) {
+            return None;
+        }
+        if self.active_sessions >= self.cfg.max_peers
+            && !(proven && self.evict_unproven(now, replies))
+        {
             return None;
         }
         let tagged = Box::new(Tagged {
@@ -958,12 +1125,92 @@ impl PeerTable {
             jitter: Jitter::default(),
             declared: None,
             untagged_packets: 0,
+            proven,
+            conflict: None,
+            unknown_start: false,
+            frozen: None,
         });
         let mut peer = Peer::new(key.0, now, socket, Some(tagged));
         self.start_peer(&mut peer, socket);
         self.active_sessions += 1;
+        if !proven {
+            self.unproven_sessions += 1;
+        }
+        *self.sessions_per_ip.entry(ip).or_insert(0) += 1;
         self.by_addr.insert(key.0, key);
         Some(self.tagged.insert(key, peer))
+    }
+
+    /// Finalises the unfinished session seen only in data that has been
+    /// silent longest, to make room; false when there is none.
+    fn evict_unproven(&mut self, now: Instant, replies: &mut Vec<Reply>) -> bool {
+        if self.unproven_sessions == 0 {
+            return false;
+        }
+        let victim = self
+            .tagged
+            .index
+            .iter()
+            .filter_map(|(key, &slot)| {
+                let peer = self.tagged.get(slot);
+                let unproven = !peer.tagged.as_ref().is_some_and(|t| t.proven);
+                (unproven && !peer.is_finished()).then_some((peer.last_seen, *key))
+            })
+            .min()
+            .map(|(_, key)| key);
+        let Some(key) = victim else {
+            return false;
+        };
+        let mut events = std::mem::take(&mut self.queued);
+        self.finalise(
+            key,
+            now,
+            DoneReason::Evicted,
+            &mut |e| events.push(e),
+            replies,
+        );
+        self.queued = events;
+        self.totals.sessions_evicted += 1;
+        true
+    }
+
+    /// A session that is no longer counted among the unfinished ones.
+    fn session_ended(&mut self, key: SessionKey, proven: bool, socket: usize) {
+        self.active_sessions -= 1;
+        if !proven {
+            self.unproven_sessions -= 1;
+        }
+        let ip = key.0.ip();
+        if let Some(n) = self.sessions_per_ip.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.sessions_per_ip.remove(&ip);
+            }
+        }
+        self.end_peer(socket);
+    }
+
+    /// Marks session `slot` as disputed (once), and reports it.
+    fn conflict(&mut self, slot: usize, why: &'static str, other: Option<&End>, seq: Option<u64>) {
+        let peer = self.tagged.get_mut(slot);
+        let t = peer.tagged.as_mut().expect("sessions are tagged");
+        if t.conflict.is_some() {
+            return;
+        }
+        t.conflict = Some(why);
+        let declared = t.declared.expect("a conflict needs an End");
+        let report = ConflictReport {
+            peer: peer.addr.to_string(),
+            session: format!("{:016x}", t.session),
+            conflict: why,
+            sent_packets: declared.sent_packets,
+            sent_bytes: declared.sent_bytes,
+            other_sent_packets: other.map(|e| e.sent_packets),
+            other_sent_bytes: other.map(|e| e.sent_bytes),
+            seq,
+        };
+        self.totals.conflicts += 1;
+        self.queued.push(Event::Conflict(report));
     }
 
     fn on_data(
@@ -971,13 +1218,27 @@ impl PeerTable {
         len: usize,
         header: wire::Header,
         addr: SocketAddr,
-        at: Arrival,
+        at: At,
         meta: Meta,
+        replies: &mut Vec<Reply>,
     ) {
-        let Some(slot) = self.session_slot((addr, header.session), at.now, meta.socket) else {
+        let key = (addr, header.session);
+        let Some(slot) = self.session_slot(key, at.now, meta.socket, false, replies) else {
             self.overflow(len, meta.socket);
             return;
         };
+        // After an End, a sequence number at or beyond its total says the
+        // End was not this sender's last word.
+        let beyond = self
+            .tagged
+            .get(slot)
+            .tagged
+            .as_ref()
+            .and_then(|t| t.declared)
+            .is_some_and(|end| header.seq >= end.sent_packets);
+        if beyond {
+            self.conflict(slot, CONFLICT_DATA, None, Some(header.seq));
+        }
         if self.tagged.get(slot).is_finished() {
             self.late(slot, len, at.now);
             return;
@@ -992,13 +1253,13 @@ impl PeerTable {
         }
         let t = peer.tagged.as_mut().expect("sessions are tagged");
         match t.seq.record(header.seq) {
-            SeqArrival::Duplicate | SeqArrival::Uncertain => return,
-            SeqArrival::Implausible => {
+            Arrival::Duplicate | Arrival::Uncertain => return,
+            Arrival::Implausible => {
                 // Counted as unexpected; it says nothing about timing.
                 peer.count(len, at.now);
                 return;
             }
-            SeqArrival::New { .. } => {}
+            Arrival::New { .. } => {}
         }
         if at.jitter {
             t.jitter.record(header.send_time_ns, at.ns);
@@ -1068,8 +1329,15 @@ impl PeerTable {
 
     /// The slot for a Hello's or End's session; None (counted) when the
     /// table is full: the request goes unanswered.
-    fn control_slot(&mut self, key: SessionKey, now: Instant, socket: usize) -> Option<usize> {
-        let slot = self.session_slot(key, now, socket);
+    fn control_slot(
+        &mut self,
+        key: SessionKey,
+        now: Instant,
+        socket: usize,
+        proven: bool,
+        replies: &mut Vec<Reply>,
+    ) -> Option<usize> {
+        let slot = self.session_slot(key, now, socket, proven, replies);
         if slot.is_none() {
             self.totals.ends_table_full += 1;
         }
@@ -1085,12 +1353,13 @@ impl PeerTable {
         meta: Meta,
         replies: &mut Vec<Reply>,
     ) {
-        let Some(slot) = self.control_slot((addr, hello.header.session), now, meta.socket) else {
-            return;
-        };
-        let peer = self.tagged.get_mut(slot);
-        if !peer.is_finished() {
-            peer.seen(now, meta.drops);
+        let key = (addr, hello.header.session);
+        let slot = self.control_slot(key, now, meta.socket, true, replies);
+        if let Some(slot) = slot {
+            let peer = self.tagged.get_mut(slot);
+            if !peer.is_finished() {
+                peer.seen(now, meta.drops);
+            }
         }
         if !self.limiter.allow(addr.ip(), now) {
             self.totals.answers_limited += 1;
@@ -1099,6 +1368,14 @@ impl PeerTable {
         let mut flags = 0;
         if self.cfg.gro {
             flags |= wire::ACK_GRO;
+        }
+        if self.cfg.psk.is_some() {
+            flags |= wire::ACK_AUTH;
+        }
+        if slot.is_none() {
+            // Say so, rather than leave the client to conclude that no
+            // server is there.
+            flags |= wire::ACK_BUSY;
         }
         let ack = HelloAck {
             session: hello.header.session,
@@ -1110,38 +1387,85 @@ impl PeerTable {
         replies.push(Reply {
             bytes: ReplyBytes::Hello(wire::encode_hello_ack(&ack)),
             to: from,
+            from: meta.local,
             socket: meta.socket,
         });
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_end(
         &mut self,
         end: End,
+        raw: &[u8],
         addr: SocketAddr,
         from: SocketAddr,
         now: Instant,
         meta: Meta,
         replies: &mut Vec<Reply>,
     ) {
-        let Some(slot) = self.control_slot((addr, end.header.session), now, meta.socket) else {
+        if let Some(psk) = &self.cfg.psk {
+            if !wire::verify_tag(raw, psk) {
+                // Not from a client that knows the key: it changes nothing.
+                self.totals.ends_rejected += 1;
+                return;
+            }
+        }
+        let key = (addr, end.header.session);
+        let known = self.tagged.find(&key).is_some();
+        let Some(slot) = self.control_slot(key, now, meta.socket, false, replies) else {
             return;
         };
-        let grace = self.cfg.end_grace;
+        if !known {
+            // No Hello and no data came first: the server never saw this
+            // session start (or forgot it), so its figures are not the
+            // session's.
+            self.tagged
+                .get_mut(slot)
+                .tagged
+                .as_mut()
+                .expect("tagged")
+                .unknown_start = true;
+        }
         let reply = ReplyTo {
             to: from,
+            local: meta.local,
             socket: meta.socket,
             nonce: end.nonce,
         };
+        let declared = self
+            .tagged
+            .get(slot)
+            .tagged
+            .as_ref()
+            .and_then(|t| t.declared);
+        match declared {
+            Some(first)
+                if (first.sent_packets, first.sent_bytes) != (end.sent_packets, end.sent_bytes) =>
+            {
+                self.conflict(slot, CONFLICT_ENDS, Some(&end), None);
+            }
+            _ => {}
+        }
         if self.tagged.get(slot).is_finished() {
-            // A retry: answer from the record, which no longer changes.
+            // A retry: answer from the record, which no longer changes. It
+            // shares the socket with whoever is on it now.
+            self.join(meta.socket);
             let t = self.tagged.get_mut(slot).tagged.as_mut().expect("tagged");
             if t.declared.is_none() {
-                // Finished as idle before its End came.
+                // Finished as idle before its End came: now its totals are
+                // known, the figures are fixed, and the record is kept as
+                // long as this client will ask.
                 t.declared = Some(end);
+                t.freeze();
+                self.extend_record(slot, now);
             }
             self.answer(slot, reply, now, replies);
             return;
         }
+        let grace = self.cfg.end_grace;
+        // The grace period runs from when the End is read, not from when it
+        // arrived: a receive thread that lags behind must not cut it short.
+        let grace_from = meta.processed.max(now);
         let peer = self.tagged.get_mut(slot);
         peer.seen(now, meta.drops);
         match &mut peer.state {
@@ -1152,10 +1476,27 @@ impl PeerTable {
             _ => {
                 peer.tagged.as_mut().expect("tagged").declared = Some(end);
                 peer.state = State::Closing {
-                    grace_until: now + grace,
+                    grace_until: grace_from + grace,
                     reply,
                 };
             }
+        }
+    }
+
+    /// Moves a record's expiry later, if its client now says it will ask
+    /// for longer.
+    fn extend_record(&mut self, slot: usize, now: Instant) {
+        let keep = self.keep_for(self.tagged.get(slot));
+        let peer = self.tagged.get_mut(slot);
+        let key = (peer.addr, peer.tagged.as_ref().map_or(0, |t| t.session));
+        let State::Finished(f) = &mut peer.state else {
+            return;
+        };
+        if f.expiry.0 < now + keep {
+            self.expiry.remove(&f.expiry);
+            self.expiry_ids += 1;
+            f.expiry = (now + keep, self.expiry_ids);
+            self.expiry.insert(f.expiry, key);
         }
     }
 
@@ -1170,9 +1511,14 @@ impl PeerTable {
             .tagged
             .get(slot)
             .answer(reply.nonce, self.epoch, &self.flags);
+        let bytes = match &self.cfg.psk {
+            Some(psk) => wire::encode_end_ack_tagged(&ack, psk),
+            None => wire::encode_end_ack(&ack),
+        };
         replies.push(Reply {
-            bytes: ReplyBytes::End(wire::encode_end_ack(&ack)),
+            bytes: ReplyBytes::End(bytes),
             to: reply.to,
+            from: reply.local,
             socket: reply.socket,
         });
     }
@@ -1197,41 +1543,38 @@ impl PeerTable {
             let peer = self.tagged.get_mut(slot);
             merge(peer, m);
         }
-        let (reply, socket) = {
+        let (reply, socket, proven) = {
             let peer = self.tagged.get_mut(slot);
             let reply = match peer.state {
                 State::Closing { reply, .. } => Some(reply),
                 _ => None,
             };
-            (reply, peer.socket)
+            let proven = peer.tagged.as_ref().is_some_and(|t| t.proven);
+            (reply, peer.socket, proven)
         };
         let shared = self.tagged.get(slot).shared_now(&self.flags);
         self.tagged.get_mut(slot).shared = shared;
         self.write_done(self.tagged.get(slot), reason, events);
-        self.active_sessions -= 1;
-        self.end_peer(socket);
-        let keep = {
-            let peer = self.tagged.get(slot);
-            let asked = peer
-                .tagged
-                .as_ref()
-                .and_then(|t| t.declared)
-                .map_or(Duration::ZERO, |e| Duration::from_nanos(e.answer_wait_ns));
-            asked
-                .max(self.cfg.idle_timeout * 2)
-                .clamp(KEEP_FINISHED_MIN, KEEP_FINISHED_MAX)
-        };
+        self.session_ended(key, proven, socket);
+        let keep = self.keep_for(self.tagged.get(slot));
         self.expiry_ids += 1;
         let expiry = (now + keep, self.expiry_ids);
         self.expiry.insert(expiry, key);
-        self.tagged.get_mut(slot).state = State::Finished(Finished {
-            at: now,
-            reason,
-            late: Amount::default(),
-            late_reported: 0,
-            last_late: None,
-            late_reported_at: None,
-        });
+        {
+            let peer = self.tagged.get_mut(slot);
+            peer.state = State::Finished(Finished {
+                at: now,
+                reason,
+                late: Amount::default(),
+                late_reported: 0,
+                last_late: None,
+                late_reported_at: None,
+                expiry,
+            });
+            if let Some(t) = peer.tagged.as_mut() {
+                t.freeze();
+            }
+        }
         if let Some(reply) = reply {
             self.answer(slot, reply, now, replies);
         }
@@ -1242,6 +1585,19 @@ impl PeerTable {
             self.totals.records_evicted += 1;
             self.forget(oldest, events);
         }
+    }
+
+    /// How long a finished session's record is kept: as long as its client
+    /// said it would ask, within bounds.
+    fn keep_for(&self, peer: &Peer) -> Duration {
+        let asked = peer
+            .tagged
+            .as_ref()
+            .and_then(|t| t.declared)
+            .map_or(Duration::ZERO, |e| Duration::from_nanos(e.answer_wait_ns));
+        asked
+            .max(self.cfg.idle_timeout * 2)
+            .clamp(KEEP_FINISHED_MIN, KEEP_FINISHED_MAX)
     }
 
     /// Drops a finished session's record, reporting late datagrams not yet
@@ -1291,22 +1647,31 @@ impl PeerTable {
         events: &mut dyn FnMut(Event),
         replies: &mut Vec<Reply>,
     ) {
+        for event in self.queued.drain(..) {
+            events(event);
+        }
         let idle = self.cfg.idle_timeout;
         let mut due = Vec::new();
         for peer in self.tagged.slots.iter_mut().flatten() {
             // Stragglers, reported at most once a second per session.
-            let Some(report) = late_report(peer) else {
-                continue;
-            };
-            if let State::Finished(f) = &mut peer.state {
-                let quiet = f.late_reported_at.map_or(true, |at| {
-                    now.saturating_duration_since(at) >= Duration::from_secs(1)
-                });
-                if quiet {
-                    f.late_reported = f.late.packets;
-                    f.late_reported_at = Some(now);
-                    events(Event::Late(report));
+            let due = match &peer.state {
+                State::Finished(f) => {
+                    f.late.packets > f.late_reported
+                        && f.late_reported_at.map_or(true, |at| {
+                            now.saturating_duration_since(at) >= Duration::from_secs(1)
+                        })
                 }
+                _ => false,
+            };
+            if !due {
+                continue;
+            }
+            if let Some(report) = late_report(peer) {
+                events(Event::Late(report));
+            }
+            if let State::Finished(f) = &mut peer.state {
+                f.late_reported = f.late.packets;
+                f.late_reported_at = Some(now);
             }
         }
         for (key, &slot) in &self.tagged.index {
@@ -1328,8 +1693,8 @@ impl PeerTable {
                 Some(reason) => self.finalise(key, now, reason, events, replies),
                 None => {
                     if let Some(peer) = self.tagged.remove(&key) {
-                        self.active_sessions -= 1;
-                        self.end_peer(peer.socket);
+                        let proven = peer.tagged.as_ref().is_some_and(|t| t.proven);
+                        self.session_ended(key, proven, peer.socket);
                     }
                     if self.by_addr.get(&key.0) == Some(&key) {
                         self.by_addr.remove(&key.0);
@@ -1381,7 +1746,14 @@ impl PeerTable {
         events: &mut dyn FnMut(Event),
         replies: &mut Vec<Reply>,
     ) {
-        for (key, slot) in self.tagged.keys() {
+        for event in self.queued.drain(..) {
+            events(event);
+        }
+        for (key, _) in self.tagged.keys() {
+            // Finalising one session can evict another's record.
+            let Some(slot) = self.tagged.find(&key) else {
+                continue;
+            };
             let peer = self.tagged.get(slot);
             match peer.state {
                 State::Closing { .. } => self.finalise(key, now, DoneReason::End, events, replies),
@@ -1404,6 +1776,46 @@ impl PeerTable {
         self.by_addr.clear();
         self.expiry.clear();
         self.active_sessions = 0;
+        self.unproven_sessions = 0;
+        self.sessions_per_ip.clear();
+    }
+}
+
+/// A received buffer: who sent it, when, where, and what the kernel said
+/// about it.
+#[derive(Debug, Clone, Copy)]
+pub struct Rx {
+    /// As received (a v4-mapped address on a dual-stack socket).
+    pub from: SocketAddr,
+    /// When the kernel received it, on our monotonic clock.
+    pub arrived: Instant,
+    /// When it was read.
+    pub processed: Instant,
+    /// Which receive socket.
+    pub socket: usize,
+    /// The socket's drop counter (a u32 that wraps), where known.
+    pub drops: Option<u32>,
+    /// The address it was sent to (answers leave from it).
+    pub local: Option<IpAddr>,
+    /// UDP GRO: the size of each coalesced datagram.
+    pub segment_size: Option<usize>,
+    /// MSG_TRUNC: the kernel cut it.
+    pub truncated: bool,
+}
+
+impl Default for Rx {
+    fn default() -> Self {
+        let now = Instant::now();
+        Rx {
+            from: SocketAddr::from(([0, 0, 0, 0], 0)),
+            arrived: now,
+            processed: now,
+            socket: 0,
+            drops: None,
+            local: None,
+            segment_size: None,
+            truncated: false,
+        }
     }
 }
 
@@ -1411,6 +1823,9 @@ impl PeerTable {
 #[derive(Clone, Copy)]
 struct Meta {
     socket: usize,
+    local: Option<IpAddr>,
+    /// When the datagram was read (its arrival time is the kernel's).
+    processed: Instant,
     /// The socket's running drop total, when known.
     drops: Option<u64>,
     /// The first datagram of a coalesced (GRO) buffer.
@@ -1538,6 +1953,7 @@ mod tests {
         done: Vec<PeerReport>,
         intervals: Vec<PeerReport>,
         late: Vec<LateReport>,
+        conflicts: Vec<ConflictReport>,
     }
 
     impl Sink {
@@ -1546,6 +1962,7 @@ mod tests {
                 Event::Done(r) => self.done.push(r),
                 Event::Interval(r) => self.intervals.push(r),
                 Event::Late(r) => self.late.push(r),
+                Event::Conflict(r) => self.conflicts.push(r),
             }
         }
     }
@@ -1711,7 +2128,247 @@ mod tests {
         for i in 0..5 {
             table.on_datagram(&end_msg(i, 0, 0, 0), a, t0, 0, None);
         }
-        assert_eq!(table.totals.ends_table_full, 3);
+        // An End without a Hello makes an unproven session: at most half the
+        // table.
+        assert_eq!(table.totals.ends_table_full, 4);
+    }
+
+    fn hello(session: u64) -> [u8; wire::HELLO_LEN] {
+        encode_hello(&Hello {
+            header: Header {
+                session,
+                ..Header::default()
+            },
+            nonce: session,
+        })
+    }
+
+    fn hello_flags(reply: Option<Reply>) -> u16 {
+        match reply.map(|r| wire::decode(r.bytes.as_slice())) {
+            Some(Ok(Message::HelloAck(ack))) => ack.flags,
+            other => panic!("not a HelloAck: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hello_takes_the_slot_of_a_session_seen_only_in_data() {
+        let t0 = Instant::now();
+        let cfg = TableConfig {
+            max_peers: 4,
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
+        let mut sink = Sink::default();
+        // A flood of forged data sessions fills its half of the table.
+        for port in 0..10u16 {
+            let from = SocketAddr::from(([10, 0, 0, 2], port));
+            table.on_datagram(
+                &data(u64::from(port), 0, 64),
+                from,
+                t0 + MS * u32::from(port),
+                0,
+                None,
+            );
+        }
+        assert_eq!(table.active_sessions, 2);
+        assert_eq!(table.totals.overflow.packets, 8);
+        // Real clients say Hello: two fill the rest, two more evict the
+        // forged ones (the one silent longest first).
+        for i in 0..4u16 {
+            let from = SocketAddr::from(([10, 0, 0, 3], i));
+            let flags = hello_flags(table.on_datagram(
+                &hello(100 + u64::from(i)),
+                from,
+                t0 + MS * 20,
+                0,
+                None,
+            ));
+            assert_eq!(flags & wire::ACK_BUSY, 0, "client {i} got in");
+        }
+        assert_eq!(table.totals.sessions_evicted, 2);
+        expire(&mut table, t0 + MS * 30, &mut sink);
+        let evicted: Vec<_> = sink
+            .done
+            .iter()
+            .filter(|r| r.reason == Some(DoneReason::Evicted))
+            .collect();
+        assert_eq!(evicted.len(), 2);
+        assert_eq!(evicted[0].peer, "10.0.0.2:0", "{evicted:?}");
+        // Now the table is full of proven sessions: say so.
+        let from = SocketAddr::from(([10, 0, 0, 4], 1));
+        let flags = hello_flags(table.on_datagram(&hello(200), from, t0 + MS * 40, 0, None));
+        assert_ne!(flags & wire::ACK_BUSY, 0);
+    }
+
+    #[test]
+    fn one_source_ip_holds_at_most_its_share() {
+        let t0 = Instant::now();
+        let cfg = TableConfig {
+            max_peers: 8192,
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
+        assert_eq!(table.sessions_per_ip_bound(), 2048);
+        for port in 0..3000u16 {
+            let from = SocketAddr::from(([10, 0, 0, 5], port));
+            table.on_datagram(&hello(u64::from(port)), from, t0, 0, None);
+        }
+        assert_eq!(table.active_sessions, 2048);
+        let other = SocketAddr::from(([10, 0, 0, 6], 1));
+        let flags = hello_flags(table.on_datagram(&hello(1), other, t0, 0, None));
+        assert_eq!(flags & wire::ACK_BUSY, 0, "another IP still gets in");
+    }
+
+    #[test]
+    fn conflicting_ends_and_data_beyond_the_total_are_disputed() {
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        table.on_datagram(&hello(7), a, t0, 0, None);
+        for seq in 0..100 {
+            table.on_datagram(&data(7, seq, 100), a, t0, 0, None);
+        }
+        // A forged End declares 50; the real data goes on.
+        table.on_datagram(&end_msg(7, 50, 5000, 1), a, t0, 0, None);
+        expire(&mut table, t0 + 200 * MS, &mut sink);
+        for seq in 100..150 {
+            table.on_datagram(&data(7, seq, 100), a, t0 + 300 * MS, 0, None);
+        }
+        let real = table
+            .on_datagram(&end_msg(7, 150, 15_000, 2), a, t0 + 400 * MS, 0, None)
+            .unwrap();
+        let ack = ack_of(&real);
+        assert_ne!(ack.flags & wire::ACK_CONFLICT, 0, "the answer says so");
+        expire(&mut table, t0 + 500 * MS, &mut sink);
+        assert_eq!(
+            sink.conflicts.len(),
+            1,
+            "reported once: {:?}",
+            sink.conflicts
+        );
+        assert_eq!(sink.conflicts[0].conflict, CONFLICT_DATA);
+        assert_eq!(table.totals.conflicts, 1);
+        // Two Ends that disagree, without any data after them.
+        let b: SocketAddr = "127.0.0.1:5001".parse().unwrap();
+        table.on_datagram(&data(8, 0, 100), b, t0, 0, None);
+        table.on_datagram(&end_msg(8, 1, 100, 1), b, t0, 0, None);
+        table.on_datagram(&end_msg(8, 5, 500, 2), b, t0, 0, None);
+        expire(&mut table, t0 + 600 * MS, &mut sink);
+        assert_eq!(sink.conflicts[1].conflict, CONFLICT_ENDS);
+        assert_eq!(sink.done.last().unwrap().conflict, Some(CONFLICT_ENDS));
+    }
+
+    #[test]
+    fn with_a_key_only_tagged_ends_count_and_answers_are_tagged() {
+        let t0 = Instant::now();
+        let psk = Psk::new(b"a shared secret").unwrap();
+        let cfg = TableConfig {
+            psk: Some(psk.clone()),
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let flags = hello_flags(table.on_datagram(&hello(7), a, t0, 0, None));
+        assert_ne!(
+            flags & wire::ACK_AUTH,
+            0,
+            "the Hello answer says a key is needed"
+        );
+        for seq in 0..10 {
+            table.on_datagram(&data(7, seq, 100), a, t0, 0, None);
+        }
+        // A forged End (no tag) changes nothing.
+        table.on_datagram(&end_msg(7, 3, 300, 1), a, t0, 0, None);
+        assert_eq!(table.totals.ends_rejected, 1);
+        assert!(expire(&mut table, t0 + 200 * MS, &mut sink).is_empty());
+        let Ok(Message::End(end)) = wire::decode(&end_msg(7, 10, 1000, 2)) else {
+            panic!()
+        };
+        table.on_datagram(
+            &wire::encode_end_tagged(&end, &psk),
+            a,
+            t0 + 300 * MS,
+            0,
+            None,
+        );
+        let replies = expire(&mut table, t0 + 500 * MS, &mut sink);
+        let raw = replies[0].bytes.as_slice();
+        assert!(wire::verify_tag(raw, &psk), "the answer carries the tag");
+        let ack = ack_of(&replies[0]);
+        assert_ne!(ack.flags & wire::ACK_AUTH, 0);
+        assert_eq!((ack.received_packets, ack.lost, ack.nonce), (10, 0, 2));
+        let other = Psk::new(b"another secret").unwrap();
+        assert!(!wire::verify_tag(raw, &other));
+    }
+
+    #[test]
+    fn records_free_their_sequence_sets() {
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        // Every other datagram lost: 2000 holes.
+        for seq in (0..4000).step_by(2) {
+            table.on_datagram(&data(7, seq, 100), a, t0, 0, None);
+        }
+        table.on_datagram(&end_msg(7, 4000, 400_000, 1), a, t0, 0, None);
+        let first = ack_of(&expire(&mut table, t0 + 200 * MS, &mut sink)[0]);
+        let slot = table.tagged.find(&(a, 7)).unwrap();
+        assert!(table.tagged.get(slot).tagged.as_ref().unwrap().seq.ranges() <= 1);
+        let retry = ack_of(
+            &table
+                .on_datagram(&end_msg(7, 4000, 400_000, 2), a, t0 + 300 * MS, 0, None)
+                .unwrap(),
+        );
+        assert_eq!(
+            (retry.lost, retry.received_packets),
+            (first.lost, first.received_packets)
+        );
+        assert_eq!(retry.lost, 2000);
+    }
+
+    #[test]
+    fn shutting_down_with_a_full_record_table_does_not_panic() {
+        // Found in review: finalising at shutdown evicted records that the
+        // loop was still to visit.
+        let t0 = Instant::now();
+        let cfg = TableConfig {
+            max_peers: 4,
+            ..TableConfig::default()
+        };
+        let mut table = PeerTable::new(cfg, t0);
+        let mut sink = Sink::default();
+        let bound = table.records_bound();
+        for port in 0..bound as u16 {
+            let a = SocketAddr::from(([127, 0, 0, 1], 1000 + port));
+            table.on_datagram(&hello(1), a, t0, 0, None);
+            table.on_datagram(&end_msg(1, 0, 0, 1), a, t0, 0, None);
+            expire(&mut table, t0 + 200 * MS, &mut sink);
+        }
+        for port in 0..3u16 {
+            let a = SocketAddr::from(([127, 0, 0, 2], port));
+            table.on_datagram(&data(9, 0, 100), a, t0 + 300 * MS, 0, None);
+        }
+        let mut replies = Vec::new();
+        table.finish_all(t0 + 400 * MS, &mut sink.f(), &mut replies);
+        assert!(table.is_empty());
+    }
+
+    #[test]
+    fn an_end_for_a_session_never_seen_says_so() {
+        let (mut table, t0) = table();
+        let mut sink = Sink::default();
+        let a: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        table.on_datagram(&end_msg(7, 10, 1000, 1), a, t0, 0, None);
+        let ack = ack_of(&expire(&mut table, t0 + 200 * MS, &mut sink)[0]);
+        assert_ne!(ack.flags & wire::ACK_NO_RECORD, 0);
+        // With a Hello first, all data lost is a real 100 % loss.
+        let b: SocketAddr = "127.0.0.1:5001".parse().unwrap();
+        table.on_datagram(&hello(8), b, t0, 0, None);
+        table.on_datagram(&end_msg(8, 10, 1000, 1), b, t0, 0, None);
+        let ack = ack_of(&expire(&mut table, t0 + 400 * MS, &mut sink)[0]);
+        assert_eq!(ack.flags & wire::ACK_NO_RECORD, 0);
+        assert_eq!(ack.lost, 10);
     }
 
     #[test]
@@ -1823,21 +2480,27 @@ mod tests {
         }
         buf.extend_from_slice(&data(4, 5, 40));
         let mut replies = Vec::new();
-        table.on_receive(&buf, Some(100), false, a, t0, 1, Some(3), &mut replies);
+        let rx = Rx {
+            from: a,
+            arrived: t0,
+            processed: t0,
+            socket: 1,
+            drops: Some(3),
+            segment_size: Some(100),
+            ..Rx::default()
+        };
+        table.on_receive(&buf, &rx, &mut replies);
         // The end-of-test message may be the last, shorter segment of a GRO
         // buffer.
         let mut tail = data(4, 6, 300);
         tail.extend_from_slice(&end_msg(4, 7, 840, 1)[..]);
-        table.on_receive(
-            &tail,
-            Some(300),
-            false,
-            a,
-            t0 + 10 * MS,
-            1,
-            Some(3),
-            &mut replies,
-        );
+        let rx = Rx {
+            arrived: t0 + 10 * MS,
+            processed: t0 + 10 * MS,
+            segment_size: Some(300),
+            ..rx
+        };
+        table.on_receive(&tail, &rx, &mut replies);
         let replies = expire(&mut table, t0 + 200 * MS, &mut sink);
         let ack = ack_of(&replies[0]);
         assert_eq!(

@@ -303,7 +303,8 @@ fn tokio_loop(
     shutdown: &Shutdown,
 ) -> io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
+        .enable_io()
+        .enable_time()
         .build()?;
     runtime.block_on(async {
         let mut tasks = Vec::new();

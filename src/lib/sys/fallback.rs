@@ -67,10 +67,26 @@ impl RecvBatch {
             kernel_drops: None,
             // socket2's recv_from does not report MSG_TRUNC here.
             truncated: false,
+            local: None,
             segment_size: None,
             rx_time_ns: None,
         }
     }
+}
+
+/// Not available here: answers leave from the address the OS picks.
+pub fn enable_local_address(_socket: &Socket) -> io::Result<()> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "IP_PKTINFO"))
+}
+
+/// Sends `buf` to `to`; the source address is the OS's choice here.
+pub fn send_from(
+    socket: &Socket,
+    buf: &[u8],
+    to: std::net::SocketAddr,
+    _from: Option<std::net::IpAddr>,
+) -> io::Result<usize> {
+    socket.send_to(buf, &to.into())
 }
 
 /// Not available here.

@@ -5,7 +5,7 @@
 use socket2::Socket;
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 
 use super::Received;
@@ -55,9 +55,9 @@ pub fn enable_kernel_drop_counter(socket: &Socket) -> io::Result<bool> {
 }
 
 /// Room for the control messages we ask for: SO_RXQ_OVFL (u32), UDP_GRO
-/// (int) and SO_TIMESTAMPNS (timespec), with headers and alignment, plus
-/// slack.
-const CONTROL_LEN: usize = 128;
+/// (int), SO_TIMESTAMPNS (timespec) and IP_PKTINFO or IPV6_PKTINFO, with
+/// headers and alignment (24 + 24 + 32 + 40), plus slack.
+const CONTROL_LEN: usize = 192;
 
 /// Buffers for one recvmmsg call, allocated once per socket and reused, so
 /// that the hot path never allocates.
@@ -77,6 +77,8 @@ pub struct RecvBatch {
     stamps: Vec<u64>,
     /// Per datagram: MSG_TRUNC was set.
     truncated: Vec<bool>,
+    /// Per datagram: the address it was sent to (IP_PKTINFO), if asked for.
+    locals: Vec<Option<IpAddr>>,
     /// Datagrams per recvmmsg call, at most the number of slots.
     limit: usize,
     filled: usize,
@@ -98,6 +100,7 @@ impl RecvBatch {
             segments: vec![0; batch],
             stamps: vec![0; batch],
             truncated: vec![false; batch],
+            locals: vec![None; batch],
             limit: batch,
             filled: 0,
         };
@@ -201,6 +204,7 @@ impl RecvBatch {
             // Linux attaches the drop counter only once it is non-zero.
             self.drops[i] = info.kernel_drops.unwrap_or(0);
             self.truncated[i] = self.headers[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            self.locals[i] = info.local;
             self.segments[i] = info.segment_size.unwrap_or(0);
             self.stamps[i] = info.rx_time_ns.unwrap_or(0);
         }
@@ -217,6 +221,7 @@ impl RecvBatch {
             from: sockaddr_to_std(&self.addrs[i], header.msg_hdr.msg_namelen),
             kernel_drops: Some(self.drops[i]),
             truncated: self.truncated[i],
+            local: self.locals[i],
             segment_size: match self.segments[i] {
                 0 => None,
                 n => Some(n as usize),
@@ -575,6 +580,114 @@ pub fn set_dont_fragment(socket: &Socket, ipv6: bool) -> io::Result<()> {
     }
 }
 
+/// Asks for the address each datagram was sent to (IP_PKTINFO, and
+/// IPV6_RECVPKTINFO on IPv6 sockets), so that an answer can leave from the
+/// address the client sent to, also on a host with several addresses.
+pub fn enable_local_address(socket: &Socket) -> io::Result<()> {
+    let ipv6 = socket
+        .local_addr()?
+        .as_socket()
+        .is_some_and(|a| a.is_ipv6());
+    // On a dual-stack socket, IPv4 datagrams carry IP_PKTINFO.
+    let v4 = setsockopt_int(socket, libc::IPPROTO_IP, libc::IP_PKTINFO, 1);
+    if ipv6 {
+        return setsockopt_int(socket, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1);
+    }
+    v4
+}
+
+/// Sends `buf` to `to` from the local address `from` (when given): the
+/// source a client that checks where answers come from expects. `to` is as
+/// received, so its family is the socket's.
+pub fn send_from(
+    socket: &Socket,
+    buf: &[u8],
+    to: SocketAddr,
+    from: Option<IpAddr>,
+) -> io::Result<usize> {
+    let Some(from) = from else {
+        return socket.send_to(buf, &to.into());
+    };
+    let dest = socket2::SockAddr::from(to);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // Room for one in6_pktinfo (the larger), aligned for cmsghdr.
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain old data; all-zero is valid, then filled in.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_name = dest.as_ptr() as *mut libc::c_void;
+    msg.msg_namelen = dest.len();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    let (level, kind, data_len) = if to.is_ipv6() {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_PKTINFO,
+            size_of::<libc::in6_pktinfo>(),
+        )
+    } else {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_PKTINFO,
+            size_of::<libc::in_pktinfo>(),
+        )
+    };
+    // SAFETY: CMSG_SPACE is arithmetic on a length.
+    let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
+    assert!(
+        space <= std::mem::size_of_val(&control),
+        "control buffer too small"
+    );
+    msg.msg_controllen = space as _;
+    // SAFETY: msg_control points at `control`, which is at least `space`
+    // bytes and aligned for cmsghdr, so CMSG_FIRSTHDR returns a pointer to
+    // its start, and CMSG_DATA one `data_len` bytes within it.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = level;
+        (*cmsg).cmsg_type = kind;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
+        let data = libc::CMSG_DATA(cmsg);
+        if to.is_ipv6() {
+            let addr = match from {
+                IpAddr::V6(a) => a,
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+            };
+            let info = libc::in6_pktinfo {
+                ipi6_addr: libc::in6_addr {
+                    s6_addr: addr.octets(),
+                },
+                ipi6_ifindex: 0,
+            };
+            std::ptr::write_unaligned(data.cast::<libc::in6_pktinfo>(), info);
+        } else {
+            let addr = match from {
+                IpAddr::V4(a) => a,
+                IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+            };
+            let info = libc::in_pktinfo {
+                ipi_ifindex: 0,
+                ipi_spec_dst: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(addr.octets()),
+                },
+                ipi_addr: libc::in_addr { s_addr: 0 },
+            };
+            std::ptr::write_unaligned(data.cast::<libc::in_pktinfo>(), info);
+        }
+    }
+    // SAFETY: every pointer in `msg` points at a live local of the right
+    // size: `dest`, `iov` (into `buf`) and `control`.
+    let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// Turns on SO_TIMESTAMPNS: every datagram carries the time the kernel
 /// received it, so rates and jitter do not depend on when we read it.
 pub fn enable_rx_timestamps(socket: &Socket) -> io::Result<()> {
@@ -590,6 +703,8 @@ pub struct ControlInfo {
     pub segment_size: Option<u32>,
     /// SCM_TIMESTAMPNS: the kernel's receive time, CLOCK_REALTIME ns.
     pub rx_time_ns: Option<u64>,
+    /// IP_PKTINFO / IPV6_PKTINFO: the address the datagram was sent to.
+    pub local: Option<IpAddr>,
 }
 
 const CMSG_HEADER: usize = size_of::<libc::cmsghdr>();
@@ -637,6 +752,17 @@ pub fn parse_control(control: &[u8]) -> ControlInfo {
                         .checked_mul(1_000_000_000)
                         .and_then(|n| n.checked_add(nsec as u64));
                 }
+            }
+            (libc::IPPROTO_IP, libc::IP_PKTINFO) if data.len() >= 12 => {
+                // struct in_pktinfo { int ifindex; in_addr spec_dst, addr }:
+                // `addr` is the destination in the datagram's header.
+                let octets: [u8; 4] = data[8..12].try_into().expect("4 bytes");
+                info.local = Some(IpAddr::V4(Ipv4Addr::from(octets)));
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) if data.len() >= 20 => {
+                // struct in6_pktinfo { in6_addr addr; unsigned ifindex }.
+                let octets: [u8; 16] = data[..16].try_into().expect("16 bytes");
+                info.local = Some(IpAddr::V6(Ipv6Addr::from(octets)));
             }
             (libc::SOL_UDP, libc::UDP_GRO) if data.len() >= 4 => {
                 info.segment_size =

@@ -22,8 +22,8 @@ pub mod splice;
 
 pub use imp::{
     available_tcp_congestion, default_tcp_congestion, enable_kernel_drop_counter,
-    enable_rx_timestamps, enable_send_errors, force_recv_buffer, set_dont_fragment,
-    set_tcp_congestion, RecvBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
+    enable_local_address, enable_rx_timestamps, enable_send_errors, force_recv_buffer, send_from,
+    set_dont_fragment, set_tcp_congestion, RecvBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
 };
 #[cfg(target_os = "linux")]
 pub use imp::{
@@ -50,6 +50,8 @@ pub struct Received<'a> {
     pub segment_size: Option<usize>,
     /// When the kernel received it (CLOCK_REALTIME, ns), if known.
     pub rx_time_ns: Option<u64>,
+    /// The address it was sent to (one of ours), when asked for.
+    pub local: Option<std::net::IpAddr>,
 }
 
 /// Scheduling policies (sched(7)), as seed 002's `-S` offered them.
