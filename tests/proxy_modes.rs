@@ -4,8 +4,12 @@
 //! For each mode: a byte-exact transfer both ways at once (sha256 at both
 //! ends, and the per-connection byte counts in the log), half-close, an
 //! upstream that refuses, `--max-conns`, the idle time-out, graceful drain
-//! on SIGTERM (both a connection that finishes and one cut at the deadline),
-//! and no fd leak after 100 connections.
+//! on SIGTERM (a connection that finishes, one cut at the deadline, and one
+//! still moving data when it is cut, whose bytes must all be counted), and
+//! no fd leak after 100 connections.
+//!
+//! `NETSPEED_TCP_PROXY` overrides the binary under test, e.g. to run these
+//! tests against an older build.
 
 mod common;
 
@@ -19,7 +23,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-const PROXY: &str = env!("CARGO_BIN_EXE_tcp_proxy");
+fn proxy_bin() -> String {
+    std::env::var("NETSPEED_TCP_PROXY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tcp_proxy").into())
+}
 const WAIT: Duration = Duration::from_secs(20);
 /// Bytes each way in the transfer test: enough to cross many buffers and
 /// pipe refills, small enough for CI.
@@ -34,7 +40,7 @@ struct Proxy {
 
 impl Proxy {
     fn start(upstream: SocketAddr, mode: &str, extra: &[&str]) -> Proxy {
-        let mut cmd = Command::new(PROXY);
+        let mut cmd = Command::new(proxy_bin());
         cmd.args(["--listen", "127.0.0.1:0", "--upstream"])
             .arg(upstream.to_string())
             .args(["--mode", mode, "--json", "--threads", "2"])
@@ -345,6 +351,112 @@ fn drain_deadline(mode: &str) {
     assert_eq!(stopped["cut_at_deadline"], 1, "{stopped}");
 }
 
+/// Writes `CHUNK` bytes every `PACE` on one thread and counts what it reads
+/// on another, until the connection ends (or `WAIT`); returns (sent, read).
+/// The pace is slow enough that the reader never falls behind, so each
+/// byte the proxy writes is in our receive queue at once, where it can
+/// still be read after the proxy's exit resets the connection.
+fn trickle(s: &TcpStream) -> (u64, u64) {
+    const CHUNK: usize = 4096;
+    const PACE: Duration = Duration::from_millis(5);
+    let start = Instant::now();
+    thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut got = 0u64;
+            while let Ok(n) = (&*s).read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got += n as u64;
+            }
+            got
+        });
+        let mut sent = 0u64;
+        while start.elapsed() < WAIT && (&*s).write_all(&[b't'; CHUNK]).is_ok() {
+            sent += CHUNK as u64;
+            thread::sleep(PACE);
+        }
+        (sent, reader.join().unwrap())
+    })
+}
+
+fn drain_deadline_counts_every_byte(mode: &str) {
+    let (tx, rx) = mpsc::channel();
+    let up = upstream(move |s| {
+        let _ = tx.send(trickle(&s));
+    });
+    let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "500ms"]);
+    let s = proxy.connect();
+    let client = thread::spawn(move || trickle(&s));
+    // Data flows both ways before the signal and all through the drain,
+    // until the deadline cuts the connection and the proxy exits.
+    thread::sleep(Duration::from_millis(300));
+    proxy.guard.signal(libc::SIGTERM);
+    let status = proxy
+        .guard
+        .wait_timeout(Duration::from_secs(10))
+        .expect("proxy exits at the drain deadline");
+    assert!(status.success(), "{status}");
+    // Each side's own count of what it received, read to the end.
+    let (_, client_got) = client.join().expect("client");
+    let (_, upstream_got) = rx.recv_timeout(WAIT).expect("upstream finished");
+    assert!(
+        client_got > 0 && upstream_got > 0,
+        "no data moved: {client_got} {upstream_got}"
+    );
+    // The proxy has exited: read its events to the end, then check them
+    // all, so that a failure names every count that is wrong.
+    proxy.events.drain(WAIT);
+    let events: Vec<Value> = proxy
+        .events
+        .seen()
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let find = |name: &str| events.iter().find(|v| v["event"] == name).cloned();
+    let mut wrong = Vec::new();
+    let expect = [
+        ("client_to_upstream", upstream_got),
+        ("upstream_to_client", client_got),
+    ];
+    match find("stopped") {
+        Some(stopped) => {
+            if stopped["cut_at_deadline"] != 1 {
+                wrong.push(format!("cut_at_deadline in {stopped}"));
+            }
+            for (key, want) in expect {
+                if stopped[key] != want {
+                    wrong.push(format!("summary {key} {} != {want} received", stopped[key]));
+                }
+            }
+        }
+        None => wrong.push("no stopped event".into()),
+    }
+    match find("conn_closed") {
+        Some(closed) => {
+            if closed["end"] != "drain-deadline" {
+                wrong.push(format!("end in {closed}"));
+            }
+            for (key, want) in expect {
+                if closed[key] != want {
+                    wrong.push(format!(
+                        "conn_closed {key} {} != {want} received",
+                        closed[key]
+                    ));
+                }
+            }
+        }
+        None => wrong.push("no conn_closed line for the cut connection".into()),
+    }
+    assert!(
+        wrong.is_empty(),
+        "{}\n{}",
+        wrong.join("\n"),
+        proxy.events.transcript()
+    );
+}
+
 fn no_fd_leak(mode: &str) {
     let up = upstream(echo);
     let proxy = Proxy::start(up, mode, &[]);
@@ -394,6 +506,10 @@ macro_rules! mode_tests {
             #[test]
             fn sigterm_cuts_at_drain_deadline() {
                 super::drain_deadline($mode);
+            }
+            #[test]
+            fn sigterm_deadline_counts_every_byte() {
+                super::drain_deadline_counts_every_byte($mode);
             }
             #[test]
             fn no_fd_leak_after_100_connections() {

@@ -14,6 +14,8 @@ pub enum End {
     Closed,
     /// No bytes either way for `--idle-timeout`.
     Idle,
+    /// Still open at the drain deadline, so the proxy cut it.
+    Cut,
     /// A socket error (reset, broken pipe, ...).
     Error(String),
 }
@@ -23,6 +25,7 @@ impl End {
         match self {
             End::Closed => "closed".into(),
             End::Idle => "idle-timeout".into(),
+            End::Cut => "drain-deadline".into(),
             End::Error(e) => format!("error: {e}"),
         }
     }
@@ -47,7 +50,8 @@ pub struct Summary {
     pub accepted: u64,
     pub rejected: u64,
     pub upstream_failures: u64,
-    /// Connections still open at the drain deadline, cut by the exit.
+    /// Connections still open at the drain deadline, cut by the exit. Their
+    /// bytes are in the totals, as every connection's are.
     pub cut_at_deadline: usize,
     pub client_to_upstream: u64,
     pub upstream_to_client: u64,

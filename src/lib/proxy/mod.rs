@@ -24,6 +24,25 @@
 //! direction keeps flowing (half-close), a socket error ends the whole
 //! connection, and `--idle-timeout` ends it when neither direction has moved
 //! a byte for that long.
+//!
+//! # A connection's end is recorded in one place
+//! Every accepted connection has an entry in [`Ctx`]'s table of live
+//! connections until [`Ctx::close`] takes it out, logs its `conn_closed`
+//! line and adds its bytes to the summary. Every end goes there: EOF both
+//! ways, an error, the idle time-out, and the drain deadline. (The proxy
+//! used to just exit at the deadline, so the connections it cut had no
+//! line and added no bytes: "2 cut at the drain deadline; 0 B" after
+//! seconds of iperf3.) At the deadline each connection's [`Cut`] fires,
+//! its relay stops and reports [`End::Cut`] through the usual path (the std
+//! modes shut their sockets and wait for their two threads first), and any
+//! that could not stop within [`CUT_GRACE`] are closed from the table with
+//! the bytes counted so far. Taking the entry out of the table is what
+//! makes each connection logged and counted exactly once, whoever gets
+//! there first.
+//!
+//! A byte is counted when it has been written to the other leg, write by
+//! write, so the counts are what each peer was handed, also for a
+//! connection that is cut half-way through a buffer.
 
 pub mod bench;
 mod blocking;
@@ -38,9 +57,11 @@ pub use log::{ConnReport, End, EventLog, Summary};
 
 use crate::error::{Error, Result};
 use crate::shutdown::{Shutdown, POLL};
+use futures::channel::oneshot;
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Pending connections the kernel may queue before we accept them; large
@@ -73,7 +94,8 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
 }
 
 /// Byte counters and the time of the last byte, shared by both directions
-/// of one connection (and read by its idle watchdog).
+/// of one connection (and read by its idle watchdog). A byte counts once it
+/// has been written to the destination leg.
 #[derive(Debug)]
 pub(crate) struct Meter {
     base: Instant,
@@ -118,33 +140,172 @@ impl Meter {
     }
 }
 
+/// Resolves once the drain deadline has passed (the drain drops the
+/// sender, which [`Live`] keeps); the relay then ends as [`End::Cut`].
+pub(crate) type Cut = oneshot::Receiver<()>;
+
+/// How long connections get to stop after the cut before the drain closes
+/// them itself. The tokio relays stop at their next poll; the std threads
+/// wake as soon as their sockets are shut down.
+const CUT_GRACE: Duration = Duration::from_secs(1);
+
+/// A live connection, as the drain sees it. The accept loop enters it with
+/// no allocation of its own; the connection's task adds its meter and its
+/// cut once it runs. Why there: small blocks malloc'ed by the accept thread
+/// and freed by a worker stay scattered in the accept thread's heap (glibc
+/// keeps them in per-thread caches and fast bins), and pin its memory after
+/// the connections close.
+struct Live {
+    client: SocketAddr,
+    started: Option<Started>,
+    /// The drain cut this connection before its task started.
+    cut_early: bool,
+}
+
+struct Started {
+    meter: Arc<Meter>,
+    /// Dropped to cut the connection.
+    cut: Option<oneshot::Sender<()>>,
+}
+
 /// State shared by the accept loop and every connection.
 pub(crate) struct Ctx {
     pub cfg: ProxyConfig,
     pub log: EventLog,
-    open: AtomicUsize,
+    /// Every accepted connection until it is closed: its size is the number
+    /// open (for `--max-conns`). Sized up front, so that it does not grow
+    /// (and move) in the middle of the connections' memory.
+    live: Mutex<HashMap<u64, Live>>,
     summary: Mutex<Summary>,
 }
 
 impl Ctx {
-    /// Logs a finished connection and adds it to the totals.
-    fn finish(&self, meter: &Meter, id: u64, client: SocketAddr, end: End) {
-        let report = meter.report(id, client, end);
+    fn new(cfg: &ProxyConfig, log: EventLog) -> Ctx {
+        Ctx {
+            cfg: cfg.clone(),
+            log,
+            live: Mutex::new(HashMap::with_capacity(cfg.max_conns.min(4096))),
+            summary: Mutex::new(Summary::default()),
+        }
+    }
+
+    /// A poisoned lock only means another connection's thread panicked;
+    /// the table and the totals are still whole, so keep using them.
+    fn live(&self) -> MutexGuard<'_, HashMap<u64, Live>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn summary(&self) -> MutexGuard<'_, Summary> {
+        self.summary.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn open_count(&self) -> usize {
+        self.live().len()
+    }
+
+    /// Enters a just-accepted connection in the table.
+    fn open(&self, id: u64, client: SocketAddr) {
+        let live = Live {
+            client,
+            started: None,
+            cut_early: false,
+        };
+        self.live().insert(id, live);
+        self.summary().accepted += 1;
+    }
+
+    /// Called by the connection's task as it starts: its meter, and the
+    /// cut it must select on (already fired if the drain got there first).
+    fn start(self: &Arc<Self>, id: u64) -> (Conn, Cut) {
+        let meter = Arc::new(Meter::new());
+        let (fire, cut) = oneshot::channel();
+        if let Some(live) = self.live().get_mut(&id) {
+            let fire = (!live.cut_early).then_some(fire);
+            live.started = Some(Started {
+                meter: Arc::clone(&meter),
+                cut: fire,
+            });
+        }
+        let conn = Conn {
+            ctx: Arc::clone(self),
+            id,
+            meter,
+            end: None,
+        };
+        (conn, cut)
+    }
+
+    /// The one place a connection ends. It leaves the table (which frees
+    /// its `--max-conns` slot before the line is logged, so whoever reads
+    /// the line may connect again at once), then its `conn_closed` line is
+    /// logged and its bytes are added to the totals. `None` is a connection
+    /// whose upstream never answered: it has its own `upstream_failed` line.
+    /// A second call for the same connection does nothing.
+    fn close(&self, id: u64, end: Option<End>) {
+        let Some(live) = self.live().remove(&id) else {
+            return;
+        };
+        let mut summary = self.summary();
+        let Some(end) = end else {
+            summary.upstream_failures += 1;
+            return;
+        };
+        let report = match &live.started {
+            Some(started) => started.meter.report(id, live.client, end),
+            None => Meter::new().report(id, live.client, end),
+        };
+        summary.client_to_upstream += report.client_to_upstream;
+        summary.upstream_to_client += report.upstream_to_client;
+        if report.end == End::Cut {
+            summary.cut_at_deadline += 1;
+        }
+        drop(summary);
         self.log.conn_closed(&report);
-        if let Ok(mut s) = self.summary.lock() {
-            s.client_to_upstream += report.client_to_upstream;
-            s.upstream_to_client += report.upstream_to_client;
+    }
+
+    /// The drain deadline: tells every open connection to stop.
+    fn cut_all(&self) {
+        for live in self.live().values_mut() {
+            match &mut live.started {
+                Some(started) => drop(started.cut.take()),
+                None => live.cut_early = true,
+            }
+        }
+    }
+
+    /// Waits until no connection is open or `deadline` has passed.
+    async fn wait_all_closed(&self, deadline: Instant) {
+        while self.open_count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }
 
-/// Holds one slot of `--max-conns`; the slot frees when the connection's
-/// last task or thread drops it.
-pub(crate) struct Slot(Arc<Ctx>);
+/// A started connection's handle on its entry in [`Ctx`]'s table. Its task
+/// closes it with how it ended; should the task be dropped first (a
+/// panic), the entry is closed as an error on drop, so the `--max-conns`
+/// slot frees.
+pub(crate) struct Conn {
+    ctx: Arc<Ctx>,
+    id: u64,
+    meter: Arc<Meter>,
+    /// Set by [`Conn::close`]; `Some(None)` is an upstream failure.
+    end: Option<Option<End>>,
+}
 
-impl Drop for Slot {
+impl Conn {
+    fn close(mut self, end: Option<End>) {
+        self.end = Some(end);
+    }
+}
+
+impl Drop for Conn {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        let end = self
+            .end
+            .take()
+            .unwrap_or_else(|| Some(End::Error("the connection's task ended early".into())));
+        self.ctx.close(self.id, end);
     }
 }
 
@@ -171,14 +332,10 @@ pub fn run(
             .build()
     }
     .map_err(|e| Error::runtime(format!("cannot start the tokio runtime: {e}")))?;
-    let ctx = Arc::new(Ctx {
-        cfg: cfg.clone(),
-        log,
-        open: AtomicUsize::new(0),
-        summary: Mutex::new(Summary::default()),
-    });
+    let ctx = Arc::new(Ctx::new(cfg, log));
     let summary = runtime.block_on(accept_loop(listener, Arc::clone(&ctx), shutdown.clone()))?;
-    // Connections still open were cut by the deadline; don't wait for them.
+    // Every connection has been closed and counted; what is left of their
+    // tasks is dropped here.
     runtime.shutdown_timeout(Duration::from_millis(100));
     log.stopped(&summary);
     Ok(summary)
@@ -211,54 +368,71 @@ async fn accept_loop(
             }
         };
         next_id += 1;
-        if ctx.open.load(Ordering::Acquire) >= ctx.cfg.max_conns {
-            if let Ok(mut s) = ctx.summary.lock() {
-                s.rejected += 1;
-            }
+        if ctx.open_count() >= ctx.cfg.max_conns {
+            ctx.summary().rejected += 1;
             ctx.log.rejected(client, ctx.cfg.max_conns);
             drop(stream);
             continue;
         }
-        ctx.open.fetch_add(1, Ordering::AcqRel);
-        if let Ok(mut s) = ctx.summary.lock() {
-            s.accepted += 1;
-        }
-        let slot = Slot(Arc::clone(&ctx));
-        tokio::spawn(connection(Arc::clone(&ctx), slot, stream, client, next_id));
+        ctx.open(next_id, client);
+        tokio::spawn(connection(Arc::clone(&ctx), next_id, stream, client));
     }
     drop(listener);
-    let open = ctx.open.load(Ordering::Acquire);
-    let deadline = Instant::now() + ctx.cfg.drain_timeout;
-    ctx.log.draining(open, ctx.cfg.drain_timeout.as_secs_f64());
-    while ctx.open.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    ctx.log
+        .draining(ctx.open_count(), ctx.cfg.drain_timeout.as_secs_f64());
+    ctx.wait_all_closed(Instant::now() + ctx.cfg.drain_timeout)
+        .await;
+    if ctx.open_count() > 0 {
+        ctx.cut_all();
+        ctx.wait_all_closed(Instant::now() + CUT_GRACE).await;
+        // Whatever did not stop in time is closed here, with the bytes it
+        // had moved so far.
+        let left: Vec<u64> = ctx.live().keys().copied().collect();
+        for id in left {
+            ctx.close(id, Some(End::Cut));
+        }
     }
-    let mut summary = ctx.summary.lock().map(|s| s.clone()).unwrap_or_default();
-    summary.cut_at_deadline = ctx.open.load(Ordering::Acquire);
+    let summary = ctx.summary().clone();
     Ok(summary)
 }
 
 /// One accepted client: connect upstream, then relay in the chosen mode.
+/// The drain deadline cuts it in either phase.
 async fn connection(
     ctx: Arc<Ctx>,
-    slot: Slot,
+    id: u64,
     client: tokio::net::TcpStream,
     client_addr: SocketAddr,
-    id: u64,
 ) {
+    let (conn, cut) = ctx.start(id);
+    let end = serve(&ctx, &conn, cut, client, client_addr).await;
+    conn.close(end);
+}
+
+/// Connects upstream and relays; `None` if the upstream never answered.
+async fn serve(
+    ctx: &Ctx,
+    conn: &Conn,
+    mut cut: Cut,
+    client: tokio::net::TcpStream,
+    client_addr: SocketAddr,
+) -> Option<End> {
     let cfg = &ctx.cfg;
-    let upstream = match tokio::time::timeout(
+    let connect = tokio::time::timeout(
         cfg.connect_timeout,
         tokio::net::TcpStream::connect(cfg.upstream),
-    )
-    .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return upstream_failed(&ctx, id, client_addr, &e.to_string()),
-        Err(_) => {
-            let why = format!("no answer within {:?}", cfg.connect_timeout);
-            return upstream_failed(&ctx, id, client_addr, &why);
-        }
+    );
+    let upstream = tokio::select! {
+        biased;
+        r = connect => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return upstream_failed(ctx, conn.id, client_addr, &e.to_string()),
+            Err(_) => {
+                let why = format!("no answer within {:?}", cfg.connect_timeout);
+                return upstream_failed(ctx, conn.id, client_addr, &why);
+            }
+        },
+        _ = &mut cut => return Some(End::Cut),
     };
     if cfg.nodelay {
         // Seed 004's 20 ms rows came from leaving these off; see docs/proxy.md.
@@ -273,36 +447,18 @@ async fn connection(
             socket2::SockRef::from(&upstream),
         ] {
             if let Err(e) = algo.apply(&leg) {
-                let why = format!("cannot set --congestion {algo}: {e}");
-                let meter = Meter::new();
-                drop(slot);
-                return ctx.finish(&meter, id, client_addr, End::Error(why));
+                return Some(End::Error(format!("cannot set --congestion {algo}: {e}")));
             }
         }
     }
-    let meter = Arc::new(Meter::new());
-    if cfg.mode.uses_runtime() {
-        let end = relay::relay(cfg, client, upstream, &meter).await;
-        // Free the slot before logging: whoever reads the log line may
-        // connect again at once.
-        drop(slot);
-        ctx.finish(&meter, id, client_addr, end);
+    Some(if cfg.mode.uses_runtime() {
+        relay::relay(cfg, client, upstream, &conn.meter, cut).await
     } else {
-        blocking::spawn(
-            Arc::clone(&ctx),
-            slot,
-            client,
-            upstream,
-            meter,
-            client_addr,
-            id,
-        );
-    }
+        blocking::relay(cfg, conn.id, client, upstream, &conn.meter, cut).await
+    })
 }
 
-fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) {
-    if let Ok(mut s) = ctx.summary.lock() {
-        s.upstream_failures += 1;
-    }
+fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) -> Option<End> {
     ctx.log.upstream_failed(id, client, ctx.cfg.upstream, why);
+    None
 }
