@@ -8,10 +8,12 @@
 #   REPS               runs per cell; median reported (default 3)
 #   SECS               seconds per run                 (default 3)
 #   IPERF3             iperf3 binary                   (default iperf3; installed with apt-get if missing)
-#   NETSPEED_VARIANTS  "name[@size,size]:client flags;..."
+#   NETSPEED_VARIANTS  "name[@size,size]:client flags[|server flags];..."
 #                      (default "plain: ;mmsg:--connected --batch 32;gso@64,1460:--connected --gso --batch 8")
 #                      a variant with @sizes runs only at those sizes; each
-#                      variant is its own row, e.g. netspeed[gso]
+#                      variant is its own row, e.g. netspeed[gso]; flags
+#                      after "|" go to udp_server, e.g.
+#                      "epoll: |--method epoll;threads2: |--threads 2"
 #   GSRO_SIZES         sizes for the extra "iperf3 --gsro" rows, only if this
 #                      iperf3 knows --gsro             (default "64 1460")
 #
@@ -340,12 +342,18 @@ fi
 # NETSPEED_VARIANTS -> parallel arrays of labels and flag strings.
 V_LABEL=()
 V_FLAGS=()
+V_SFLAGS=()
 V_SIZES=()
 IFS=';' read -r -a _variants <<<"$NETSPEED_VARIANTS"
 for v in ${_variants[@]+"${_variants[@]}"}; do
     name=${v%%:*}
     flags=""
+    sflags=""
     [[ $v == *:* ]] && flags=${v#*:}
+    if [[ $flags == *"|"* ]]; then
+        sflags=${flags#*|}
+        flags=${flags%%|*}
+    fi
     name=$(printf '%s' "$name" | tr -d '[:space:]')
     [[ -n $name ]] || continue
     sizes_only=""
@@ -357,6 +365,7 @@ for v in ${_variants[@]+"${_variants[@]}"}; do
     V_SIZES+=("$sizes_only")
     if [[ $name == plain ]]; then V_LABEL+=("netspeed"); else V_LABEL+=("netspeed[$name]"); fi
     V_FLAGS+=("$flags")
+    V_SFLAGS+=("$sflags")
 done
 ((${#V_LABEL[@]} > 0)) || die "NETSPEED_VARIANTS has no variant"
 
@@ -409,16 +418,17 @@ run_iperf() {
     py iperf "$out" "$err" "$size" "$label" "$rep" "$rc" >>"$RESULTS"
 }
 
-# run_netspeed SIZE LABEL REP FLAGS  -> returns 3 if the client exited non-zero
+# run_netspeed SIZE LABEL REP FLAGS SERVER_FLAGS -> returns 3 if the client exited non-zero
 run_netspeed() {
-    local size=$1 label=$2 rep=$3 flags=$4
+    local size=$1 label=$2 rep=$3 flags=$4 sflags=$5
     local spid port="" rc=0 i flagged=0 out=$WORK/ns-c.json err=$WORK/ns-c.err slog=$WORK/ns-s.out
-    local -a extra=()
+    local -a extra=() sextra=()
     read -r -a extra <<<"$flags"
-    ((${#extra[@]} > 0)) && flagged=1
+    read -r -a sextra <<<"$sflags"
+    ((${#extra[@]} + ${#sextra[@]} > 0)) && flagged=1
     : >"$slog"
     timeout -k 5 "$LIMIT" "$SERVER_BIN" --listen "$HOST:0" --json --interval 0 \
-        </dev/null >"$slog" 2>"$WORK/ns-s.err" &
+        ${sextra[@]+"${sextra[@]}"} </dev/null >"$slog" 2>"$WORK/ns-s.err" &
     spid=$!
     PIDS+=("$spid")
     for ((i = 0; i < 100; i++)); do # 10 s to print {"event":"listening",...}
@@ -468,9 +478,9 @@ for size in "${SIZE_LIST[@]}"; do
             [[ -z ${V_SIZES[v]// /} || ${V_SIZES[v]} == *" $size "* ]] || continue
             log "size $size, run $rep/$REPS: $label"
             vrc=0
-            run_netspeed "$size" "$label" "$rep" "${V_FLAGS[v]}" || vrc=$?
+            run_netspeed "$size" "$label" "$rep" "${V_FLAGS[v]}" "${V_SFLAGS[v]}" || vrc=$?
             # A variant with extra flags that fails is not retried at this size.
-            if ((vrc == 3)) && [[ -n ${V_FLAGS[v]// /} ]]; then skip[$label]=1; fi
+            if ((vrc == 3)) && [[ -n ${V_FLAGS[v]// /}${V_SFLAGS[v]// /} ]]; then skip[$label]=1; fi
         done
     done
     unset skip
@@ -494,7 +504,9 @@ NS_VERSION=$(awk -F'"' '/^version *=/ {print $2; exit}' Cargo.toml 2>/dev/null |
     for ((v = 0; v < ${#V_LABEL[@]}; v++)); do
         flags=${V_FLAGS[v]// /}
         if [[ -n $flags ]]; then flags="\`${V_FLAGS[v]}\`"; else flags="(none)"; fi
-        echo "  - ${V_LABEL[v]}: extra client flags ${flags}"
+        sflags=""
+        [[ -n ${V_SFLAGS[v]// /} ]] && sflags="; extra server flags \`${V_SFLAGS[v]}\`"
+        echo "  - ${V_LABEL[v]}: extra client flags ${flags}${sflags}"
     done
     if ((HAVE_GSRO)); then
         echo "- iperf3 --gsro rows (sizes ${GSRO_SIZES}): same as iperf3, with \`--gsro\` on the client (and on the server if it accepts it)"

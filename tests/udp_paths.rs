@@ -58,7 +58,10 @@ fn method_delivers_exact_counts(method: &str) {
                 .skip_while(|a| **a != "--batch")
                 .nth(1)
                 .map_or(1, |b| b.parse().unwrap());
-            assert_eq!(u(send_path, "batch"), batch);
+            // Paced, what is due goes out as one batch: at least --batch
+            // per call, and far fewer calls than datagrams.
+            assert!(u(send_path, "batch") >= batch, "{send_path}");
+            assert!(u(send_path, "calls") < 2001 / 2, "{send_path}");
             if gso_asked {
                 // 2001 datagrams in GSO buffers of up to 44 segments (64 KiB).
                 assert!(u(send_path, "calls") < 2001 / 10, "{send_path}");

@@ -55,6 +55,7 @@ fuzz_target!(|data: &[u8]| {
             local: None,
             segment_size: segment,
             truncated: control & 0x10 != 0,
+            cpu: None,
         };
         table.on_receive(&datagram, &rx, &mut replies);
         for reply in &replies[before..] {
@@ -69,6 +70,6 @@ fuzz_target!(|data: &[u8]| {
         replies.clear();
         assert!(table.len() <= 16 + table.records_bound(), "tables bounded");
     }
-    table.tick_intervals(t0 + Duration::from_secs(1), &mut sink);
+    table.tick_intervals(t0 + Duration::from_secs(1), None, &mut sink);
     table.finish_all(t0 + Duration::from_secs(2), &mut sink, &mut replies);
 });

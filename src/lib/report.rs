@@ -9,6 +9,7 @@ use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::config::ServerConfig;
 use crate::server::peers::{ConflictReport, DoneReason, LateReport, PeerReport};
 use crate::server::{Bound, ServerSummary};
+use crate::stats::CpuCost;
 use crate::units::HumanBytes;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -86,6 +87,21 @@ fn rate_phrase(gbps: Option<f64>) -> String {
     }
 }
 
+/// `0.140 s (0.010 user + 0.130 sys) = 7.0% of a core, 2.80 CPU-s/GB`.
+fn cpu_text(c: &CpuCost) -> String {
+    let split = match (c.user_seconds, c.system_seconds) {
+        (Some(u), Some(s)) => format!(" ({u:.3} user + {s:.3} sys)"),
+        _ => String::new(),
+    };
+    let core = c
+        .percent_of_core
+        .map_or_else(String::new, |p| format!(" = {p:.1}% of a core"));
+    let per_gb = c
+        .seconds_per_gb
+        .map_or_else(String::new, |g| format!(", {g:.2} CPU-s/GB"));
+    format!("{:.3} s{split}{core}{per_gb}", c.seconds)
+}
+
 /// `1 peer`, `2 peers`.
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -96,8 +112,12 @@ pub fn interval(r: &PeerReport, json_out: bool) -> String {
     if json_out {
         return json_event("interval", r);
     }
+    let cpu = r
+        .cpu
+        .and_then(|c| c.percent_of_core)
+        .map_or_else(String::new, |p| format!(" cpu {p:5.1}%"));
     format!(
-        "[{}] {:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps",
+        "[{}] {:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps{cpu}",
         peer_label(r),
         r.seconds,
         r.packets,
@@ -188,6 +208,12 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
             r.truncated
         );
     }
+    if let Some(c) = &r.cpu {
+        out += &format!(
+            "\n  cpu       {} (receive threads, shared with any other active peer)",
+            cpu_text(c)
+        );
+    }
     if let Some(why) = r.conflict {
         out += &format!(
             "\n  DISPUTED  {why}: a forged End, or a confused client; these figures cannot be trusted"
@@ -258,6 +284,9 @@ pub fn server_summary(s: &ServerSummary, json_out: bool) -> String {
     if let Some(d) = s.kernel_drops {
         out += &format!("; kernel drops on the socket: {d}");
     }
+    if let Some(c) = &s.cpu {
+        out += &format!("; cpu {}", cpu_text(c));
+    }
     out
 }
 
@@ -310,6 +339,20 @@ fn sent_line(packets: u64, bytes: u64, seconds: f64, gbps: Option<f64>) -> Strin
     )
 }
 
+/// `cpu  sender …; receiver …`, both ends of the same run.
+fn cpu_line(sender: Option<&CpuCost>, server: Option<&ServerView>) -> Option<String> {
+    let receiver = server.and_then(|v| v.cpu.as_ref());
+    if sender.is_none() && receiver.is_none() {
+        return None;
+    }
+    let side = |c: Option<&CpuCost>| c.map_or_else(|| "unknown".to_string(), cpu_text);
+    Some(format!(
+        "\ncpu       sender {}; receiver {}",
+        side(sender),
+        side(receiver)
+    ))
+}
+
 fn client_lines(c: &ClientReport) -> String {
     let mut out = sent_line(c.sent_packets, c.sent_bytes, c.seconds, c.gbps) + "\n";
     match (&c.server, c.answer) {
@@ -324,12 +367,31 @@ fn client_lines(c: &ClientReport) -> String {
         "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting",
         c.enobufs_retries, c.backoff_seconds
     );
+    if let Some(cpu) = cpu_line(c.cpu.as_ref(), c.server.as_ref()) {
+        out += &cpu;
+    }
     let p = &c.send_path;
     let gso = match p.gso_segments {
         Some(n) => format!("gso: on (up to {n} datagrams per buffer)"),
         None => format!("gso: {}", p.gso),
     };
     out += &format!("\npath      {} per call, {gso}, {} calls", p.batch, p.calls);
+    if let Some(pace) = &c.pacing {
+        let mode = match pace.mode {
+            "precise" => "each datagram at its time (spinning: costs up to a core)".to_string(),
+            _ => format!(
+                "in batches every 0.5 ms, at most {} back to back",
+                pace.burst_bound
+            ),
+        };
+        out += &format!("\npacing    {mode}");
+        if pace.behind_seconds > 0.0 {
+            out += &format!(
+                "; fell behind by {:.3} s in all (the rate was not held then)",
+                pace.behind_seconds
+            );
+        }
+    }
     for note in &p.notes {
         out += &format!("\n          {note}");
     }
@@ -389,6 +451,9 @@ pub fn client_report(r: &RunReport, json_out: bool) -> String {
             "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting",
             r.enobufs_retries, r.backoff_seconds
         );
+        if let Some(cpu) = cpu_line(r.cpu.as_ref(), r.server.as_ref()) {
+            out += &cpu;
+        }
     }
     for note in &r.notes {
         out += &format!("\nnote: {note}");

@@ -259,6 +259,76 @@ impl SeqSet {
     }
 }
 
+/// User and system CPU time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CpuTime {
+    pub user: Duration,
+    pub system: Duration,
+}
+
+impl CpuTime {
+    pub fn total(&self) -> Duration {
+        self.user + self.system
+    }
+
+    /// What was used from `earlier` to `self` (never negative).
+    pub fn since(&self, earlier: CpuTime) -> CpuTime {
+        CpuTime {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
+    }
+
+    pub fn plus(&self, other: CpuTime) -> CpuTime {
+        CpuTime {
+            user: self.user + other.user,
+            system: self.system + other.system,
+        }
+    }
+}
+
+/// What some work cost in CPU, as iperf3 and netperf report it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct CpuCost {
+    /// User and system CPU seconds (absent when only the total is known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_seconds: Option<f64>,
+    pub seconds: f64,
+    /// `seconds` over the wall-clock span, in % of one core (can pass 100
+    /// with several threads); null under [`MIN_RATE_SPAN`].
+    pub percent_of_core: Option<f64>,
+    /// CPU seconds per 10^9 payload bytes moved (netperf's service demand,
+    /// per GB); null when nothing moved.
+    pub seconds_per_gb: Option<f64>,
+}
+
+impl CpuCost {
+    /// The cost of `cpu` spent over `span` moving `bytes`.
+    pub fn of(cpu: CpuTime, span: Duration, bytes: u64) -> Self {
+        Self::of_total(cpu.total(), span, bytes).with_split(cpu)
+    }
+
+    /// The same when only the total CPU time is known.
+    pub fn of_total(total: Duration, span: Duration, bytes: u64) -> Self {
+        let seconds = total.as_secs_f64();
+        CpuCost {
+            user_seconds: None,
+            system_seconds: None,
+            seconds,
+            percent_of_core: (span >= MIN_RATE_SPAN).then(|| seconds * 100.0 / span.as_secs_f64()),
+            seconds_per_gb: (bytes > 0).then(|| seconds / (bytes as f64 / 1e9)),
+        }
+    }
+
+    fn with_split(mut self, cpu: CpuTime) -> Self {
+        self.user_seconds = Some(cpu.user.as_secs_f64());
+        self.system_seconds = Some(cpu.system.as_secs_f64());
+        self
+    }
+}
+
 /// A rate is reported only over at least this span: below it, the time of
 /// one datagram's arrival is a large part of the span, and a 3-datagram
 /// burst would read as several Gbit/s. Shorter runs report the rate as
@@ -565,6 +635,25 @@ mod tests {
         let t = track(&[0, 1, 2, 7, 8]);
         assert_eq!(t.unexpected(5), 2);
         assert_eq!(t.lost_range(5), (2, 2), "seq 3 and 4; 7 and 8 hide nothing");
+    }
+
+    #[test]
+    fn cpu_cost_per_core_and_per_gb() {
+        let cpu = CpuTime {
+            user: Duration::from_millis(300),
+            system: Duration::from_millis(200),
+        };
+        let c = CpuCost::of(cpu, Duration::from_secs(2), 2_000_000_000);
+        assert_eq!(c.seconds, 0.5);
+        assert_eq!(c.percent_of_core, Some(25.0));
+        assert_eq!(c.seconds_per_gb, Some(0.25));
+        assert_eq!((c.user_seconds, c.system_seconds), (Some(0.3), Some(0.2)));
+        let none = CpuCost::of_total(Duration::from_millis(5), Duration::ZERO, 0);
+        assert_eq!((none.percent_of_core, none.seconds_per_gb), (None, None));
+        assert_eq!(
+            cpu.since(CpuTime::default()).plus(cpu).total(),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]

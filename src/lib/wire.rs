@@ -160,9 +160,14 @@ pub struct EndAck {
     pub gro_buffers: u64,
     /// Buffers the kernel cut short (MSG_TRUNC).
     pub truncated: u64,
-    /// The server's receive CPU while the session ran, when known.
+    /// The server's receive threads' CPU while the session ran
+    /// ([`UNKNOWN`] where the platform cannot tell) ...
     pub cpu_user_ns: u64,
     pub cpu_system_ns: u64,
+    /// ... and their total CPU (user + system) when it began, on a counter
+    /// that runs from the server's start: a client can then take the
+    /// server's CPU over several sessions without counting it twice.
+    pub cpu_start_ns: u64,
     /// Transit times discarded as implausible for jitter.
     pub transit_discarded: u64,
     pub tag: [u8; TAG_LEN],
@@ -284,7 +289,7 @@ fn end_ack_fields(ack: &EndAck) -> [u64; 24] {
         ack.cpu_user_ns,
         ack.cpu_system_ns,
         ack.transit_discarded,
-        0,
+        ack.cpu_start_ns,
     ]
 }
 
@@ -333,6 +338,7 @@ fn decode_end_ack(buf: &[u8], header: Header) -> EndAck {
         cpu_user_ns: f(20),
         cpu_system_ns: f(21),
         transit_discarded: f(22),
+        cpu_start_ns: f(23),
         tag,
     }
 }
@@ -510,6 +516,7 @@ mod tests {
             cpu_user_ns: 15,
             cpu_system_ns: 16,
             transit_discarded: 17,
+            cpu_start_ns: 18,
             tag: [9; TAG_LEN],
         };
         let bytes = encode_end_ack(&ack);

@@ -19,10 +19,10 @@ use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::server::BufferGrant;
 use crate::shutdown::Shutdown;
-use crate::stats::{self, percent};
+use crate::stats::{self, percent, CpuCost, CpuTime};
 use crate::sys;
 use crate::wire::{self, End, EndAck, Header, Hello, Message};
-use pacing::Pacer;
+use pacing::{Pacer, Release};
 use send::{SendPath, Transmitter};
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -41,6 +41,9 @@ pub const EXIT_NO_ANSWER: i32 = 3;
 /// The exit code of a run whose answer the server marked as disputed:
 /// another End for the session, or data after it (a forged End?).
 pub const EXIT_DISPUTED: i32 = 4;
+/// Datagrams a paced sender hands over in one sendmmsg call at most: the
+/// bursts of a release go out together.
+const PACED_BATCH: usize = 64;
 /// After a signal ended the test, how long (beyond the server's grace
 /// period) the client still waits for the answer.
 const SIGNALLED_WAIT: Duration = Duration::from_millis(300);
@@ -98,10 +101,28 @@ pub struct ServerView {
     /// its total does not cover: these figures cannot be trusted.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub disputed: bool,
+    /// The server's receive threads' CPU while the session(s) ran (shared
+    /// with anything else it received meanwhile); absent where unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuCost>,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// How a paced sender held its rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct PacingReport {
+    /// `batches` (what is due goes out every 0.5 ms, sleeping in between)
+    /// or `precise` (each datagram at its time, spinning before it).
+    pub mode: &'static str,
+    /// The most datagrams one release sends back to back.
+    pub burst_bound: u64,
+    /// Time the sender fell behind its schedule beyond what one burst
+    /// catches up (descheduled, or a full queue): the rate was not held
+    /// for that long.
+    pub behind_seconds: f64,
 }
 
 /// What became of asking the server for its figures.
@@ -179,10 +200,21 @@ pub struct ClientReport {
     /// SO_SNDBUF as granted, when --sndbuf was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sndbuf: Option<BufferGrant>,
+    /// The sending thread's CPU over the send loop (getrusage
+    /// RUSAGE_THREAD); absent where the platform cannot tell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuCost>,
+    /// How the rate was held, with --rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<PacingReport>,
     pub answer: Answer,
     pub server: Option<ServerView>,
     #[serde(skip)]
     timing: SendTiming,
+    #[serde(skip)]
+    cpu_used: Option<CpuTime>,
+    #[serde(skip)]
+    loop_time: Duration,
     #[serde(skip)]
     ack: Option<EndAck>,
 }
@@ -203,6 +235,9 @@ pub struct RunReport {
     pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
+    /// All sending threads' CPU, over the run's wall time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuCost>,
     /// Combined over the clients the server answered for; null if none did.
     pub server: Option<ServerView>,
     pub clients_answered: usize,
@@ -602,7 +637,15 @@ pub fn run_one(
     if !ticket.ready(true) {
         return Err(Error::runtime(HELD_BACK));
     }
-    let mut tx = Transmitter::new(&socket, cfg.server, cfg.connected, size, cfg.batch, cfg.gso);
+    let mut pacer = cfg.rate_bps.map(|r| Pacer::new(r, cfg.precise_pacing));
+    // A paced sender hands each release to the kernel as one batch.
+    let batch = match &pacer {
+        Some(p) if !cfg.precise_pacing => cfg
+            .batch
+            .max(p.burst_bound(size).min(PACED_BATCH as u64) as usize),
+        _ => cfg.batch,
+    };
+    let mut tx = Transmitter::new(&socket, cfg.server, cfg.connected, size, batch, cfg.gso);
     tx.dont_fragment = cfg.dont_fragment;
     let max_payload = if cfg.server.is_ipv4() {
         sys::MAX_UDP_PAYLOAD_V4
@@ -615,34 +658,38 @@ pub fn run_one(
     fill_incompressible(&mut staging, session);
     let mut lengths = Vec::new();
     let mut message_ends: Vec<usize> = Vec::new();
-    let mut pacer = cfg.rate_bps.map(Pacer::new);
     let (mut packets, mut bytes, mut untagged) = (0u64, 0u64, 0u64);
     let start = Instant::now();
+    let cpu_at_start = sys::thread_cpu();
     let mut timing = SendTiming::new(start);
-    while !shutdown.is_triggered() && !tx.gone {
+    'sending: while !shutdown.is_triggered() && !tx.gone {
         let per_message = tx.segments_per_message(max_payload);
-        plan(
-            cfg.volume,
-            size,
-            packets,
-            bytes,
-            start,
-            per_message * tx.batch(),
-            &mut lengths,
-        );
-        if lengths.is_empty() {
-            break;
-        }
+        let mut count = per_message * tx.batch();
         if let Some(p) = pacer.as_mut() {
-            // --duration bounds the run: a datagram due after it is not sent.
-            if let Volume::Time(d) = cfg.volume {
-                if p.due(bytes) >= start + d {
-                    break;
+            loop {
+                match p.release(Instant::now(), bytes, size) {
+                    Release::Send(due) => {
+                        count = count.min(due as usize);
+                        break;
+                    }
+                    Release::Wait(wake) => {
+                        // --duration bounds the run: nothing due after it
+                        // is sent.
+                        if let Volume::Time(d) = cfg.volume {
+                            if wake >= start + d {
+                                break 'sending;
+                            }
+                        }
+                        if !p.sleep_until(wake, shutdown) {
+                            break 'sending;
+                        }
+                    }
                 }
             }
-            if !p.wait_until_due(bytes, shutdown) {
-                break;
-            }
+        }
+        plan(cfg.volume, size, packets, bytes, start, count, &mut lengths);
+        if lengths.is_empty() {
+            break;
         }
         // Lay the datagrams out: message m holds datagrams
         // [m * per_message, (m + 1) * per_message), back to back.
@@ -698,6 +745,11 @@ pub fn run_one(
         }
     }
     let span = timing.span();
+    // The sending thread's CPU, over the send loop's wall time.
+    let cpu_used = sys::thread_cpu()
+        .zip(cpu_at_start)
+        .map(|(now, then)| now.since(then));
+    let loop_time = timing.last_call.saturating_duration_since(start);
     let end = End {
         header: Header {
             session,
@@ -744,9 +796,21 @@ pub fn run_one(
         backoff_seconds: tx.backoff_time.as_secs_f64(),
         send_path: tx.path(),
         sndbuf,
+        cpu: cpu_used.map(|c| CpuCost::of(c, loop_time, bytes)),
+        pacing: pacer.as_ref().map(|p| PacingReport {
+            mode: if cfg.precise_pacing {
+                "precise"
+            } else {
+                "batches"
+            },
+            burst_bound: p.burst_bound(size),
+            behind_seconds: p.forgiven().as_secs_f64(),
+        }),
         answer,
         server: ack.as_ref().map(|a| server_view(&[(a, packets)])),
         timing,
+        cpu_used,
+        loop_time,
         ack,
     })
 }
@@ -854,6 +918,7 @@ fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
         entry.0 = entry.0.min(a.drops_start);
         entry.1 = entry.1.max(a.drops_end);
     }
+    v.cpu = server_cpu(answers, v.received_bytes);
     if known && !sockets.is_empty() {
         let drops: u64 = sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum();
         v.socket_kernel_drops = Some(drops);
@@ -865,6 +930,42 @@ fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
         });
     }
     v
+}
+
+/// The server's receive CPU over the answered sessions: one session's own
+/// split, or the total from the earliest start to the latest end of
+/// several (the counter runs from the server's start, so overlapping
+/// sessions are not counted twice).
+fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCost> {
+    let known = |a: &EndAck| {
+        [a.cpu_user_ns, a.cpu_system_ns, a.cpu_start_ns]
+            .iter()
+            .all(|&x| x != wire::UNKNOWN)
+    };
+    if answers.is_empty() || !answers.iter().all(|(a, _)| known(a)) {
+        return None;
+    }
+    let span =
+        |a: &EndAck| Duration::from_nanos(a.last_arrival_ns.saturating_sub(a.first_arrival_ns));
+    if let [(a, _)] = answers {
+        let cpu = CpuTime {
+            user: Duration::from_nanos(a.cpu_user_ns),
+            system: Duration::from_nanos(a.cpu_system_ns),
+        };
+        return Some(CpuCost::of(cpu, span(a), bytes));
+    }
+    let start = answers.iter().map(|(a, _)| a.cpu_start_ns).min()?;
+    let end = answers
+        .iter()
+        .map(|(a, _)| a.cpu_start_ns + a.cpu_user_ns + a.cpu_system_ns)
+        .max()?;
+    let first = answers.iter().map(|(a, _)| a.first_arrival_ns).min()?;
+    let last = answers.iter().map(|(a, _)| a.last_arrival_ns).max()?;
+    Some(CpuCost::of_total(
+        Duration::from_nanos(end.saturating_sub(start)),
+        Duration::from_nanos(last.saturating_sub(first)),
+        bytes,
+    ))
 }
 
 fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
@@ -973,6 +1074,19 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
         gbps: stats::rate_gbps(sent_bytes.saturating_sub(at_first), span),
         enobufs_retries: clients.iter().map(|c| c.enobufs_retries).sum(),
         backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
+        cpu: clients
+            .iter()
+            .map(|c| c.cpu_used)
+            .collect::<Option<Vec<CpuTime>>>()
+            .map(|all| {
+                let total = all.iter().fold(CpuTime::default(), |a, b| a.plus(*b));
+                let wall = clients
+                    .iter()
+                    .map(|c| c.loop_time)
+                    .max()
+                    .unwrap_or_default();
+                CpuCost::of(total, wall, sent_bytes)
+            }),
         server,
         clients_answered: answered_count,
         complete: answered_count + count(Answer::NotAsked) == n,

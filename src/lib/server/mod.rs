@@ -18,6 +18,7 @@ pub mod recv;
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
+use crate::stats::{CpuCost, CpuTime};
 use crate::sys;
 use peers::{
     ConflictReport, Event, LateReport, PeerReport, PeerTable, Reply, Rx, TableConfig, Totals,
@@ -27,6 +28,7 @@ use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use sys::RecvBatch;
@@ -203,6 +205,11 @@ pub struct ServerSummary {
     pub totals: Totals,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
+    /// The whole process's CPU over its run, and the receive threads'.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuCost>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receive_cpu: Option<CpuCost>,
     pub method: &'static str,
     pub threads: usize,
     pub gro: bool,
@@ -219,6 +226,73 @@ struct Shared {
 /// Counts what the receive loops read into the shared table.
 struct Counter<'a> {
     shared: &'a Mutex<Shared>,
+    cpu: &'a ReceiveCpu,
+    /// The thread that finalises sessions, woken when one needs it sooner
+    /// than its next regular look.
+    main: std::thread::Thread,
+}
+
+/// The longest the finalising thread sleeps: how late it notices a
+/// shutdown, an idle peer or an expired record.
+const LONGEST_NAP: Duration = Duration::from_millis(100);
+/// Its nap once shutting down, so the receive threads can finish.
+const LAST_LOOK: Duration = Duration::from_millis(20);
+
+/// How often a busy receive thread refreshes its CPU figure.
+const CPU_SAMPLE_EVERY: Duration = Duration::from_millis(10);
+
+/// The receive threads' CPU time. Each thread reads its own (getrusage
+/// RUSAGE_THREAD) at most once per [`CPU_SAMPLE_EVERY`], when it has read
+/// something, and publishes it here; anyone may add them up. A figure is
+/// then at most that much wall time old, so it misses at most that much
+/// CPU (and far less at low load, when the thread mostly sleeps).
+/// Sampling more often costs a syscall per datagram at low rates.
+struct ReceiveCpu {
+    epoch: Instant,
+    /// Per thread: user ns, system ns, when sampled (ns since epoch + 1;
+    /// 0 = never).
+    slots: Vec<[AtomicU64; 3]>,
+    supported: bool,
+}
+
+impl ReceiveCpu {
+    fn new(threads: usize, epoch: Instant) -> Self {
+        ReceiveCpu {
+            epoch,
+            slots: (0..threads).map(|_| Default::default()).collect(),
+            supported: sys::thread_cpu().is_some(),
+        }
+    }
+
+    /// Called on receive thread `index`: refreshes its figure if it is
+    /// older than [`CPU_SAMPLE_EVERY`], or at once with `force`.
+    fn sample(&self, index: usize, now: Instant, force: bool) {
+        let Some(slot) = self.slots.get(index) else {
+            return;
+        };
+        let at = now.saturating_duration_since(self.epoch).as_nanos() as u64 + 1;
+        let last = slot[2].load(Ordering::Relaxed);
+        if !force && last != 0 && at < last + CPU_SAMPLE_EVERY.as_nanos() as u64 {
+            return;
+        }
+        if let Some(cpu) = sys::thread_cpu() {
+            slot[0].store(cpu.user.as_nanos() as u64, Ordering::Relaxed);
+            slot[1].store(cpu.system.as_nanos() as u64, Ordering::Relaxed);
+            slot[2].store(at, Ordering::Relaxed);
+        }
+    }
+
+    /// All receive threads' CPU so far.
+    fn total(&self) -> Option<CpuTime> {
+        self.supported.then(|| {
+            self.slots.iter().fold(CpuTime::default(), |sum, slot| {
+                sum.plus(CpuTime {
+                    user: Duration::from_nanos(slot[0].load(Ordering::Relaxed)),
+                    system: Duration::from_nanos(slot[1].load(Ordering::Relaxed)),
+                })
+            })
+        })
+    }
 }
 
 fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
@@ -244,6 +318,8 @@ fn send_replies(sockets: &[&Socket], replies: &mut Vec<Reply>) {
 impl Deliver for Counter<'_> {
     fn deliver(&self, index: usize, socket: &Socket, batch: &RecvBatch, count: usize) {
         let now = Instant::now();
+        self.cpu.sample(index, now, false);
+        let cpu = self.cpu.total();
         let real_now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -274,8 +350,12 @@ impl Deliver for Counter<'_> {
                     local: received.local,
                     segment_size: received.segment_size,
                     truncated: received.truncated,
+                    cpu,
                 };
                 table.on_receive(received.data, &rx, &mut replies);
+            }
+            if table.take_attention() {
+                self.main.unpark();
             }
         }
         // Answers go out of the socket the request came in on, from the
@@ -327,7 +407,13 @@ pub fn run(
         replies: Vec::new(),
     });
     let sockets: Vec<&Socket> = bound.sockets.iter().collect();
-    let counter = Counter { shared: &shared };
+    let receive_cpu = ReceiveCpu::new(bound.sockets.len(), start);
+    let process_cpu_at_start = sys::process_cpu();
+    let counter = Counter {
+        shared: &shared,
+        cpu: &receive_cpu,
+        main: std::thread::current(),
+    };
     let receivers_done = Shutdown::new();
     let result = std::thread::scope(|scope| {
         let receivers: Vec<_> = bound
@@ -338,20 +424,26 @@ pub fn run(
                 let counter = &counter;
                 let receivers_done = &receivers_done;
                 scope.spawn(move || {
-                    recv::run_method(cfg.method, &[socket], i, counter, receivers_done)
+                    let done = recv::run_method(cfg.method, &[socket], i, counter, receivers_done);
+                    counter.cpu.sample(i, Instant::now(), true);
+                    done
                 })
             })
             .collect();
         let mut next_interval = cfg.interval.map(|i| start + i);
-        let tick = Duration::from_millis(20);
         let mut flushed = Vec::new();
         let mut replies = Vec::new();
+        let mut nap = LONGEST_NAP;
         loop {
             let stopping = shutdown.is_triggered() || receivers.iter().any(|h| h.is_finished());
             if stopping {
                 receivers_done.trigger();
+                nap = nap.min(LAST_LOOK);
             }
-            std::thread::sleep(tick);
+            // Sleeps until the next interval line or grace period ends, or
+            // a receive thread wakes it, or LONGEST_NAP: a fixed short tick
+            // cost an idle server a wake-up every 20 ms.
+            std::thread::park_timeout(nap);
             let now = Instant::now();
             {
                 let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -364,7 +456,7 @@ pub fn run(
                     let mut sink = push_event(pending);
                     if let Some(due) = next_interval {
                         if now >= due {
-                            table.tick_intervals(now, &mut sink);
+                            table.tick_intervals(now, receive_cpu.total(), &mut sink);
                             let interval = cfg.interval.expect("interval set");
                             next_interval = Some(if due + interval <= now {
                                 now + interval
@@ -375,6 +467,14 @@ pub fn run(
                     }
                     table.expire(now, &mut sink, queued);
                 }
+                let due = [next_interval, table.next_due(now)]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                nap = due.map_or(LONGEST_NAP, |due| {
+                    due.saturating_duration_since(Instant::now())
+                        .min(LONGEST_NAP)
+                });
                 std::mem::swap(pending, &mut flushed);
                 std::mem::swap(queued, &mut replies);
             }
@@ -406,7 +506,15 @@ pub fn run(
         events(event);
     }
     result.map_err(|e| Error::runtime(format!("receive failed: {e}")))?;
+    let wall = start.elapsed();
+    let cpu = sys::process_cpu()
+        .zip(process_cpu_at_start)
+        .map(|(now, then)| CpuCost::of(now.since(then), wall, table.totals.bytes));
     Ok(ServerSummary {
+        cpu,
+        receive_cpu: receive_cpu
+            .total()
+            .map(|c| CpuCost::of(c, wall, table.totals.bytes)),
         totals: table.totals.clone(),
         kernel_drops: table.kernel_drops().filter(|_| drops_supported),
         method: cfg.method.name(),

@@ -29,7 +29,7 @@
 //! down, but not lock every real client out.
 
 use crate::auth::Psk;
-use crate::stats::{self, percent, wire_bytes, Arrival, Jitter, SeqSet};
+use crate::stats::{self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, SeqSet};
 use crate::wire::{self, End, EndAck, Hello, HelloAck, Message};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -185,6 +185,10 @@ pub struct PeerReport {
     /// Transit times left out of the jitter as implausible.
     #[serde(skip_serializing_if = "is_zero")]
     pub transit_discarded: u64,
+    /// The server's receive threads' CPU over this span (shared with any
+    /// other peer active at the same time); absent where unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuCost>,
     /// Why this session's figures are disputed: Ends with different
     /// totals, or data after an End that its total does not cover.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -260,6 +264,7 @@ impl Amount {
 struct Mark {
     at: Instant,
     total: Amount,
+    cpu: Option<CpuTime>,
 }
 
 /// Where to send an answer to an End, once the session is finalised.
@@ -406,6 +411,11 @@ struct Peer {
     socket: usize,
     drops_start: Option<u64>,
     drops_end: Option<u64>,
+    /// The receive threads' CPU at this peer's first and latest datagram,
+    /// and when the first came.
+    cpu_start: Option<CpuTime>,
+    cpu_end: Option<CpuTime>,
+    first_seen: Instant,
     joins_at_start: u64,
     shared: bool,
     gro_buffers: u64,
@@ -427,6 +437,9 @@ impl Peer {
             socket,
             drops_start: None,
             drops_end: None,
+            cpu_start: None,
+            cpu_end: None,
+            first_seen: now,
             joins_at_start: 0,
             shared: false,
             gro_buffers: 0,
@@ -458,12 +471,21 @@ impl Peer {
         }
     }
 
-    fn seen(&mut self, now: Instant, drops: Option<u64>) {
+    fn seen(&mut self, now: Instant, drops: Option<u64>, cpu: Option<CpuTime>) {
         self.last_seen = self.last_seen.max(now);
         if drops.is_some() {
             self.drops_start = self.drops_start.or(drops);
             self.drops_end = drops;
         }
+        if cpu.is_some() {
+            self.cpu_start = self.cpu_start.or(cpu);
+            self.cpu_end = cpu;
+        }
+    }
+
+    /// The receive CPU from the peer's first datagram to its latest.
+    fn cpu_used(&self) -> Option<CpuTime> {
+        Some(self.cpu_end?.since(self.cpu_start?))
     }
 
     fn socket_drops(&self) -> Option<u64> {
@@ -480,12 +502,14 @@ impl Peer {
 
     /// A report of `amount` over the span from `start` to `end`, where
     /// `after_start` is the part of `amount` that arrived after `start`.
+    #[allow(clippy::too_many_arguments)]
     fn report(
         &self,
         amount: Amount,
         after_start: Amount,
         span: Duration,
         shared: bool,
+        cpu: Option<CpuCost>,
         reason: Option<DoneReason>,
     ) -> PeerReport {
         let t = self.tagged.as_deref();
@@ -522,6 +546,7 @@ impl Peer {
             gro_buffers: self.gro_buffers,
             truncated: self.truncated,
             transit_discarded: t.map_or(0, |t| t.jitter.discarded),
+            cpu,
             conflict: t.and_then(|t| t.conflict),
             reason,
         }
@@ -533,36 +558,44 @@ impl Peer {
             Some(first) => self.last.saturating_duration_since(first),
             None => Duration::ZERO,
         };
+        let cpu = self.cpu_used().map(|c| {
+            let span = self.last_seen.saturating_duration_since(self.first_seen);
+            CpuCost::of(c, span, self.total.bytes)
+        });
         self.report(
             self.total,
             self.total.minus(self.at_first),
             span,
             shared,
+            cpu,
             Some(reason),
         )
     }
 
     /// What arrived since the last interval line, up to `end`; None when
     /// nothing did.
-    fn interval(&self, end: Instant, shared: bool) -> Option<PeerReport> {
+    fn interval(&self, end: Instant, cpu_now: Option<CpuTime>, shared: bool) -> Option<PeerReport> {
         let first = self.first?;
-        let (start, amount, after_start) = match self.mark {
+        let (start, amount, after_start, cpu_from) = match self.mark {
             Some(m) => {
                 let amount = self.total.minus(m.total);
-                (m.at, amount, amount)
+                (m.at, amount, amount, m.cpu)
             }
-            None => (first, self.total, self.total.minus(self.at_first)),
+            None => (
+                first,
+                self.total,
+                self.total.minus(self.at_first),
+                self.cpu_start,
+            ),
         };
         if amount.packets == 0 {
             return None;
         }
-        let mut report = self.report(
-            amount,
-            after_start,
-            end.saturating_duration_since(start),
-            shared,
-            None,
-        );
+        let span = end.saturating_duration_since(start);
+        let cpu = cpu_now
+            .zip(cpu_from)
+            .map(|(now, from)| CpuCost::of(now.since(from), span, amount.bytes));
+        let mut report = self.report(amount, after_start, span, shared, cpu, None);
         report.total_packets = Some(self.total.packets);
         report.total_bytes = Some(self.total.bytes);
         Some(report)
@@ -620,8 +653,15 @@ impl Peer {
             drop_socket: self.socket as u64,
             gro_buffers: self.gro_buffers,
             truncated: self.truncated,
-            cpu_user_ns: wire::UNKNOWN,
-            cpu_system_ns: wire::UNKNOWN,
+            cpu_user_ns: self
+                .cpu_used()
+                .map_or(wire::UNKNOWN, |c| c.user.as_nanos() as u64),
+            cpu_system_ns: self
+                .cpu_used()
+                .map_or(wire::UNKNOWN, |c| c.system.as_nanos() as u64),
+            cpu_start_ns: self
+                .cpu_start
+                .map_or(wire::UNKNOWN, |c| c.total().as_nanos() as u64),
             transit_discarded: t.jitter.discarded,
             tag: [0; wire::TAG_LEN],
         }
@@ -883,6 +923,9 @@ pub struct PeerTable {
     /// Events that arise as datagrams arrive (a conflict, an eviction),
     /// handed on at the next `expire` or `tick_intervals`.
     queued: Vec<Event>,
+    /// Something arrived that the thread calling `expire` should see
+    /// before its next regular look: a queued event or a new grace period.
+    attention: bool,
     pub totals: Totals,
 }
 
@@ -914,6 +957,7 @@ impl PeerTable {
             },
             ranges_per_session,
             queued: Vec::new(),
+            attention: false,
             totals: Totals::default(),
             cfg,
         }
@@ -1009,6 +1053,7 @@ impl PeerTable {
         let meta = Meta {
             socket: rx.socket,
             local: rx.local,
+            cpu: rx.cpu,
             processed: rx.processed,
             drops,
             coalesced_first: false,
@@ -1211,6 +1256,7 @@ impl PeerTable {
         };
         self.totals.conflicts += 1;
         self.queued.push(Event::Conflict(report));
+        self.attention = true;
     }
 
     fn on_data(
@@ -1244,7 +1290,7 @@ impl PeerTable {
             return;
         }
         let peer = self.tagged.get_mut(slot);
-        peer.seen(at.now, meta.drops);
+        peer.seen(at.now, meta.drops, meta.cpu);
         if meta.coalesced_first {
             peer.gro_buffers += 1;
         }
@@ -1270,7 +1316,7 @@ impl PeerTable {
     fn on_untagged(&mut self, len: usize, addr: SocketAddr, now: Instant, meta: Meta) {
         if let Some(slot) = self.untagged.find(&addr) {
             let peer = self.untagged.get_mut(slot);
-            peer.seen(now, meta.drops);
+            peer.seen(now, meta.drops, meta.cpu);
             peer.count(len, now);
             return;
         }
@@ -1287,7 +1333,7 @@ impl PeerTable {
                 return;
             }
             let peer = self.tagged.get_mut(slot);
-            peer.seen(now, meta.drops);
+            peer.seen(now, meta.drops, meta.cpu);
             peer.count(len, now);
             peer.tagged.as_mut().expect("tagged").untagged_packets += 1;
             return;
@@ -1298,7 +1344,7 @@ impl PeerTable {
         }
         let mut peer = Peer::new(addr, now, meta.socket, None);
         self.start_peer(&mut peer, meta.socket);
-        peer.seen(now, meta.drops);
+        peer.seen(now, meta.drops, meta.cpu);
         peer.count(len, now);
         self.untagged.insert(addr, peer);
     }
@@ -1358,7 +1404,7 @@ impl PeerTable {
         if let Some(slot) = slot {
             let peer = self.tagged.get_mut(slot);
             if !peer.is_finished() {
-                peer.seen(now, meta.drops);
+                peer.seen(now, meta.drops, meta.cpu);
             }
         }
         if !self.limiter.allow(addr.ip(), now) {
@@ -1467,7 +1513,7 @@ impl PeerTable {
         // arrived: a receive thread that lags behind must not cut it short.
         let grace_from = meta.processed.max(now);
         let peer = self.tagged.get_mut(slot);
-        peer.seen(now, meta.drops);
+        peer.seen(now, meta.drops, meta.cpu);
         match &mut peer.state {
             State::Closing { reply: pending, .. } => {
                 // Answered once the grace period is over, to the latest ask.
@@ -1479,8 +1525,33 @@ impl PeerTable {
                     grace_until: grace_from + grace,
                     reply,
                 };
+                self.attention = true;
             }
         }
+    }
+
+    /// Whether something arrived since the last call that `expire` should
+    /// handle sooner than its caller's longest nap (see [`Self::next_due`]).
+    pub fn take_attention(&mut self) -> bool {
+        std::mem::take(&mut self.attention)
+    }
+
+    /// The earliest time `expire` has work that cannot wait: `now` while
+    /// events are queued, else the end of the first grace period. Idle
+    /// timeouts and record expiry are not in it: they tolerate a nap.
+    pub fn next_due(&self, now: Instant) -> Option<Instant> {
+        if !self.queued.is_empty() {
+            return Some(now);
+        }
+        self.tagged
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(|peer| match peer.state {
+                State::Closing { grace_until, .. } => Some(grace_until),
+                _ => None,
+            })
+            .min()
     }
 
     /// Moves a record's expiry later, if its client now says it will ask
@@ -1615,7 +1686,13 @@ impl PeerTable {
 
     /// Interval lines for every peer that received something since the last
     /// tick. Call every `--interval`.
-    pub fn tick_intervals(&mut self, now: Instant, events: &mut dyn FnMut(Event)) {
+    /// `cpu_now` is the receive threads' CPU so far, for the lines' CPU.
+    pub fn tick_intervals(
+        &mut self,
+        now: Instant,
+        cpu_now: Option<CpuTime>,
+        events: &mut dyn FnMut(Event),
+    ) {
         let flags = &self.flags;
         for peer in self
             .tagged
@@ -1628,11 +1705,12 @@ impl PeerTable {
                 continue;
             }
             let shared = peer.shared_now(flags);
-            if let Some(report) = peer.interval(now, shared) {
+            if let Some(report) = peer.interval(now, cpu_now, shared) {
                 events(Event::Interval(report));
                 peer.mark = Some(Mark {
                     at: now,
                     total: peer.total,
+                    cpu: cpu_now,
                 });
             }
         }
@@ -1640,7 +1718,8 @@ impl PeerTable {
 
     /// Finalises sessions whose grace period is over or that went idle,
     /// summarises idle untagged sources, and forgets finished sessions'
-    /// records once no retry can come. Call often (every 20 ms).
+    /// records once no retry can come. Call at [`Self::next_due`], and at
+    /// least every 100 ms.
     pub fn expire(
         &mut self,
         now: Instant,
@@ -1730,7 +1809,7 @@ impl PeerTable {
     fn write_done(&self, peer: &Peer, reason: DoneReason, events: &mut dyn FnMut(Event)) {
         let shared = peer.shared_now(&self.flags);
         if self.cfg.intervals {
-            if let Some(report) = peer.interval(peer.last, shared) {
+            if let Some(report) = peer.interval(peer.last, peer.cpu_end, shared) {
                 events(Event::Interval(report));
             }
         }
@@ -1801,6 +1880,8 @@ pub struct Rx {
     pub segment_size: Option<usize>,
     /// MSG_TRUNC: the kernel cut it.
     pub truncated: bool,
+    /// The receive threads' CPU so far, when known.
+    pub cpu: Option<CpuTime>,
 }
 
 impl Default for Rx {
@@ -1815,6 +1896,7 @@ impl Default for Rx {
             local: None,
             segment_size: None,
             truncated: false,
+            cpu: None,
         }
     }
 }
@@ -1824,6 +1906,7 @@ impl Default for Rx {
 struct Meta {
     socket: usize,
     local: Option<IpAddr>,
+    cpu: Option<CpuTime>,
     /// When the datagram was read (its arrival time is the kernel's).
     processed: Instant,
     /// The socket's running drop total, when known.
@@ -1864,6 +1947,7 @@ fn merge(peer: &mut Peer, m: Peer) {
             Some(Mark {
                 at: a.at.max(b.at),
                 total,
+                cpu: a.cpu.or(b.cpu),
             })
         }
     };
@@ -1875,6 +1959,15 @@ fn merge(peer: &mut Peer, m: Peer) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     };
+    peer.cpu_start = match (peer.cpu_start, m.cpu_start) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    peer.cpu_end = match (peer.cpu_end, m.cpu_end) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    peer.first_seen = peer.first_seen.min(m.first_seen);
     peer.shared |= m.shared;
     peer.gro_buffers += m.gro_buffers;
     peer.truncated += m.truncated;
@@ -2573,7 +2666,7 @@ mod tests {
         for seq in 0..100 {
             table.on_datagram(&data(1, seq, 1000), a, t0 + MS * (seq as u32 * 10), 0, None);
             if seq % 30 == 29 {
-                table.tick_intervals(t0 + MS * (seq as u32 * 10 + 5), &mut sink.f());
+                table.tick_intervals(t0 + MS * (seq as u32 * 10 + 5), None, &mut sink.f());
             }
         }
         table.on_datagram(&end_msg(1, 100, 100_000, 1), a, t0 + 1000 * MS, 0, None);
@@ -2616,7 +2709,7 @@ mod tests {
         for seq in [0, 1, u64::MAX, 2] {
             table.on_datagram(&data(1, seq, 100), a, t0, 0, None);
         }
-        table.tick_intervals(t0 + MS, &mut sink.f());
+        table.tick_intervals(t0 + MS, None, &mut sink.f());
         table.on_datagram(&end_msg(1, 3, 300, 1), a, t0, 0, None);
         let ack = ack_of(&expire(&mut table, t0 + 200 * MS, &mut sink)[0]);
         assert_eq!((ack.lost, ack.unexpected), (0, 1));

@@ -11,6 +11,7 @@ use crate::sys::RecvBatch;
 use serde::Serialize;
 use socket2::Socket;
 use std::io;
+use std::time::Duration;
 
 /// Datagrams per recvmmsg call. More than 32 gains nothing measurable
 /// (daeuniverse/honk #80); 8 already gets most of the benefit.
@@ -170,30 +171,149 @@ fn blocking_loop(
         1
     };
     let mut batch = RecvBatch::new(batch_size, RECV_BUF_SIZE);
-    let mut busy = false;
+    let mut waiter = Waiter::default();
     while !shutdown.is_triggered() {
-        let result = match (method, busy) {
-            // While traffic flows, poll without sleeping for a moment
-            // before blocking: a receiver that never sleeps spares the
-            // sender a wake-up per datagram (sock_def_readable was 12% of
-            // a loopback sender's time).
-            (Method::Mmsg, true) => poll_briefly(&mut batch, socket),
-            (Method::Mmsg, false) => batch.recv(socket),
-            _ => batch.recv_one(socket),
+        let (result, polled) = match (method, waiter.next) {
+            (Method::Mmsg, Wait::Block) => (batch.recv(socket), Polled::No),
+            (Method::Mmsg, Wait::Probe) => (batch.try_recv(socket), Polled::No),
+            (Method::Mmsg, Wait::Poll) => poll_briefly(&mut batch, socket, waiter.window),
+            _ => (batch.recv_one(socket), Polled::No),
         };
-        busy = result.is_ok();
+        let limit = batch.limit();
         match result {
             Ok(n) => {
                 deliver.deliver(index, socket, &batch, n);
                 if method == Method::Mmsg {
+                    waiter.after_read(n, limit, polled);
                     batch.set_limit(batch_limit_after(&batch, n));
                 }
             }
-            Err(e) if is_transient(&e) => {}
-            Err(_) => pause_after_error(),
+            Err(e) if is_transient(&e) => waiter.after_nothing(),
+            Err(_) => {
+                waiter.after_nothing();
+                pause_after_error()
+            }
         }
     }
     Ok(())
+}
+
+/// How the mmsg loop waits for its next read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Wait {
+    /// Sleep until a datagram comes.
+    #[default]
+    Block,
+    /// Try once without sleeping.
+    Probe,
+    /// Try for up to the waiter's window without sleeping, then sleep.
+    Poll,
+}
+
+/// What a [`Wait::Poll`] read found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Polled {
+    /// The read did not poll, or data was there at once.
+    No,
+    /// Data came after polling this long.
+    Caught(Duration),
+    /// Nothing came within the window; it slept.
+    TimedOut,
+}
+
+/// The shortest poll after a read: long enough to see whether datagrams
+/// keep coming back to back (an unpaced sender's are a few µs apart).
+pub const POLL_MIN: Duration = Duration::from_micros(10);
+/// The longest: while the queue is backed up.
+pub const POLL_MAX: Duration = Duration::from_micros(50);
+
+/// Decides how the mmsg loop waits. Why not just block: while datagrams
+/// keep coming back to back, a receiver that sleeps costs the sender a
+/// wake-up per datagram (sock_def_readable was 12% of a loopback sender's
+/// time), and an unpaced run slows down. Why not poll after every read: a
+/// receiver that polls an empty socket burns CPU, and several of them
+/// starve the senders whose loss they then report. So it polls only while
+/// the queue shows it is backed up:
+/// - after a sleep, it reads what woke it; if that was more than one
+///   datagram (or one of a size read singly), it looks once more without
+///   sleeping ([`Wait::Probe`]): a paced sender's burst costs one wake-up
+///   and one extra call, a lone datagram only the wake-up;
+/// - only when that look (or a poll) found more does it poll, for a window
+///   that follows the gaps it sees: four times the last gap a poll
+///   bridged, between [`POLL_MIN`] and [`POLL_MAX`];
+/// - after a full batch, the whole [`POLL_MAX`];
+/// - when a look or a poll finds nothing, it sleeps.
+#[derive(Debug, Clone, Copy)]
+struct Waiter {
+    next: Wait,
+    window: Duration,
+}
+
+impl Default for Waiter {
+    fn default() -> Self {
+        Waiter {
+            next: Wait::Block,
+            window: POLL_MIN,
+        }
+    }
+}
+
+impl Waiter {
+    /// A read returned `n` datagrams of at most `limit`.
+    fn after_read(&mut self, n: usize, limit: usize, polled: Polled) {
+        let slept = match polled {
+            Polled::Caught(gap) => {
+                self.window = (gap * 4).clamp(POLL_MIN, POLL_MAX);
+                false
+            }
+            Polled::TimedOut => {
+                self.window = POLL_MIN;
+                true
+            }
+            Polled::No => self.next == Wait::Block,
+        };
+        self.next = if n >= limit && limit > 1 {
+            // A full batch: the queue is backed up.
+            self.window = POLL_MAX;
+            Wait::Poll
+        } else if slept && n == 1 && limit > 1 {
+            // A lone datagram woke it, and the same call (MSG_WAITFORONE)
+            // found nothing behind it: a paced sender's single datagram.
+            // Another look would be a wasted call per datagram.
+            Wait::Block
+        } else if slept {
+            Wait::Probe
+        } else {
+            Wait::Poll
+        };
+    }
+
+    /// A read found nothing (or failed).
+    fn after_nothing(&mut self) {
+        self.next = Wait::Block;
+    }
+}
+
+fn poll_briefly(
+    batch: &mut RecvBatch,
+    socket: &Socket,
+    window: Duration,
+) -> (io::Result<usize>, Polled) {
+    let start = std::time::Instant::now();
+    let mut waited = false;
+    loop {
+        match batch.try_recv(socket) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && start.elapsed() < window => {
+                waited = true;
+                std::hint::spin_loop()
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return (batch.recv(socket), Polled::TimedOut)
+            }
+            other if waited => return (other, Polled::Caught(start.elapsed())),
+            other => return (other, Polled::No),
+        }
+    }
 }
 
 /// Above this average datagram size, mmsg reads one datagram per call.
@@ -210,22 +330,6 @@ fn batch_limit_after(batch: &RecvBatch, received: usize) -> usize {
         1
     } else {
         RECV_BATCH
-    }
-}
-
-/// How long the mmsg loop polls an empty socket before it goes to sleep.
-pub const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
-
-fn poll_briefly(batch: &mut RecvBatch, socket: &Socket) -> io::Result<usize> {
-    let start = std::time::Instant::now();
-    loop {
-        match batch.try_recv(socket) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && start.elapsed() < SPIN => {
-                std::hint::spin_loop()
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return batch.recv(socket),
-            other => return other,
-        }
     }
 }
 
@@ -346,4 +450,81 @@ fn tokio_loop(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn it_sleeps_after_a_gap_and_polls_only_while_datagrams_keep_coming() {
+        let mut w = Waiter::default();
+        assert_eq!(w.next, Wait::Block, "it starts asleep");
+        // A read after a sleep: one look for more, no polling yet.
+        w.after_read(3, 32, Polled::No);
+        assert_eq!(w.next, Wait::Probe);
+        // The look found more: the queue is backed up, poll briefly.
+        w.after_read(2, 32, Polled::No);
+        assert_eq!((w.next, w.window), (Wait::Poll, POLL_MIN));
+        // The poll caught one 2 µs later: the window follows the gap
+        // (4 × 2 µs, but at least the minimum).
+        w.after_read(1, 32, Polled::Caught(2 * US));
+        assert_eq!((w.next, w.window), (Wait::Poll, POLL_MIN));
+        w.after_read(1, 32, Polled::Caught(6 * US));
+        assert_eq!((w.next, w.window), (Wait::Poll, 24 * US));
+        // A full batch: the longest window.
+        w.after_read(32, 32, Polled::No);
+        assert_eq!((w.next, w.window), (Wait::Poll, POLL_MAX));
+        // The poll timed out, so the read slept: next time only a look,
+        // and the shortest window if it polls again.
+        w.after_read(2, 32, Polled::TimedOut);
+        assert_eq!((w.next, w.window), (Wait::Probe, POLL_MIN));
+        // The look found nothing: back to sleep.
+        w.after_nothing();
+        assert_eq!(w.next, Wait::Block);
+    }
+
+    #[test]
+    fn a_paced_burst_costs_one_look_and_no_poll() {
+        let mut w = Waiter::default();
+        for _ in 0..100 {
+            // Woken by a burst, read it whole, the look finds nothing.
+            assert_eq!(w.next, Wait::Block);
+            w.after_read(5, 32, Polled::No);
+            assert_eq!(w.next, Wait::Probe, "never polls an idle socket");
+            w.after_nothing();
+        }
+    }
+
+    #[test]
+    fn a_lone_datagram_costs_one_call() {
+        let mut w = Waiter::default();
+        for _ in 0..100 {
+            // Woken by one datagram, nothing queued behind it: sleep again
+            // at once, with no look in between.
+            assert_eq!(w.next, Wait::Block);
+            w.after_read(1, 32, Polled::No);
+        }
+        assert_eq!(w.next, Wait::Block);
+        // A poll that timed out and then slept for a lone one: the same.
+        w.next = Wait::Poll;
+        w.after_read(1, 32, Polled::TimedOut);
+        assert_eq!(w.next, Wait::Block);
+    }
+
+    #[test]
+    fn large_datagrams_probe_once_then_poll_while_backed_up() {
+        let mut w = Waiter::default();
+        // One datagram per call (64 KiB ones): after a sleep, one try.
+        w.after_read(1, 1, Polled::No);
+        assert_eq!(w.next, Wait::Probe);
+        // The try found another: backed up.
+        w.after_read(1, 1, Polled::No);
+        assert_eq!(w.next, Wait::Poll);
+        // Nothing more came: sleep.
+        w.after_nothing();
+        assert_eq!(w.next, Wait::Block);
+    }
 }

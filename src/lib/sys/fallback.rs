@@ -38,6 +38,11 @@ impl RecvBatch {
     /// One datagram per call here anyway.
     pub fn set_limit(&mut self, _limit: usize) {}
 
+    /// One datagram per call here.
+    pub fn limit(&self) -> usize {
+        1
+    }
+
     pub fn recv_one(&mut self, socket: &Socket) -> io::Result<usize> {
         self.recv(socket)
     }
@@ -72,6 +77,11 @@ impl RecvBatch {
             rx_time_ns: None,
         }
     }
+}
+
+/// Per-thread CPU time is not available here.
+pub fn rusage(_process: bool) -> Option<crate::stats::CpuTime> {
+    None
 }
 
 /// Not available here: answers leave from the address the OS picks.

@@ -136,6 +136,11 @@ impl RecvBatch {
         self.recv_mmsg(socket, libc::MSG_DONTWAIT)
     }
 
+    /// Datagrams per call now.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Receives at most `limit` datagrams per call from now on (at least
     /// 1, at most the batch size given to `new`).
     pub fn set_limit(&mut self, limit: usize) {
@@ -686,6 +691,29 @@ pub fn send_from(
     } else {
         Ok(n as usize)
     }
+}
+
+/// getrusage for the calling thread (RUSAGE_THREAD) or the whole process.
+pub fn rusage(process: bool) -> Option<crate::stats::CpuTime> {
+    // SAFETY: rusage is plain old data; all-zero is valid.
+    let mut usage: libc::rusage = unsafe { zeroed() };
+    let who = if process {
+        libc::RUSAGE_SELF
+    } else {
+        libc::RUSAGE_THREAD
+    };
+    // SAFETY: `usage` is a valid, writable rusage for the call.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return None;
+    }
+    let time = |t: libc::timeval| {
+        std::time::Duration::from_secs(t.tv_sec.max(0) as u64)
+            + std::time::Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    Some(crate::stats::CpuTime {
+        user: time(usage.ru_utime),
+        system: time(usage.ru_stime),
+    })
 }
 
 /// Turns on SO_TIMESTAMPNS: every datagram carries the time the kernel

@@ -54,6 +54,19 @@ pub struct Received<'a> {
     pub local: Option<std::net::IpAddr>,
 }
 
+pub use crate::stats::CpuTime;
+
+/// The CPU time of the calling thread so far (getrusage RUSAGE_THREAD), or
+/// None where the platform cannot tell.
+pub fn thread_cpu() -> Option<CpuTime> {
+    imp::rusage(false)
+}
+
+/// The CPU time of the whole process so far (getrusage RUSAGE_SELF).
+pub fn process_cpu() -> Option<CpuTime> {
+    imp::rusage(true)
+}
+
 /// Scheduling policies (sched(7)), as seed 002's `-S` offered them.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
