@@ -5,7 +5,7 @@
 use netspeed::bench::Cli;
 use netspeed::config::parse_args;
 use netspeed::error::{Error, Result};
-use netspeed::exit_with;
+use netspeed::output::exit_with;
 use netspeed::shutdown::Shutdown;
 
 fn main() {

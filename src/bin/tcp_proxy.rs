@@ -4,7 +4,7 @@
 
 use netspeed::config::parse_args;
 use netspeed::error::{Error, Result};
-use netspeed::exit_with;
+use netspeed::output::exit_with;
 use netspeed::proxy::bench::{self, BenchArgs, BenchConfig};
 use netspeed::proxy::{self, EventLog, ProxyArgs, ProxyConfig};
 use netspeed::shutdown::Shutdown;

@@ -1,10 +1,11 @@
 //! udp_client: sends an exact volume of UDP data and reports both ends.
 //! See `--help`.
 
+use netspeed::client;
 use netspeed::config::{parse_args, ClientArgs, ClientConfig};
 use netspeed::error::{Error, Result};
+use netspeed::output::{exit_with, report};
 use netspeed::shutdown::Shutdown;
-use netspeed::{client, exit_with, report};
 
 fn main() {
     if let Err(e) = run() {

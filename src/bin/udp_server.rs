@@ -2,9 +2,9 @@
 
 use netspeed::config::{parse_args, ServerArgs, ServerConfig};
 use netspeed::error::{Error, Result};
+use netspeed::output::{exit_with, report};
 use netspeed::server::{self, ServerEvent};
 use netspeed::shutdown::Shutdown;
-use netspeed::{exit_with, report};
 use std::io::Write;
 
 fn main() {

@@ -10,13 +10,20 @@ pub enum Error {
     /// Bind refused, host unreachable, socket failure: exit code 1.
     #[error("{0}")]
     Runtime(String),
+    /// A system call failed: exit code 1. Prints as `context: source`.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => 2,
-            Error::Runtime(_) => 1,
+            Error::Runtime(_) | Error::Io { .. } => 1,
         }
     }
 
@@ -26,6 +33,14 @@ impl Error {
 
     pub fn runtime(msg: impl Into<String>) -> Self {
         Error::Runtime(msg.into())
+    }
+
+    /// A failed system call, with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 

@@ -33,9 +33,8 @@ pub mod client;
 pub mod config;
 pub mod congestion;
 pub mod error;
-pub mod progress;
+pub mod output;
 pub mod proxy;
-pub mod report;
 pub mod server;
 pub mod shutdown;
 pub mod stats;
@@ -43,17 +42,3 @@ pub mod stats;
 pub mod sys;
 pub mod units;
 pub mod wire;
-
-/// Prints a one-line error to stderr and exits with its code.
-pub fn exit_with(err: &error::Error) -> ! {
-    let prog = std::env::args()
-        .next()
-        .and_then(|p| {
-            std::path::Path::new(&p)
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-        })
-        .unwrap_or_else(|| "netspeed".into());
-    eprintln!("{prog}: error: {err}");
-    std::process::exit(err.exit_code())
-}

@@ -107,7 +107,7 @@ pub(crate) fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
 }
 
 /// A bar counting configurations. Hidden when stderr is not a terminal or
-/// with `--quiet`. (`crate::progress` counts bytes; this counts cells.)
+/// with `--quiet`. (`crate::output::progress` counts bytes; this counts cells.)
 pub struct Bar {
     bar: Option<ProgressBar>,
 }

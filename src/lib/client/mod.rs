@@ -16,7 +16,7 @@ pub mod send;
 
 use crate::config::{ClientConfig, Volume};
 use crate::error::{Error, Result};
-use crate::progress::Progress;
+use crate::output::progress::Progress;
 use crate::server::BufferGrant;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, percent, CpuCost, CpuTime};

@@ -3,7 +3,7 @@
 //! [`bind`] makes the socket (dual-stack by default) and sizes its receive
 //! buffer; [`run`] takes that bound socket, a config and a shutdown flag,
 //! and reports through a callback until the flag is set. Printing is the
-//! caller's business (see [`crate::report`]), which is what lets
+//! caller's business (see [`crate::output::report`]), which is what lets
 //! `udp_client --local` run a silent server in-process.
 //!
 //! Receiving is done by one thread per socket (`--threads N` sockets share

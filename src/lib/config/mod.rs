@@ -6,6 +6,9 @@
 //! default, without a flag's default silently winning over the file.
 //! Unknown TOML keys are errors that name the key (`deny_unknown_fields`).
 
+pub mod bench;
+pub mod proxy;
+
 use crate::auth::Psk;
 use crate::error::{Error, Result};
 use crate::server::recv::Method;
@@ -26,7 +29,13 @@ pub enum SizeValue {
 }
 
 impl SizeValue {
-    fn bytes(&self, key: &str) -> Result<u64> {
+    /// A flag's value: checked as it is parsed, like the file's is when
+    /// read.
+    pub fn from_arg(s: &str) -> std::result::Result<SizeValue, String> {
+        size_arg(s).map(SizeValue::Number)
+    }
+
+    pub fn bytes(&self, key: &str) -> Result<u64> {
         match self {
             SizeValue::Number(n) => Ok(*n),
             SizeValue::Text(s) => {
@@ -42,16 +51,71 @@ impl SizeValue {
 pub enum DurationValue {
     Seconds(f64),
     Text(String),
+    /// From a flag, already parsed.
+    #[serde(skip)]
+    Parsed(Duration),
 }
 
 impl DurationValue {
-    fn duration(&self, key: &str) -> Result<Duration> {
+    /// A flag's value: checked as it is parsed.
+    pub fn from_arg(s: &str) -> std::result::Result<DurationValue, String> {
+        duration_arg(s).map(DurationValue::Parsed)
+    }
+
+    pub fn duration(&self, key: &str) -> Result<Duration> {
         let text = match self {
+            DurationValue::Parsed(d) => return Ok(*d),
             DurationValue::Seconds(s) => s.to_string(),
             DurationValue::Text(t) => t.clone(),
         };
         units::parse_duration(&text).map_err(|e| Error::usage(format!("{key}: {e}")))
     }
+}
+
+/// One layer of settings (defaults, a config file, or the flags), every
+/// field optional: what a layer leaves out, the layer below decides.
+///
+/// A binary's flags and its TOML file share one type per role (clap and
+/// serde derive on the same struct; TOML keys are the long flags with
+/// underscores), so the merge is one line per field, written once by
+/// [`impl_layer!`](crate::impl_layer), and validation runs once, on the
+/// merged layer.
+pub trait Layer: Sized {
+    /// `self` over `lower`: each field of `self` wins where it is set.
+    fn over(self, lower: Self) -> Self;
+}
+
+/// The one way settings are merged, for every binary: defaults < file <
+/// flags.
+pub fn layered<L: Layer>(defaults: L, file: Option<L>, flags: L) -> L {
+    let below = match file {
+        Some(file) => file.over(defaults),
+        None => defaults,
+    };
+    flags.over(below)
+}
+
+/// Reads the file layer named by `--config`, if any.
+pub fn file_layer<L: serde::de::DeserializeOwned>(path: Option<&Path>) -> Result<Option<L>> {
+    path.map(read_toml).transpose()
+}
+
+/// Implements [`Layer`] for a struct: `option` fields (`Option<T>`) take
+/// the upper layer's value when set; `switch` fields (`bool` flags) are on
+/// when any layer turns them on; `nested` fields are layers themselves.
+#[macro_export]
+macro_rules! impl_layer {
+    ($ty:ident { $(option: [$($opt:ident),* $(,)?])? $(switch: [$($sw:ident),* $(,)?])? $(nested: [$($nest:ident),* $(,)?])? }) => {
+        impl $crate::config::Layer for $ty {
+            fn over(self, lower: Self) -> Self {
+                $ty {
+                    $($($opt: self.$opt.or(lower.$opt),)*)?
+                    $($($sw: self.$sw || lower.$sw,)*)?
+                    $($($nest: $crate::config::Layer::over(self.$nest, lower.$nest),)*)?
+                }
+            }
+        }
+    };
 }
 
 /// The largest config file read. Real ones are a few hundred bytes; the
@@ -103,15 +167,18 @@ pub fn clip(text: &str) -> String {
     }
 }
 
-fn size_arg(s: &str) -> std::result::Result<u64, String> {
+/// The clap parser for every size flag: [`units::parse_size`].
+pub fn size_arg(s: &str) -> std::result::Result<u64, String> {
     units::parse_size(s).map_err(|e| e.to_string())
 }
 
-fn rate_arg(s: &str) -> std::result::Result<u64, String> {
+/// The clap parser for every rate flag: [`units::parse_rate`].
+pub fn rate_arg(s: &str) -> std::result::Result<u64, String> {
     units::parse_rate(s).map_err(|e| e.to_string())
 }
 
-fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
+/// The clap parser for every duration flag: [`units::parse_duration`].
+pub fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
 }
 
@@ -272,7 +339,7 @@ pub struct Sched {
     pub priority: i32,
 }
 
-fn sched_from(policy: Option<SchedPolicy>, priority: Option<i32>) -> Result<Option<Sched>> {
+pub fn sched_from(policy: Option<SchedPolicy>, priority: Option<i32>) -> Result<Option<Sched>> {
     let Some(policy) = policy else {
         if priority.is_some() {
             return Err(Error::usage("--priority needs --scheduler"));
@@ -333,8 +400,21 @@ pub struct ServerConfig {
     pub json: bool,
 }
 
-/// Most receive threads.
+/// Most threads a UDP role or a sockbench cell runs: receive threads,
+/// client sockets' threads, benchmark threads.
 pub const MAX_THREADS: usize = 64;
+/// Most tcp_proxy worker threads.
+pub const MAX_PROXY_THREADS: usize = 256;
+
+/// `--threads N`, checked the same way by every binary.
+pub fn check_threads(n: usize, max: usize) -> Result<usize> {
+    if n == 0 || n > max {
+        return Err(Error::usage(format!(
+            "--threads {n}: must be between 1 and {max}"
+        )));
+    }
+    Ok(n)
+}
 
 /// How long the server counts datagrams still in flight after an End: a
 /// datagram reordered behind the End on a real path is late by well under
@@ -452,12 +532,7 @@ impl ServerConfig {
             cfg.method = m;
         }
         if let Some(n) = args.threads.or(file.threads) {
-            if n == 0 || n > MAX_THREADS {
-                return Err(Error::usage(format!(
-                    "--threads {n}: must be between 1 and {MAX_THREADS}"
-                )));
-            }
-            cfg.threads = n;
+            cfg.threads = check_threads(n, MAX_THREADS)?;
         }
         if args.gro {
             cfg.gro = true;

@@ -13,6 +13,9 @@
 //! how many arrivals it could not classify ([`SeqSet::uncertain`]) rather
 //! than guessing.
 
+pub mod histogram;
+pub mod samples;
+
 use std::collections::VecDeque;
 use std::time::Duration;
 

@@ -1,0 +1,1 @@
+//! sockbench tables, CSV, charts and progress (filled in by the sockbench restructuring).

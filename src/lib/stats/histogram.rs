@@ -1,0 +1,1 @@
+//! Latency histograms (moved here from proxy/histogram.rs by the proxy restructuring).

@@ -1,0 +1,1 @@
+//! Sample summaries for sockbench (moved here from bench/stats.rs by the sockbench restructuring).
