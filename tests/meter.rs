@@ -131,9 +131,16 @@ fn a_paced_sender_sleeps_between_its_batches() {
     assert!(cpu < 50.0, "the paced sender used {cpu}% of a core");
     assert_eq!(c["pacing"]["mode"], "batches", "{c}");
     assert_eq!(u(&report["server"], "lost_packets"), 0);
-    // The rate is held.
+    // The rate is held, except for any stall the sender admits to (on a
+    // busy host it can be descheduled; it then reports the time it fell
+    // behind instead of bursting to catch up).
+    let behind = f(&c["pacing"], "behind_seconds");
+    let expected = 0.2 * (1.0 - behind).max(0.0);
     let gbps = f(&report["server"], "gbps");
-    assert!((gbps / 0.2 - 1.0).abs() < 0.02, "{gbps} Gbit/s");
+    assert!(
+        (gbps / expected - 1.0).abs() < 0.03,
+        "{gbps} Gbit/s, expected {expected} (fell behind {behind} s)"
+    );
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use netspeed::client;
 use netspeed::config::{parse_args, ClientArgs, ClientConfig};
 use netspeed::error::{Error, Result};
+use netspeed::output::progress::Progress;
 use netspeed::output::{exit_with, report};
 use netspeed::shutdown::Shutdown;
 
@@ -24,11 +25,14 @@ fn run() -> Result<()> {
     if !cfg.sweep.is_empty() {
         return sweep(&cfg, &shutdown);
     }
+    let progress = Progress::new(client::planned_bytes(&cfg), !cfg.quiet && !cfg.json);
     let result = if cfg.local {
-        client::run_local(&cfg, &shutdown)?
+        netspeed::local::run_local(&cfg, &shutdown, &progress)
     } else {
-        client::run(&cfg, &shutdown)?
+        client::run_with_progress(&cfg, &shutdown, &progress)
     };
+    progress.finish();
+    let result = result?;
     println!("{}", report::client_report(&result, cfg.json));
     // A run without the server's answer is not a success: the receiver
     // side, the number that matters, is missing.
@@ -44,7 +48,7 @@ fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
     use netspeed::bench::sweep;
     let go = |cfg: &ClientConfig| sweep::run(cfg, &cfg.sweep, &cfg.sweep_clients, shutdown);
     let report = if cfg.local {
-        client::with_local_server(cfg, go)?
+        netspeed::local::with_local_server(cfg, go)?
     } else {
         go(cfg)?
     };

@@ -6,24 +6,39 @@
 //! codes (2 for usage and config mistakes, 1 for runtime failures).
 //!
 //! # Layout
-//! - [`units`]: sizes, rates and durations as people write them (`64K`, `500Mbit`).
-//! - [`config`]: flags and TOML files merged into one validated config per role.
-//! - [`congestion`]: `--congestion ALGO`, TCP_CONGESTION for tcp_proxy and sockbench tcp.
-//! - [`wire`]: the datagram header, the start probe and the end-of-test messages; pure encode/decode.
-//! - [`auth`]: `--psk`, an HMAC over the End and its answer.
-//! - [`stats`]: pure statistics: duplicates, reordering, loss, jitter, wire size.
-//! - [`sys`]: the only `unsafe` code: recvmmsg, SO_RXQ_OVFL, IP_RECVERR, ...
-//! - [`server`]: bind, receive, count per peer ([`server::peers`]).
-//! - [`client`]: send an exact volume, pace, back off, ask for the server's count.
-//! - [`proxy`]: tcp_proxy's six relay modes and its latency benchmark.
-//! - [`bench`]: sockbench's matrices (udp, tcp, mux) and udp_client's --sweep.
-//! - [`report`]: text and JSON views of the reports.
-//! - [`progress`]: the progress bar (the only indicatif user).
-//! - [`shutdown`]: the one stop flag every role polls.
-//! - [`error`]: the two kinds of failure and their exit codes.
+//! Binaries parse flags, call a role, hand its report or events to
+//! `output`, and map errors to exit codes. Below them, three layers; a
+//! module imports only from its own layer or the ones below:
 //!
-//! Data flows one way: binaries → roles (server, client, proxy, bench) →
-//! shared pieces (wire, stats, sys, units).
+//! - **Presentation**: [`output`], the only code that writes to stdout or
+//!   stderr and the only user of indicatif and plotters: [`output::report`]
+//!   (UDP text and JSON), [`output::progress`], [`output::bench`]
+//!   (sockbench tables, CSV and charts), [`output::proxy`] (tcp_proxy's
+//!   event lines and benchmark tables), [`output::exit_with`].
+//! - **Roles**, which compute and return report structs or send typed
+//!   events to a sink; they never print and never exit:
+//!   - [`server`]: bind, receive, count per peer ([`server::peers`]);
+//!   - [`client`]: send an exact volume, pace, back off, ask for the
+//!     server's count;
+//!   - [`local`]: `udp_client --local`, a client and a server in one
+//!     process (above both, so neither imports the other);
+//!   - [`proxy`]: tcp_proxy's relay modes and its latency benchmark;
+//!   - [`bench`]: sockbench's matrices (udp, tcp, mux) and udp_client's
+//!     `--sweep`.
+//! - **Settings**: [`config`], flags and TOML files layered once
+//!   (defaults < file < flags) into one validated config per role
+//!   ([`config::server`], [`config::client`], [`config::proxy`],
+//!   [`config::bench`]), and [`congestion`] (`--congestion ALGO`).
+//! - **Leaves**, which import nothing above them:
+//!   - [`units`]: sizes, rates and durations as people write them;
+//!   - [`wire`]: the datagram header, the start probe and the end-of-test
+//!     messages; pure encode/decode; [`auth`]: `--psk`'s HMAC;
+//!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost,
+//!     sample summaries, latency histograms);
+//!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
+//!     code, with stubs where a platform lacks a call; no CLI wording;
+//!   - [`shutdown`]: the one stop flag every role polls; [`error`]: typed
+//!     failures and their exit codes.
 
 #![deny(unsafe_code)]
 
@@ -33,6 +48,7 @@ pub mod client;
 pub mod config;
 pub mod congestion;
 pub mod error;
+pub mod local;
 pub mod output;
 pub mod proxy;
 pub mod server;

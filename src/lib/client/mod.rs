@@ -16,8 +16,6 @@ pub mod send;
 
 use crate::config::{ClientConfig, Volume};
 use crate::error::{Error, Result};
-use crate::output::progress::Progress;
-use crate::server::BufferGrant;
 use crate::shutdown::Shutdown;
 use crate::stats::{self, percent, CpuCost, CpuTime};
 use crate::sys;
@@ -199,7 +197,7 @@ pub struct ClientReport {
     pub send_path: SendPath,
     /// SO_SNDBUF as granted, when --sndbuf was given.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sndbuf: Option<BufferGrant>,
+    pub sndbuf: Option<sys::BufferGrant>,
     /// The sending thread's CPU over the send loop (getrusage
     /// RUSAGE_THREAD); absent where the platform cannot tell.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -365,14 +363,14 @@ fn exchange<T>(
             let _ = socket.set_read_timeout(Some(left.min(WAKE)));
             let (n, from) = match socket.recv_from(&mut buf) {
                 Ok(got) => got,
-                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                Err(e) if sys::is_refused(&e) => {
                     refused = true;
                     continue;
                 }
                 Err(_) => continue,
             };
             // Only the address asked answers; anything else is not ours.
-            if crate::server::peers::canonical(from) != crate::server::peers::canonical(server) {
+            if sys::canonical_addr(from) != sys::canonical_addr(server) {
                 continue;
             }
             if let Ok(message) = wire::decode(&buf[..n]) {
@@ -611,13 +609,17 @@ impl Drop for Ticket<'_> {
 pub fn run_one(
     cfg: &ClientConfig,
     shutdown: &Shutdown,
-    progress: &Progress,
+    progress: &dyn SendProgress,
     gate: &StartGate,
 ) -> Result<ClientReport> {
     let ticket = Ticket { gate, used: false };
     let socket = open_socket(cfg.server, cfg.connected, cfg.dont_fragment)?;
     let sndbuf = match cfg.sndbuf {
-        Some(want) => Some(size_send_buffer(&socket, want)?),
+        Some(want) => Some(sys::size_buffer(
+            &socket2::SockRef::from(&socket),
+            sys::BufferSide::Send,
+            Some(want),
+        )?),
         None => None,
     };
     let local_addr = socket
@@ -815,18 +817,43 @@ pub fn run_one(
     })
 }
 
-/// Runs `cfg.clients` client sockets at once and sums their reports.
-pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
-    let total = match cfg.volume {
+/// Where the senders report the bytes they have sent as they go (a
+/// progress bar, in `output`). Called from every client thread.
+pub trait SendProgress: Sync {
+    fn add(&self, bytes: u64);
+}
+
+/// No progress reports.
+pub struct NoProgress;
+
+impl SendProgress for NoProgress {
+    fn add(&self, _bytes: u64) {}
+}
+
+/// The payload bytes a run will send, when its volume is a size.
+pub fn planned_bytes(cfg: &ClientConfig) -> Option<u64> {
+    match cfg.volume {
         Volume::Bytes(t) => Some(t * cfg.clients as u64),
         Volume::Packets(n) => Some(n * cfg.buffer_size as u64 * cfg.clients as u64),
         Volume::Time(_) => None,
-    };
-    let progress = Progress::new(total, !cfg.quiet && !cfg.json);
+    }
+}
+
+/// Runs `cfg.clients` client sockets at once and sums their reports.
+pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
+    run_with_progress(cfg, shutdown, &NoProgress)
+}
+
+/// [`run`], reporting the bytes sent to `progress` as they go.
+pub fn run_with_progress(
+    cfg: &ClientConfig,
+    shutdown: &Shutdown,
+    progress: &dyn SendProgress,
+) -> Result<RunReport> {
     let gate = StartGate::new(cfg.clients);
     let results: Vec<Result<ClientReport>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..cfg.clients)
-            .map(|_| scope.spawn(|| run_one(cfg, shutdown, &progress, &gate)))
+            .map(|_| scope.spawn(|| run_one(cfg, shutdown, progress, &gate)))
             .collect();
         handles
             .into_iter()
@@ -836,7 +863,6 @@ pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
             })
             .collect()
     });
-    progress.finish();
     // The error worth showing is the one that stopped the run, not a
     // client held back because of it.
     let (mut clients, mut first_error, mut held_back) = (Vec::new(), None, None);
@@ -1093,83 +1119,6 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
         clients,
         notes,
     }
-}
-
-/// `--local`: starts a silent in-process server on an ephemeral loopback
-/// port, runs the clients against it, then stops the server.
-pub fn run_local(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
-    with_local_server(cfg, |cfg| run(cfg, shutdown))
-}
-
-/// Starts a silent in-process server on an ephemeral loopback port, calls
-/// `f` with `cfg` pointed at it, then stops the server.
-pub fn with_local_server<T>(
-    cfg: &ClientConfig,
-    f: impl FnOnce(&ClientConfig) -> Result<T>,
-) -> Result<T> {
-    let server_cfg = crate::config::ServerConfig {
-        listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        listen_is_default: false,
-        interval: None,
-        // A generous buffer, as a user tuning a real server would set.
-        recv_buffer_size: Some(4 << 20),
-        ..Default::default()
-    };
-    let bound = crate::server::bind(&server_cfg)?;
-    let mut cfg = cfg.clone();
-    cfg.server = bound.addr;
-    let server_stop = Shutdown::new();
-    std::thread::scope(|scope| {
-        let server =
-            scope.spawn(|| crate::server::run(&bound, &server_cfg, &server_stop, &mut |_| {}));
-        let result = f(&cfg);
-        server_stop.trigger();
-        let _ = server.join();
-        result
-    })
-}
-
-/// Sets SO_SNDBUF and reports what the kernel granted (forcing past the
-/// sysctl limit where permitted).
-fn size_send_buffer(socket: &UdpSocket, want: usize) -> Result<BufferGrant> {
-    let sock = socket2::SockRef::from(socket);
-    let read = || {
-        sock.send_buffer_size()
-            .map_err(|e| Error::runtime(format!("cannot read SO_SNDBUF: {e}")))
-    };
-    if let Err(e) = sock.set_send_buffer_size(want) {
-        return Ok(BufferGrant {
-            requested: Some(want),
-            granted: read()?,
-            forced: false,
-            warning: Some(format!("cannot set SO_SNDBUF to {want}: {e}")),
-        });
-    }
-    let full = if sys::RCVBUF_DOUBLES {
-        want.saturating_mul(2)
-    } else {
-        want
-    };
-    let mut granted = read()?;
-    let mut forced = false;
-    #[cfg(target_os = "linux")]
-    if granted < full && sys::force_send_buffer(&sock, want).is_ok() {
-        granted = read()?;
-        forced = true;
-    }
-    let limit = if cfg!(target_os = "linux") {
-        "net.core.wmem_max"
-    } else {
-        sys::RCVBUF_SYSCTL
-    };
-    Ok(BufferGrant {
-        requested: Some(want),
-        granted,
-        forced,
-        warning: (granted < full).then(|| {
-            format!("asked for a {want}-byte send buffer but the kernel granted {granted}; raise the limit with: sysctl -w {limit}={want}")
-        }),
-    })
 }
 
 #[cfg(test)]

@@ -64,7 +64,6 @@ pub struct Transmitter<'a> {
     batch: usize,
     /// The don't-fragment option is set (for error messages).
     pub dont_fragment: bool,
-    #[cfg(target_os = "linux")]
     mmsg: Option<sys::SendBatch>,
     pub gso: Gso,
     notes: Vec<String>,
@@ -91,7 +90,7 @@ enum Mode {
 }
 
 fn is_gso_refusal(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(code) if code == libc::EINVAL || code == libc::EIO || code == libc::EMSGSIZE)
+    sys::gso_refusal(e).is_some()
 }
 
 impl<'a> Transmitter<'a> {
@@ -107,7 +106,7 @@ impl<'a> Transmitter<'a> {
     ) -> Self {
         let mut notes = Vec::new();
         let mut batch = batch.max(1);
-        if batch > 1 && !cfg!(target_os = "linux") {
+        if batch > 1 && !sys::LINUX_SOCKETS {
             notes.push("sendmmsg is Linux-only: one call per datagram".to_string());
             batch = 1;
         }
@@ -116,7 +115,6 @@ impl<'a> Transmitter<'a> {
         } else {
             enable_gso(socket, size)
         };
-        #[cfg(target_os = "linux")]
         let mmsg = (batch > 1).then(|| sys::SendBatch::new(batch, (!connected).then_some(server)));
         Transmitter {
             socket,
@@ -125,7 +123,6 @@ impl<'a> Transmitter<'a> {
             size,
             batch,
             dont_fragment: false,
-            #[cfg(target_os = "linux")]
             mmsg,
             gso,
             notes,
@@ -179,7 +176,6 @@ impl<'a> Transmitter<'a> {
     }
 
     fn disable_gso(&mut self, why: String) {
-        #[cfg(target_os = "linux")]
         let _ = sys::set_gso_segment(&SockRef::from(self.socket), 0);
         self.gso = Gso::Off(why);
     }
@@ -187,7 +183,6 @@ impl<'a> Transmitter<'a> {
     /// Turns GSO off before control messages, which must not be segmented.
     pub fn end_gso(&mut self) {
         if let Gso::On(_) = self.gso {
-            #[cfg(target_os = "linux")]
             let _ = sys::set_gso_segment(&SockRef::from(self.socket), 0);
         }
     }
@@ -202,7 +197,6 @@ impl<'a> Transmitter<'a> {
 
     /// One call: returns how many of `messages` the kernel took (at least 1).
     fn try_send(&mut self, messages: &[&[u8]]) -> io::Result<usize> {
-        #[cfg(target_os = "linux")]
         if let Some(mmsg) = &mut self.mmsg {
             if messages.len() > 1 {
                 let n = mmsg.send(
@@ -332,13 +326,16 @@ impl<'a> Transmitter<'a> {
     /// The kernel refused a GSO send (nothing was sent): use fewer
     /// segments, or turn GSO off.
     fn gso_refused(&mut self, max: usize, e: &io::Error) {
-        if e.raw_os_error() == Some(libc::EINVAL) && max > GSO_SEGMENTS_OLD {
+        let refusal = sys::gso_refusal(e);
+        if refusal == Some(sys::GsoRefusal::Invalid) && max > GSO_SEGMENTS_OLD {
             self.gso = Gso::On(GSO_SEGMENTS_OLD);
             return;
         }
-        let why = match e.raw_os_error() {
-            Some(libc::EIO) => "EIO: the outgoing device cannot checksum UDP GSO buffers",
-            Some(libc::EMSGSIZE) => {
+        let why = match refusal {
+            Some(sys::GsoRefusal::NoChecksum) => {
+                "EIO: the outgoing device cannot checksum UDP GSO buffers"
+            }
+            Some(sys::GsoRefusal::TooBig) => {
                 "EMSGSIZE: a segment plus its headers exceeds the path MTU, and GSO does not fragment"
             }
             _ => "EINVAL: the kernel refused UDP_SEGMENT sends",
@@ -349,23 +346,16 @@ impl<'a> Transmitter<'a> {
 
 /// Turns on UDP_SEGMENT for `size`-byte segments, or says why not.
 fn enable_gso(socket: &UdpSocket, size: usize) -> Gso {
-    #[cfg(target_os = "linux")]
-    {
-        let Ok(segment) = u16::try_from(size) else {
-            return Gso::Off(format!("{size}-byte datagrams are too large to segment"));
-        };
-        if size == 0 {
-            return Gso::Off("0-byte datagrams cannot be segmented".into());
-        }
-        match sys::set_gso_segment(&SockRef::from(socket), segment) {
-            Ok(()) => Gso::On(GSO_SEGMENTS_NEW),
-            Err(e) => Gso::Off(format!("UDP_SEGMENT unavailable: {e}")),
-        }
+    let Ok(segment) = u16::try_from(size) else {
+        return Gso::Off(format!("{size}-byte datagrams are too large to segment"));
+    };
+    if size == 0 {
+        return Gso::Off("0-byte datagrams cannot be segmented".into());
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (socket, size);
-        Gso::Off("UDP GSO is Linux-only".into())
+    match sys::set_gso_segment(&SockRef::from(socket), segment) {
+        Ok(()) => Gso::On(GSO_SEGMENTS_NEW),
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => Gso::Off(e.to_string()),
+        Err(e) => Gso::Off(format!("UDP_SEGMENT unavailable: {e}")),
     }
 }
 
@@ -378,12 +368,12 @@ pub fn too_big_message(
 ) -> String {
     let hint = if dont_fragment {
         "--dont-fragment forbids fragmentation, so a datagram must fit the path MTU: at most 1472 bytes over IPv4 (1452 over IPv6) on a 1500-byte Ethernet MTU; lower -b or drop --dont-fragment"
-    } else if cfg!(target_os = "macos") {
-        "macOS limits UDP datagrams to 9216 bytes by default; raise it with: sudo sysctl -w net.inet.udp.maxdgram=65535"
-    } else if cfg!(target_os = "linux") {
-        "Linux allows 65507 bytes over IPv4 and 65527 over IPv6; a smaller limit means the don't-fragment option or the path MTU"
     } else {
-        "lower --buffer-size or raise the OS's maximum UDP datagram size"
+        match sys::OS {
+            sys::Os::MacOs => "macOS limits UDP datagrams to 9216 bytes by default; raise it with: sudo sysctl -w net.inet.udp.maxdgram=65535",
+            sys::Os::Linux => "Linux allows 65507 bytes over IPv4 and 65527 over IPv6; a smaller limit means the don't-fragment option or the path MTU",
+            sys::Os::Other => "lower --buffer-size or raise the OS's maximum UDP datagram size",
+        }
     };
     format!("the OS refused a {size}-byte datagram to {server} ({err}); {hint}")
 }

@@ -42,3 +42,9 @@ impl Progress {
         }
     }
 }
+
+impl crate::client::SendProgress for Progress {
+    fn add(&self, bytes: u64) {
+        Progress::add(self, bytes)
+    }
+}

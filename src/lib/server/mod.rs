@@ -33,18 +33,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use sys::RecvBatch;
 
-/// What the kernel granted for SO_RCVBUF.
-#[derive(Debug, Clone, Serialize)]
-pub struct BufferGrant {
-    pub requested: Option<usize>,
-    /// What getsockopt(SO_RCVBUF) returns: on Linux twice the usable size.
-    pub granted: usize,
-    /// SO_RCVBUFFORCE was used to go past the sysctl limit.
-    pub forced: bool,
-    /// Set when the kernel gave less than asked: how to raise the limit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub warning: Option<String>,
-}
+pub use crate::sys::BufferGrant;
 
 /// The bound server sockets, ready for [`run`]: one per receive thread,
 /// sharing the address with SO_REUSEPORT when there are several.
@@ -110,20 +99,18 @@ pub fn bind(cfg: &ServerConfig) -> Result<Bound> {
     }
     let mut buffer = None;
     for socket in &sockets {
-        buffer = Some(size_recv_buffer(socket, cfg.recv_buffer_size)?);
+        buffer = Some(sys::size_buffer(
+            socket,
+            sys::BufferSide::Receive,
+            cfg.recv_buffer_size,
+        )?);
     }
     let (mut gro, mut gro_note) = (false, None);
     if cfg.gro {
-        #[cfg(target_os = "linux")]
-        {
-            match sockets.iter().try_for_each(sys::enable_gro) {
-                Ok(()) => gro = true,
-                Err(e) => gro_note = Some(format!("UDP_GRO unavailable ({e})")),
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            gro_note = Some("UDP_GRO is Linux-only".to_string());
+        match sockets.iter().try_for_each(sys::enable_gro) {
+            Ok(()) => gro = true,
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => gro_note = Some(e.to_string()),
+            Err(e) => gro_note = Some(format!("UDP_GRO unavailable ({e})")),
         }
     }
     Ok(Bound {
@@ -133,57 +120,6 @@ pub fn bind(cfg: &ServerConfig) -> Result<Bound> {
         fell_back_to_ipv4: fell_back,
         gro,
         gro_note,
-    })
-}
-
-fn size_recv_buffer(socket: &Socket, requested: Option<usize>) -> Result<BufferGrant> {
-    let read = |s: &Socket| {
-        s.recv_buffer_size()
-            .map_err(|e| Error::runtime(format!("cannot read SO_RCVBUF: {e}")))
-    };
-    let Some(want) = requested else {
-        return Ok(BufferGrant {
-            requested: None,
-            granted: read(socket)?,
-            forced: false,
-            warning: None,
-        });
-    };
-    if let Err(e) = socket.set_recv_buffer_size(want) {
-        // BSD kernels refuse a size above kern.ipc.maxsockbuf outright
-        // instead of capping it: keep the default and say why.
-        return Ok(BufferGrant {
-            requested: Some(want),
-            granted: read(socket)?,
-            forced: false,
-            warning: Some(format!(
-                "cannot set a {want}-byte receive buffer ({e}); raise the limit ({}) or ask for less",
-                sys::RCVBUF_SYSCTL
-            )),
-        });
-    }
-    let full = if sys::RCVBUF_DOUBLES {
-        want.saturating_mul(2)
-    } else {
-        want
-    };
-    let mut granted = read(socket)?;
-    let mut forced = false;
-    if granted < full && sys::force_recv_buffer(socket, want).is_ok() {
-        granted = read(socket)?;
-        forced = true;
-    }
-    let warning = (granted < full).then(|| {
-        format!(
-            "asked for a {want}-byte receive buffer but the kernel granted {granted}; raise the limit with: sysctl -w {}={want} (or run as root, which uses SO_RCVBUFFORCE)",
-            sys::RCVBUF_SYSCTL
-        )
-    });
-    Ok(BufferGrant {
-        requested: Some(want),
-        granted,
-        forced,
-        warning,
     })
 }
 

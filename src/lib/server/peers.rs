@@ -53,9 +53,7 @@ pub const KEEP_FINISHED_MIN: Duration = Duration::from_secs(10);
 /// ... and at most this long, whatever the client asked for.
 pub const KEEP_FINISHED_MAX: Duration = Duration::from_secs(600);
 
-/// The largest `--max-peers`: the table, its records and their sequence
-/// sets stay within a few hundred MiB even then.
-pub const MAX_PEERS_LIMIT: usize = 65536;
+pub use crate::config::MAX_PEERS_LIMIT;
 /// Most finished sessions' records kept, whatever `--max-peers` says.
 pub const MAX_RECORDS: usize = 65536;
 
@@ -1993,10 +1991,7 @@ fn late_report(peer: &Peer) -> Option<LateReport> {
     })
 }
 
-/// `::ffff:1.2.3.4` (a v4 client on a dual-stack socket) as `1.2.3.4`.
-pub fn canonical(addr: SocketAddr) -> SocketAddr {
-    SocketAddr::new(addr.ip().to_canonical(), addr.port())
-}
+pub use crate::sys::canonical_addr as canonical;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,6 @@
 
 use crate::shutdown::{Shutdown, POLL};
 use crate::sys::RecvBatch;
-use serde::Serialize;
 use socket2::Socket;
 use std::io;
 use std::time::Duration;
@@ -22,70 +21,7 @@ pub const RECV_BATCH: usize = 32;
 /// anyway, MSG_TRUNC is counted and reported (`truncated`).
 pub const RECV_BUF_SIZE: usize = 65536;
 
-/// How the server waits for and reads datagrams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Method {
-    /// A blocking thread per socket, one recvmsg per datagram.
-    Thread,
-    /// select(2) over the sockets, then recvmsg until EAGAIN.
-    Select,
-    /// poll(2) over the sockets, then recvmsg until EAGAIN.
-    Poll,
-    /// epoll(7) over the sockets, then recvmsg until EAGAIN.
-    Epoll,
-    /// A tokio current-thread runtime: readiness from tokio, recvmsg ours.
-    Tokio,
-    /// recvmmsg(2): up to 32 datagrams per call on a blocking socket.
-    Mmsg,
-}
-
-impl Method {
-    /// The best method this platform has.
-    pub fn default_for_platform() -> Self {
-        if cfg!(target_os = "linux") {
-            Method::Mmsg
-        } else {
-            Method::Thread
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Thread => "thread",
-            Method::Select => "select",
-            Method::Poll => "poll",
-            Method::Epoll => "epoll",
-            Method::Tokio => "tokio",
-            Method::Mmsg => "mmsg",
-        }
-    }
-
-    /// Every method, for sweeps.
-    pub const ALL: [Method; 6] = [
-        Method::Thread,
-        Method::Select,
-        Method::Poll,
-        Method::Epoll,
-        Method::Tokio,
-        Method::Mmsg,
-    ];
-
-    /// An error naming the platform when this method does not exist on it.
-    pub fn check_available(self) -> Result<(), String> {
-        let linux_only = matches!(
-            self,
-            Method::Select | Method::Poll | Method::Epoll | Method::Mmsg
-        );
-        if linux_only && !cfg!(target_os = "linux") {
-            return Err(format!(
-                "--method {} is not available on this platform (built for Linux); use thread or tokio",
-                self.name()
-            ));
-        }
-        Ok(())
-    }
-}
+pub use crate::config::server::Method;
 
 /// Receives what a loop read.
 pub trait Deliver: Sync {
@@ -146,12 +82,9 @@ pub fn run_method(
         Method::Thread | Method::Mmsg => {
             blocking_loop(method, sockets[0], first_index, deliver, shutdown)
         }
-        #[cfg(target_os = "linux")]
         Method::Select | Method::Poll | Method::Epoll => {
             readiness_loop(method, sockets, first_index, deliver, shutdown)
         }
-        #[cfg(not(target_os = "linux"))]
-        Method::Select | Method::Poll | Method::Epoll => unreachable!("checked by check_available"),
         Method::Tokio => tokio_loop(sockets, first_index, deliver, shutdown),
     }
 }
@@ -349,7 +282,6 @@ fn drain(socket: &Socket, index: usize, batch: &mut RecvBatch, deliver: &dyn Del
     }
 }
 
-#[cfg(target_os = "linux")]
 fn readiness_loop(
     method: Method,
     sockets: &[&Socket],

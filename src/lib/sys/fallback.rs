@@ -112,7 +112,24 @@ pub fn force_recv_buffer(_socket: &Socket, _bytes: usize) -> io::Result<()> {
 pub const RCVBUF_SYSCTL: &str = "kern.ipc.maxsockbuf";
 #[cfg(not(target_os = "macos"))]
 pub const RCVBUF_SYSCTL: &str = "the OS socket buffer limit";
+pub const SNDBUF_SYSCTL: &str = RCVBUF_SYSCTL;
 pub const RCVBUF_DOUBLES: bool = false;
+
+/// Not available here.
+pub fn force_send_buffer(_socket: &Socket, _bytes: usize) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "SO_SNDBUFFORCE is Linux-only",
+    ))
+}
+
+/// Not available here: the server counts datagrams one by one.
+pub fn enable_gro(_socket: &Socket) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "UDP_GRO is Linux-only",
+    ))
+}
 
 /// sched_setscheduler with these policies is Linux's; say so.
 pub fn set_scheduler(_policy: super::SchedPolicy, _priority: i32) -> io::Result<()> {
@@ -154,4 +171,82 @@ pub fn enable_rx_timestamps(_socket: &Socket) -> io::Result<()> {
         io::ErrorKind::Unsupported,
         "kernel receive timestamps are read on Linux only",
     ))
+}
+
+/// sendmmsg is Linux's: here a batch is never built (the client checks
+/// [`super::LINUX_SOCKETS`] and sends one datagram per call), and a send
+/// says so if it is.
+pub struct SendBatch;
+
+impl SendBatch {
+    pub fn new(_batch: usize, _dest: Option<SocketAddr>) -> Self {
+        SendBatch
+    }
+
+    pub fn capacity(&self) -> usize {
+        1
+    }
+
+    pub fn send(&mut self, _socket: &Socket, _datagrams: &[&[u8]]) -> io::Result<usize> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "sendmmsg is Linux-only",
+        ))
+    }
+}
+
+/// UDP_SEGMENT is Linux's.
+pub fn set_gso_segment(_socket: &Socket, _size: u16) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "UDP GSO is Linux-only",
+    ))
+}
+
+fn readiness_unsupported<T>() -> io::Result<T> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "select, poll and epoll receive loops are implemented for Linux only",
+    ))
+}
+
+/// Linux's; the server refuses `--method select` here before it gets this
+/// far.
+pub fn select_readable(
+    _fds: &[std::os::fd::RawFd],
+    _timeout: std::time::Duration,
+    _ready: &mut [bool],
+) -> io::Result<usize> {
+    readiness_unsupported()
+}
+
+/// Linux's, as [`select_readable`].
+pub fn poll_readable(
+    _fds: &[std::os::fd::RawFd],
+    _timeout: std::time::Duration,
+    _ready: &mut [bool],
+    _scratch: &mut Vec<libc::pollfd>,
+) -> io::Result<usize> {
+    readiness_unsupported()
+}
+
+/// Linux's, as [`select_readable`].
+pub struct Epoll;
+
+impl Epoll {
+    pub fn new(_capacity: usize) -> io::Result<Self> {
+        readiness_unsupported()
+    }
+
+    pub fn add(&self, _fd: std::os::fd::RawFd, _token: u64) -> io::Result<()> {
+        readiness_unsupported()
+    }
+
+    pub fn wait(
+        &mut self,
+        _timeout: std::time::Duration,
+        _ready: impl FnMut(u64),
+    ) -> io::Result<usize> {
+        readiness_unsupported()
+    }
 }

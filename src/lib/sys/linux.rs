@@ -278,6 +278,8 @@ pub fn force_recv_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
 
 /// The sysctl that caps SO_RCVBUF on this platform.
 pub const RCVBUF_SYSCTL: &str = "net.core.rmem_max";
+/// The sysctl that caps SO_SNDBUF.
+pub const SNDBUF_SYSCTL: &str = "net.core.wmem_max";
 /// The kernel doubles the requested buffer to leave room for bookkeeping.
 pub const RCVBUF_DOUBLES: bool = true;
 

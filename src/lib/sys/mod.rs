@@ -21,17 +21,14 @@ mod imp;
 pub mod splice;
 
 pub use imp::{
-    available_tcp_congestion, default_tcp_congestion, enable_kernel_drop_counter,
-    enable_local_address, enable_rx_timestamps, enable_send_errors, force_recv_buffer, send_from,
-    set_dont_fragment, set_tcp_congestion, RecvBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
-};
-#[cfg(target_os = "linux")]
-pub use imp::{
-    enable_gro, force_send_buffer, poll_readable, select_readable, set_gso_segment, Epoll,
-    SendBatch,
+    available_tcp_congestion, default_tcp_congestion, enable_gro, enable_kernel_drop_counter,
+    enable_local_address, enable_rx_timestamps, enable_send_errors, force_recv_buffer,
+    force_send_buffer, send_from, set_dont_fragment, set_gso_segment, set_tcp_congestion,
+    RecvBatch, SendBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL, SNDBUF_SYSCTL,
 };
 #[cfg(target_os = "linux")]
 pub use imp::{parse_control, ControlInfo};
+pub use imp::{poll_readable, select_readable, Epoll};
 
 /// One received datagram.
 pub struct Received<'a> {
@@ -67,10 +64,9 @@ pub fn process_cpu() -> Option<CpuTime> {
     imp::rusage(true)
 }
 
-/// Scheduling policies (sched(7)), as seed 002's `-S` offered them.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
-)]
+/// Scheduling policies (sched(7)), as seed 002's `-S` offered them. (The
+/// flag that names them is in `config`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SchedPolicy {
     Other,
@@ -81,6 +77,25 @@ pub enum SchedPolicy {
 }
 
 impl SchedPolicy {
+    pub const ALL: [SchedPolicy; 5] = [
+        SchedPolicy::Other,
+        SchedPolicy::Batch,
+        SchedPolicy::Idle,
+        SchedPolicy::Fifo,
+        SchedPolicy::Rr,
+    ];
+
+    /// The name sched(7) and the flags use: `other`, `fifo`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            SchedPolicy::Other => "other",
+            SchedPolicy::Batch => "batch",
+            SchedPolicy::Idle => "idle",
+            SchedPolicy::Fifo => "fifo",
+            SchedPolicy::Rr => "rr",
+        }
+    }
+
     /// The priorities the policy accepts.
     pub fn priority_range(self) -> std::ops::RangeInclusive<i32> {
         match self {
@@ -91,25 +106,17 @@ impl SchedPolicy {
 }
 
 /// Applies a scheduling policy to the calling thread (threads it starts
-/// later inherit it), with an error that says what grants the right.
+/// later inherit it), with an error that says what grants the right. The
+/// priority is the caller's to check ([`SchedPolicy::priority_range`]).
 pub fn apply_scheduler(policy: SchedPolicy, priority: i32) -> Result<(), String> {
-    let range = policy.priority_range();
-    if !range.contains(&priority) {
-        return Err(format!(
-            "--priority {priority} is not valid for --scheduler {policy:?}: use {}..={}",
-            range.start(),
-            range.end()
-        )
-        .to_lowercase());
-    }
+    let name = policy.name();
     imp::set_scheduler(policy, priority).map_err(|e| {
         if e.raw_os_error() == Some(libc::EPERM) {
             format!(
-                "not permitted to use scheduler {} with priority {priority}: run as root, grant CAP_SYS_NICE (setcap cap_sys_nice+ep BINARY), or raise the realtime limit (ulimit -r {priority})",
-                format!("{policy:?}").to_lowercase()
+                "not permitted to use scheduler {name} with priority {priority}: run as root, grant CAP_SYS_NICE (setcap cap_sys_nice+ep BINARY), or raise the realtime limit (ulimit -r {priority})"
             )
         } else {
-            format!("cannot set scheduler {}: {e}", format!("{policy:?}").to_lowercase())
+            format!("cannot set scheduler {name}: {e}")
         }
     })
 }
@@ -143,6 +150,170 @@ pub fn classify_send_error(err: &io::Error) -> SendFailure {
         Some(code) if code == libc::ECONNREFUSED => SendFailure::Refused,
         Some(code) if code == libc::EMSGSIZE => SendFailure::TooBig,
         _ => SendFailure::Other,
+    }
+}
+
+/// What the kernel granted for a socket buffer (SO_RCVBUF or SO_SNDBUF).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BufferGrant {
+    pub requested: Option<usize>,
+    /// What getsockopt returns: on Linux twice the usable size.
+    pub granted: usize,
+    /// SO_RCVBUFFORCE / SO_SNDBUFFORCE was used to go past the sysctl limit.
+    pub forced: bool,
+    /// Set when the kernel gave less than asked: how to raise the limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+/// Which socket buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferSide {
+    Receive,
+    Send,
+}
+
+/// Asks for a `requested`-byte socket buffer (None: leave the default) and
+/// reports what the kernel granted, going past the sysctl limit where the
+/// process may (SO_*BUFFORCE). A refusal or a shortfall is not an error:
+/// the grant says so, with how to raise the limit. Only failing to read the
+/// size back is.
+pub fn size_buffer(
+    socket: &socket2::Socket,
+    side: BufferSide,
+    requested: Option<usize>,
+) -> crate::error::Result<BufferGrant> {
+    let (option, read, set, force): (_, fn(&socket2::Socket) -> io::Result<usize>, _, _) =
+        match side {
+            BufferSide::Receive => (
+                "SO_RCVBUF",
+                socket2::Socket::recv_buffer_size,
+                socket2::Socket::set_recv_buffer_size
+                    as fn(&socket2::Socket, usize) -> io::Result<()>,
+                force_recv_buffer as fn(&socket2::Socket, usize) -> io::Result<()>,
+            ),
+            BufferSide::Send => (
+                "SO_SNDBUF",
+                socket2::Socket::send_buffer_size,
+                socket2::Socket::set_send_buffer_size
+                    as fn(&socket2::Socket, usize) -> io::Result<()>,
+                force_send_buffer as fn(&socket2::Socket, usize) -> io::Result<()>,
+            ),
+        };
+    let read =
+        || read(socket).map_err(|e| crate::error::Error::io(format!("cannot read {option}"), e));
+    let Some(want) = requested else {
+        return Ok(BufferGrant {
+            requested: None,
+            granted: read()?,
+            forced: false,
+            warning: None,
+        });
+    };
+    if let Err(e) = set(socket, want) {
+        // BSD kernels refuse a size above kern.ipc.maxsockbuf outright
+        // instead of capping it: keep the default and say why.
+        let warning = match side {
+            BufferSide::Receive => format!(
+                "cannot set a {want}-byte receive buffer ({e}); raise the limit ({RCVBUF_SYSCTL}) or ask for less"
+            ),
+            BufferSide::Send => format!("cannot set SO_SNDBUF to {want}: {e}"),
+        };
+        return Ok(BufferGrant {
+            requested: Some(want),
+            granted: read()?,
+            forced: false,
+            warning: Some(warning),
+        });
+    }
+    let full = if RCVBUF_DOUBLES {
+        want.saturating_mul(2)
+    } else {
+        want
+    };
+    let mut granted = read()?;
+    let mut forced = false;
+    if granted < full && force(socket, want).is_ok() {
+        granted = read()?;
+        forced = true;
+    }
+    let warning = (granted < full).then(|| match side {
+        BufferSide::Receive => format!(
+            "asked for a {want}-byte receive buffer but the kernel granted {granted}; raise the limit with: sysctl -w {RCVBUF_SYSCTL}={want} (or run as root, which uses SO_RCVBUFFORCE)"
+        ),
+        BufferSide::Send => format!(
+            "asked for a {want}-byte send buffer but the kernel granted {granted}; raise the limit with: sysctl -w {SNDBUF_SYSCTL}={want}"
+        ),
+    });
+    Ok(BufferGrant {
+        requested: Some(want),
+        granted,
+        forced,
+        warning,
+    })
+}
+
+/// `::ffff:1.2.3.4` (a v4 peer on a dual-stack socket) as `1.2.3.4`: the
+/// same peer whichever socket family it reached.
+pub fn canonical_addr(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
+/// Why the kernel refused a UDP GSO send (nothing was sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GsoRefusal {
+    /// EINVAL: too many segments for this kernel, or UDP_SEGMENT refused.
+    Invalid,
+    /// EIO: the outgoing device cannot checksum GSO buffers.
+    NoChecksum,
+    /// EMSGSIZE: a segment plus its headers exceeds the path MTU.
+    TooBig,
+}
+
+/// Whether a send error is the kernel refusing a GSO buffer, and why.
+pub fn gso_refusal(err: &io::Error) -> Option<GsoRefusal> {
+    match err.raw_os_error() {
+        Some(libc::EINVAL) => Some(GsoRefusal::Invalid),
+        Some(libc::EIO) => Some(GsoRefusal::NoChecksum),
+        Some(libc::EMSGSIZE) => Some(GsoRefusal::TooBig),
+        _ => None,
+    }
+}
+
+/// ECONNREFUSED: an ICMP port unreachable came back for something we sent.
+pub fn is_refused(err: &io::Error) -> bool {
+    err.raw_os_error() == Some(libc::ECONNREFUSED)
+}
+
+/// The operating systems whose limits netspeed explains by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Os {
+    Linux,
+    MacOs,
+    Other,
+}
+
+/// The one this build is for.
+pub const OS: Os = if cfg!(target_os = "linux") {
+    Os::Linux
+} else if cfg!(target_os = "macos") {
+    Os::MacOs
+} else {
+    Os::Other
+};
+
+/// Whether this build has the Linux socket API netspeed uses: select,
+/// poll, epoll, recvmmsg/sendmmsg, UDP_GRO/GSO, splice. Callers ask this
+/// instead of testing the target themselves.
+pub const LINUX_SOCKETS: bool = cfg!(target_os = "linux");
+
+/// The largest UDP payload one datagram to `addr` can carry (by the IP
+/// header's length field; the OS or the path may allow less).
+pub fn max_udp_payload(addr: &std::net::SocketAddr) -> usize {
+    if addr.is_ipv4() {
+        MAX_UDP_PAYLOAD_V4
+    } else {
+        MAX_UDP_PAYLOAD_V6
     }
 }
 

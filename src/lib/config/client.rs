@@ -1,0 +1,386 @@
+//! `udp_client`'s settings: its flags ([`ClientArgs`]) and its TOML file
+//! ([`ClientFile`]), both as a [`ClientFile`] layer, merged
+//! by [`super::layered`] (defaults < file < flags), then validated once
+//! into a [`ClientConfig`]. `--local`, `--sweep`, `--plot`, a `--clients`
+//! list and `--psk` are flags only.
+
+use super::{
+    duration_arg, file_layer, layered, psk_from, rate_arg, resolve, sched_from, size_arg,
+    DurationValue, PskArgs, Sched, SchedArgs, SizeValue,
+};
+use crate::auth::Psk;
+use crate::error::{Error, Result};
+use crate::sys::SchedPolicy;
+use crate::units;
+use clap::Parser;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `udp_client`'s flags. The first three are seed 001's, with its defaults.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "udp_client",
+    version,
+    about = "Sends an exact volume of UDP data to a udp_server and reports both sides.",
+    long_about = None
+)]
+pub struct ClientArgs {
+    /// Server address, HOST:PORT [default: 127.0.0.1:35000]; host names and [::1]:PORT work.
+    #[arg(short = 's', long, value_name = "ADDR")]
+    pub server_addr: Option<String>,
+    /// Datagram payload size in bytes [default: 5000]. The OS caps it:
+    /// 65507 over IPv4, 65527 over IPv6. By default macOS limits UDP datagrams
+    /// to 9216 bytes; raise it with: sudo sysctl -w net.inet.udp.maxdgram=65535
+    #[arg(short = 'b', long, value_name = "BYTES", value_parser = size_arg)]
+    pub buffer_size: Option<u64>,
+    /// Total payload bytes to send, exactly (e.g. 1000000, 64K, 1G, 1GiB) [default: 1000000].
+    /// The last datagram may be shorter than --buffer-size.
+    #[arg(short = 't', long, value_name = "BYTES", value_parser = size_arg)]
+    pub total_send: Option<u64>,
+    /// Send this many datagrams instead of a byte total (works with -b 0).
+    #[arg(short = 'n', long, value_name = "N", conflicts_with_all = ["total_send", "duration"])]
+    pub packets: Option<u64>,
+    /// Send for this long instead of a byte total (e.g. 10s).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, conflicts_with = "total_send")]
+    pub duration: Option<Duration>,
+    /// Pace sending to this payload rate (e.g. 500Mbit, 1G, 100MB/s); unpaced by default.
+    /// What is due goes out in batches every 0.5 ms, the sender sleeping in
+    /// between.
+    #[arg(long, value_name = "RATE", value_parser = rate_arg)]
+    pub rate: Option<u64>,
+    /// With --rate: send each datagram at its exact time, spinning for the
+    /// last 200 µs before it, instead of in 0.5 ms batches. Costs up to a
+    /// whole core; the report says so.
+    #[arg(long, requires = "rate")]
+    pub precise_pacing: bool,
+    /// Send on a connected socket (send) instead of sendto.
+    #[arg(long)]
+    pub connected: bool,
+    /// Run N independent client sockets at once; each is its own peer.
+    /// With --sweep, a list: one column per value (e.g. 1,2).
+    #[arg(long, value_name = "N[,N...]", value_delimiter = ',')]
+    pub clients: Vec<usize>,
+    /// Seed 001's table: run once per datagram size (e.g.
+    /// 500,1000,1500,65500) and print the server's receive rate per size
+    /// and --clients value. Give each run --duration (e.g. 1s).
+    #[arg(long, value_name = "SIZE,SIZE,...", value_delimiter = ',', value_parser = size_arg)]
+    pub sweep: Vec<u64>,
+    /// With --sweep: draw the table as an SVG chart.
+    #[arg(long, value_name = "FILE.svg", requires = "sweep")]
+    pub plot: Option<PathBuf>,
+    /// How long to wait for the server's end-of-test answer [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub end_timeout: Option<Duration>,
+    /// Datagrams per sendmmsg call (Linux; elsewhere one call per datagram).
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+    /// UDP GSO: hand the kernel buffers of up to 64 KiB that it cuts into
+    /// --buffer-size datagrams (UDP_SEGMENT). Falls back to plain sends if
+    /// the kernel or the path refuses; the report says which path was used.
+    #[arg(long)]
+    pub gso: bool,
+    /// SO_SNDBUF to ask for (e.g. 4M); the granted size is reported.
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    pub sndbuf: Option<u64>,
+    /// Set the don't-fragment option: a datagram larger than the path MTU
+    /// is refused (EMSGSIZE) instead of being fragmented.
+    #[arg(long)]
+    pub dont_fragment: bool,
+    #[command(flatten)]
+    pub sched: SchedArgs,
+    #[command(flatten)]
+    pub psk: PskArgs,
+    /// Start an in-process server on an ephemeral loopback port and test against it.
+    #[arg(long, conflicts_with = "server_addr")]
+    pub local: bool,
+    /// The target is not a udp_server (nc, sockperf, a packet sink): skip
+    /// the start probe and the end-of-test exchange; sender side only.
+    #[arg(long, conflicts_with = "local")]
+    pub no_server: bool,
+    /// Write one JSON object with the final report to stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Read settings from a TOML file; flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `udp_client`'s settings as one layer: the TOML file's shape (keys are
+/// the long flags with underscores), and what the flags and the defaults
+/// are turned into, so that [`super::layered`] merges them in one way.
+/// `packets`, `total_send` and `duration` are one choice: a layer that
+/// names any of them replaces all three below it (a `--duration` flag
+/// beats the file's `total_send`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFile {
+    pub server_addr: Option<String>,
+    pub buffer_size: Option<SizeValue>,
+    pub total_send: Option<SizeValue>,
+    pub packets: Option<u64>,
+    pub duration: Option<DurationValue>,
+    pub rate: Option<RateValue>,
+    pub precise_pacing: Option<bool>,
+    pub connected: Option<bool>,
+    pub clients: Option<usize>,
+    pub end_timeout: Option<DurationValue>,
+    pub batch: Option<usize>,
+    pub gso: Option<bool>,
+    pub sndbuf: Option<SizeValue>,
+    pub dont_fragment: Option<bool>,
+    pub no_server: Option<bool>,
+    pub scheduler: Option<SchedPolicy>,
+    pub priority: Option<i32>,
+    pub psk_file: Option<PathBuf>,
+    pub json: Option<bool>,
+    pub quiet: Option<bool>,
+}
+
+crate::impl_layer!(ClientFile {
+    option: [
+        server_addr, buffer_size, rate, precise_pacing, connected, clients, end_timeout, batch,
+        gso, sndbuf, dont_fragment, no_server, scheduler, priority, psk_file, json, quiet,
+    ]
+    group: [[packets, total_send, duration]]
+});
+
+impl ClientFile {
+    /// Seed 001's defaults, as a layer.
+    pub fn defaults() -> Self {
+        ClientFile {
+            server_addr: Some(DEFAULT_SERVER.to_string()),
+            buffer_size: Some(SizeValue::Number(DEFAULT_BUFFER_SIZE)),
+            total_send: Some(SizeValue::Number(DEFAULT_TOTAL)),
+            clients: Some(1),
+            end_timeout: Some(DurationValue::Parsed(Duration::from_secs(1))),
+            batch: Some(1),
+            ..ClientFile::default()
+        }
+    }
+
+    /// The flags that were given.
+    fn from_flags(args: &ClientArgs) -> Self {
+        ClientFile {
+            server_addr: args.server_addr.clone(),
+            buffer_size: args.buffer_size.map(SizeValue::Number),
+            packets: args.packets,
+            total_send: args.total_send.map(SizeValue::Number),
+            duration: args.duration.map(DurationValue::Parsed),
+            rate: args.rate.map(RateValue::Parsed),
+            precise_pacing: args.precise_pacing.then_some(true),
+            connected: args.connected.then_some(true),
+            clients: args.clients.first().copied(),
+            end_timeout: args.end_timeout.map(DurationValue::Parsed),
+            batch: args.batch,
+            gso: args.gso.then_some(true),
+            sndbuf: args.sndbuf.map(SizeValue::Number),
+            dont_fragment: args.dont_fragment.then_some(true),
+            no_server: args.no_server.then_some(true),
+            scheduler: args.sched.scheduler,
+            priority: args.sched.priority,
+            psk_file: args.psk.psk_file.clone(),
+            json: args.json.then_some(true),
+            quiet: args.quiet.then_some(true),
+        }
+    }
+}
+
+/// A rate in a TOML file: `"500Mbit"` (a string, as a number would leave
+/// the unit unclear), or a flag's value, already parsed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "String")]
+pub enum RateValue {
+    Text(String),
+    Parsed(u64),
+}
+
+impl From<String> for RateValue {
+    fn from(text: String) -> Self {
+        RateValue::Text(text)
+    }
+}
+
+impl RateValue {
+    /// Bits per second.
+    pub fn bps(&self, key: &str) -> Result<u64> {
+        match self {
+            RateValue::Parsed(r) => Ok(*r),
+            RateValue::Text(t) => {
+                units::parse_rate(t).map_err(|e| Error::usage(format!("{key}: {e}")))
+            }
+        }
+    }
+}
+
+/// How much a client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Volume {
+    /// Exactly this many payload bytes; the last datagram may be short.
+    Bytes(u64),
+    /// Exactly this many datagrams of `buffer_size`.
+    Packets(u64),
+    /// Full datagrams until this much time has passed.
+    Time(Duration),
+}
+
+/// A validated client configuration.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub server: SocketAddr,
+    pub local: bool,
+    /// The target is not a udp_server: no probe, no end-of-test exchange.
+    pub no_server: bool,
+    pub buffer_size: usize,
+    pub volume: Volume,
+    pub rate_bps: Option<u64>,
+    /// Spin to each datagram's exact time instead of sending in batches.
+    pub precise_pacing: bool,
+    pub connected: bool,
+    pub clients: usize,
+    pub end_timeout: Duration,
+    pub batch: usize,
+    pub gso: bool,
+    pub sndbuf: Option<usize>,
+    pub dont_fragment: bool,
+    pub sched: Option<Sched>,
+    /// `--psk`: the End is tagged, and only tagged answers are taken.
+    pub psk: Option<Psk>,
+    pub json: bool,
+    pub quiet: bool,
+    /// `--sweep` sizes, empty for a normal run.
+    pub sweep: Vec<usize>,
+    /// `--clients` values for the sweep's columns.
+    pub sweep_clients: Vec<usize>,
+    pub plot: Option<PathBuf>,
+}
+
+/// Most datagrams per sendmmsg call (the kernel's UIO_MAXIOV is 1024).
+pub const MAX_BATCH: usize = 1024;
+
+/// Seed 001's defaults.
+pub const DEFAULT_SERVER: &str = "127.0.0.1:35000";
+pub const DEFAULT_BUFFER_SIZE: u64 = 5000;
+pub const DEFAULT_TOTAL: u64 = 1_000_000;
+/// At most this many client sockets in one process.
+pub const MAX_CLIENTS: usize = 1024;
+
+impl ClientConfig {
+    /// Merges defaults, the config file named by `--config`, and the flags.
+    pub fn from_args(args: ClientArgs) -> Result<Self> {
+        let file = file_layer::<ClientFile>(args.config.as_deref())?;
+        let flags = ClientFile::from_flags(&args);
+        Self::from_layer(layered(ClientFile::defaults(), file, flags), args)
+    }
+
+    /// Validates merged settings once; `args` gives the flag-only ones.
+    fn from_layer(l: ClientFile, args: ClientArgs) -> Result<Self> {
+        let server_text = l.server_addr.unwrap_or_else(|| DEFAULT_SERVER.to_string());
+        let server = resolve(&server_text)?;
+        let duration = |v: Option<DurationValue>, key| v.map(|v| v.duration(key)).transpose();
+        let size = |v: Option<SizeValue>, key| v.map(|v| v.bytes(key)).transpose();
+        let buffer_size = size(l.buffer_size, "buffer_size")?.unwrap_or(DEFAULT_BUFFER_SIZE);
+        let limit = crate::sys::max_udp_payload(&server);
+        if buffer_size > limit as u64 {
+            return Err(Error::usage(format!(
+                "--buffer-size {buffer_size} is larger than the largest UDP datagram over {} ({limit} bytes)",
+                if server.is_ipv4() { "IPv4" } else { "IPv6" }
+            )));
+        }
+        let volume = if let Some(n) = l.packets {
+            Volume::Packets(n)
+        } else if let Some(t) = size(l.total_send, "total_send")? {
+            Volume::Bytes(t)
+        } else if let Some(d) = duration(l.duration, "duration")? {
+            Volume::Time(d)
+        } else {
+            Volume::Bytes(DEFAULT_TOTAL)
+        };
+        match volume {
+            Volume::Bytes(0) => {
+                return Err(Error::usage(
+                    "--total-send 0 sends nothing: give a positive size",
+                ))
+            }
+            Volume::Packets(0) => {
+                return Err(Error::usage("--packets 0 sends nothing: give at least 1"))
+            }
+            Volume::Bytes(_) if buffer_size == 0 => {
+                return Err(Error::usage(
+                    "--buffer-size 0 sends empty datagrams, which never add up to --total-send; use --packets N",
+                ))
+            }
+            Volume::Time(d) if d.is_zero() => return Err(Error::usage("--duration must be greater than 0")),
+            _ => {}
+        }
+        let client_list = if args.clients.is_empty() {
+            vec![l.clients.unwrap_or(1)]
+        } else {
+            args.clients.clone()
+        };
+        if client_list.len() > 1 && args.sweep.is_empty() {
+            return Err(Error::usage(
+                "--clients takes one value unless --sweep is given",
+            ));
+        }
+        if let Some(&bad) = client_list.iter().find(|&&n| n == 0 || n > MAX_CLIENTS) {
+            return Err(Error::usage(format!(
+                "--clients {bad}: must be between 1 and {MAX_CLIENTS}"
+            )));
+        }
+        let batch = l.batch.unwrap_or(1);
+        if batch == 0 || batch > MAX_BATCH {
+            return Err(Error::usage(format!(
+                "--batch {batch}: must be between 1 and {MAX_BATCH}"
+            )));
+        }
+        let gso = l.gso.unwrap_or(false);
+        if gso && buffer_size == 0 {
+            return Err(Error::usage("--gso needs --buffer-size of at least 1 byte"));
+        }
+        let sndbuf = size(l.sndbuf, "sndbuf")?;
+        if let Some(b) = sndbuf {
+            if b == 0 || b > i32::MAX as u64 {
+                return Err(Error::usage(format!(
+                    "--sndbuf {b}: must be between 1 and {}",
+                    i32::MAX
+                )));
+            }
+        }
+        let sched = sched_from(l.scheduler, l.priority)?;
+        let psk: Option<Psk> = psk_from(
+            &PskArgs {
+                psk: args.psk.psk,
+                psk_file: l.psk_file,
+            },
+            None,
+        )?;
+        Ok(ClientConfig {
+            server,
+            local: args.local,
+            no_server: l.no_server.unwrap_or(false),
+            buffer_size: buffer_size as usize,
+            volume,
+            rate_bps: l.rate.map(|r| r.bps("rate")).transpose()?,
+            precise_pacing: l.precise_pacing.unwrap_or(false),
+            connected: l.connected.unwrap_or(false),
+            clients: client_list[0],
+            end_timeout: duration(l.end_timeout, "end_timeout")?.unwrap_or(Duration::from_secs(1)),
+            batch,
+            gso,
+            sndbuf: sndbuf.map(|b| b as usize),
+            dont_fragment: l.dont_fragment.unwrap_or(false),
+            sweep: args.sweep.iter().map(|&b| b as usize).collect(),
+            sweep_clients: client_list,
+            plot: args.plot,
+            psk,
+            sched,
+            json: l.json.unwrap_or(false),
+            quiet: l.quiet.unwrap_or(false),
+        })
+    }
+}

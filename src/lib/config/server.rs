@@ -1,0 +1,343 @@
+//! `udp_server`'s settings: its flags ([`ServerArgs`]) and its TOML file
+//! ([`ServerFile`]), both as a [`ServerFile`] layer, merged
+//! by [`super::layered`] (defaults < file < flags), then validated once
+//! into a [`ServerConfig`].
+
+use super::{
+    check_threads, duration_arg, file_layer, layered, psk_from, sched_from, size_arg,
+    DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_THREADS,
+};
+use crate::auth::Psk;
+use crate::error::{Error, Result};
+use crate::sys::SchedPolicy;
+use clap::Parser;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How the server waits for and reads datagrams.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// A blocking thread per socket, one recvmsg per datagram.
+    Thread,
+    /// select(2) over the sockets, then recvmsg until EAGAIN.
+    Select,
+    /// poll(2) over the sockets, then recvmsg until EAGAIN.
+    Poll,
+    /// epoll(7) over the sockets, then recvmsg until EAGAIN.
+    Epoll,
+    /// A tokio current-thread runtime: readiness from tokio, recvmsg ours.
+    Tokio,
+    /// recvmmsg(2): up to 32 datagrams per call on a blocking socket.
+    Mmsg,
+}
+
+impl Method {
+    /// The best method this platform has.
+    pub fn default_for_platform() -> Self {
+        if crate::sys::LINUX_SOCKETS {
+            Method::Mmsg
+        } else {
+            Method::Thread
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Thread => "thread",
+            Method::Select => "select",
+            Method::Poll => "poll",
+            Method::Epoll => "epoll",
+            Method::Tokio => "tokio",
+            Method::Mmsg => "mmsg",
+        }
+    }
+
+    /// Every method, for sweeps.
+    pub const ALL: [Method; 6] = [
+        Method::Thread,
+        Method::Select,
+        Method::Poll,
+        Method::Epoll,
+        Method::Tokio,
+        Method::Mmsg,
+    ];
+
+    /// An error naming the platform when this method does not exist on it.
+    pub fn check_available(self) -> std::result::Result<(), String> {
+        let linux_only = matches!(
+            self,
+            Method::Select | Method::Poll | Method::Epoll | Method::Mmsg
+        );
+        if linux_only && !crate::sys::LINUX_SOCKETS {
+            return Err(format!(
+                "--method {} is not available on this platform (built for Linux); use thread or tokio",
+                self.name()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `udp_server`'s flags.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "udp_server",
+    version,
+    about = "Counts the UDP datagrams and bytes each peer sends, and reports exact rates in Gbit/s.",
+    long_about = None
+)]
+pub struct ServerArgs {
+    /// Address to listen on. The default is dual-stack (IPv4 and IPv6); it
+    /// falls back to 0.0.0.0:35000 where IPv6 is unavailable. Port 0 picks a
+    /// free port; the real address is printed at start.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Shorthand for --listen [::]:PORT.
+    #[arg(short = 'p', long, value_name = "PORT", conflicts_with = "listen")]
+    pub port: Option<u16>,
+    /// Report every active peer at this interval (e.g. 1s, 500ms); 0 turns it off.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub interval: Option<Duration>,
+    /// A peer with no datagram for this long is finished and summarised.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub idle_timeout: Option<Duration>,
+    /// After a client's end-of-test message, keep counting its datagrams
+    /// still in flight for this long before answering [default: 100ms].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub end_grace: Option<Duration>,
+    /// SO_RCVBUF to ask for (e.g. 4M). The size the kernel granted is printed.
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    pub recv_buffer_size: Option<u64>,
+    /// Most peers tracked at once; traffic from more is counted in one
+    /// overflow bucket. Bounds memory under a flood of spoofed sources.
+    #[arg(long, value_name = "N")]
+    pub max_peers: Option<usize>,
+    /// How to wait for and read datagrams [default: mmsg on Linux, else thread].
+    #[arg(long, value_enum)]
+    pub method: Option<Method>,
+    /// Receive sockets (and threads) sharing the address with SO_REUSEPORT.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Turn on UDP_GRO: the kernel coalesces datagrams of a flow, the server
+    /// counts each one. The default where supported (Linux).
+    #[arg(long, overrides_with = "no_gro")]
+    pub gro: bool,
+    /// Turn UDP_GRO off.
+    #[arg(long, overrides_with = "gro")]
+    pub no_gro: bool,
+    #[command(flatten)]
+    pub sched: SchedArgs,
+    #[command(flatten)]
+    pub psk: PskArgs,
+    /// Write NDJSON events to stdout, one object per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Read settings from a TOML file; flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `udp_server`'s settings as one layer: the TOML file's shape (keys are
+/// the long flags with underscores), and what the flags and the defaults
+/// are turned into, so that [`super::layered`] merges them in one way.
+/// `listen` and `port` are one choice: a layer that names either replaces
+/// both below it (`--port` beats the file's `listen`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerFile {
+    pub listen: Option<String>,
+    pub port: Option<u16>,
+    pub interval: Option<DurationValue>,
+    pub idle_timeout: Option<DurationValue>,
+    pub end_grace: Option<DurationValue>,
+    pub recv_buffer_size: Option<SizeValue>,
+    pub max_peers: Option<usize>,
+    pub method: Option<Method>,
+    pub threads: Option<usize>,
+    pub gro: Option<bool>,
+    pub scheduler: Option<SchedPolicy>,
+    pub priority: Option<i32>,
+    pub psk_file: Option<PathBuf>,
+    pub json: Option<bool>,
+}
+
+crate::impl_layer!(ServerFile {
+    option: [
+        interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
+        scheduler, priority, psk_file, json,
+    ]
+    group: [[listen, port]]
+});
+
+impl ServerFile {
+    /// The defaults, as a layer.
+    pub fn defaults() -> Self {
+        ServerFile {
+            interval: Some(DurationValue::Parsed(Duration::from_secs(1))),
+            idle_timeout: Some(DurationValue::Parsed(Duration::from_secs(2))),
+            end_grace: Some(DurationValue::Parsed(DEFAULT_END_GRACE)),
+            max_peers: Some(4096),
+            method: Some(Method::default_for_platform()),
+            threads: Some(1),
+            gro: Some(crate::sys::LINUX_SOCKETS),
+            json: Some(false),
+            ..ServerFile::default()
+        }
+    }
+
+    /// The flags that were given.
+    fn from_flags(args: &ServerArgs) -> Self {
+        ServerFile {
+            listen: args.listen.clone(),
+            port: args.port,
+            interval: args.interval.map(DurationValue::Parsed),
+            idle_timeout: args.idle_timeout.map(DurationValue::Parsed),
+            end_grace: args.end_grace.map(DurationValue::Parsed),
+            recv_buffer_size: args.recv_buffer_size.map(SizeValue::Number),
+            max_peers: args.max_peers,
+            method: args.method,
+            threads: args.threads,
+            gro: if args.gro {
+                Some(true)
+            } else if args.no_gro {
+                Some(false)
+            } else {
+                None
+            },
+            scheduler: args.sched.scheduler,
+            priority: args.sched.priority,
+            psk_file: args.psk.psk_file.clone(),
+            json: args.json.then_some(true),
+        }
+    }
+}
+
+/// A validated server configuration.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// True when the user named no address: fall back to IPv4 if IPv6 fails.
+    pub listen_is_default: bool,
+    pub interval: Option<Duration>,
+    pub idle_timeout: Duration,
+    /// How long after an End datagrams in flight are still counted.
+    pub end_grace: Duration,
+    pub recv_buffer_size: Option<usize>,
+    pub max_peers: usize,
+    pub method: Method,
+    pub threads: usize,
+    pub gro: bool,
+    pub sched: Option<Sched>,
+    /// `--psk`: Ends must carry its tag.
+    pub psk: Option<Psk>,
+    pub json: bool,
+}
+
+/// How long the server counts datagrams still in flight after an End: a
+/// datagram reordered behind the End on a real path is late by well under
+/// this.
+pub const DEFAULT_END_GRACE: Duration = Duration::from_millis(100);
+/// The longest `--end-grace`: the client waits this long on top of its own
+/// `--end-timeout`.
+pub const MAX_END_GRACE: Duration = Duration::from_secs(5);
+
+/// The largest `--max-peers`: the server's table, its records and their
+/// sequence sets stay within a few hundred MiB even then.
+pub const MAX_PEERS_LIMIT: usize = 65536;
+
+/// The port seed 001 used, kept as our default.
+pub const DEFAULT_PORT: u16 = 35000;
+
+impl Default for ServerConfig {
+    /// The defaults alone (what `udp_client --local` runs).
+    fn default() -> Self {
+        Self::from_layer(ServerFile::defaults(), None).expect("the defaults are valid")
+    }
+}
+
+impl ServerConfig {
+    /// Merges defaults, the config file named by `--config`, and the flags.
+    pub fn from_args(args: ServerArgs) -> Result<Self> {
+        let file = file_layer::<ServerFile>(args.config.as_deref())?;
+        let flags = ServerFile::from_flags(&args);
+        Self::from_layer(layered(ServerFile::defaults(), file, flags), args.psk.psk)
+    }
+
+    /// Validates merged settings once. `psk` is the `--psk` key, which only
+    /// a flag can give (a file names a key file).
+    fn from_layer(l: ServerFile, psk: Option<String>) -> Result<Self> {
+        // Only the port named: still the default address, with its IPv4
+        // fallback.
+        let listen_is_default = l.listen.is_none();
+        let listen = match (l.listen, l.port) {
+            (Some(listen), _) => listen.parse().map_err(|_| {
+                Error::usage(format!(
+                    "invalid --listen address '{listen}': expected IP:PORT, e.g. [::]:35000"
+                ))
+            })?,
+            (None, port) => SocketAddr::from(([0u16; 8], port.unwrap_or(DEFAULT_PORT))),
+        };
+        let duration = |v: Option<DurationValue>, key| v.map(|v| v.duration(key)).transpose();
+        let interval = duration(l.interval, "interval")?.filter(|i| !i.is_zero());
+        let idle_timeout =
+            duration(l.idle_timeout, "idle_timeout")?.unwrap_or(Duration::from_secs(2));
+        if idle_timeout < Duration::from_millis(10) {
+            return Err(Error::usage("--idle-timeout must be at least 10ms"));
+        }
+        let end_grace = duration(l.end_grace, "end_grace")?.unwrap_or(DEFAULT_END_GRACE);
+        if end_grace > MAX_END_GRACE {
+            return Err(Error::usage(format!(
+                "--end-grace must be at most {}s",
+                MAX_END_GRACE.as_secs()
+            )));
+        }
+        let recv_buffer_size = l
+            .recv_buffer_size
+            .map(|v| v.bytes("recv_buffer_size"))
+            .transpose()?;
+        if let Some(b) = recv_buffer_size {
+            if b == 0 || b > i32::MAX as u64 {
+                return Err(Error::usage(format!(
+                    "--recv-buffer-size {b}: must be between 1 and {}",
+                    i32::MAX
+                )));
+            }
+        }
+        let max_peers = l.max_peers.unwrap_or(4096);
+        let limit = MAX_PEERS_LIMIT;
+        if max_peers == 0 || max_peers > limit {
+            return Err(Error::usage(format!(
+                "--max-peers {max_peers}: must be between 1 and {limit}"
+            )));
+        }
+        let method = l.method.unwrap_or_else(Method::default_for_platform);
+        method.check_available().map_err(Error::usage)?;
+        let psk = psk_from(
+            &PskArgs {
+                psk,
+                psk_file: l.psk_file,
+            },
+            None,
+        )?;
+        Ok(ServerConfig {
+            listen,
+            listen_is_default,
+            interval,
+            idle_timeout,
+            end_grace,
+            recv_buffer_size: recv_buffer_size.map(|b| b as usize),
+            max_peers,
+            method,
+            threads: check_threads(l.threads.unwrap_or(1), MAX_THREADS)?,
+            gro: l.gro.unwrap_or(crate::sys::LINUX_SOCKETS),
+            sched: sched_from(l.scheduler, l.priority)?,
+            psk,
+            json: l.json.unwrap_or(false),
+        })
+    }
+}
