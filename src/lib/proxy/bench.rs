@@ -16,14 +16,14 @@
 //! (status, length and body are checked) instead of being counted.
 
 use super::config::{default_threads, Mode};
-use super::histogram::{format_us, Latencies, LatencySummary};
+use super::histogram::{Latencies, LatencySummary};
 use super::http::{Client, Test, TestServer};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use crate::units;
 use clap::Parser;
 use serde::Serialize;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -603,49 +603,6 @@ fn measure(
         }
     }
     Ok((lat, start.elapsed().as_secs_f64()))
-}
-
-/// The table, shaped like seed 004's with the tail added.
-pub fn print_table(out: &mut dyn Write, rows: &[Row]) -> std::io::Result<()> {
-    let case_w = rows.iter().map(|r| r.case.len()).max().unwrap_or(4).max(4);
-    writeln!(
-        out,
-        "| Test   | {:case_w$} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>11} |",
-        "Case", "Mean", "p50", "p99", "p99.9", "Max", "Req/s", "+p50 vs direct"
-    )?;
-    writeln!(
-        out,
-        "| ------ | {} | ---------: | ---------: | ---------: | ---------: | ---------: | ---------: | ----------: |",
-        "-".repeat(case_w)
-    )?;
-    for r in rows {
-        if let Some(e) = &r.error {
-            writeln!(
-                out,
-                "| {} | {:case_w$} | FAILED: {e}",
-                r.test.label(),
-                r.case
-            )?;
-            continue;
-        }
-        let l = &r.latency;
-        writeln!(
-            out,
-            "| {} | {:case_w$} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10.0} | {:>11} |",
-            r.test.label(),
-            r.case,
-            format_us(l.mean_us),
-            format_us(l.p50_us),
-            format_us(l.p99_us),
-            format_us(l.p999_us),
-            format_us(l.max_us),
-            r.requests_per_second,
-            r.added_p50_us
-                .map(|a| format!("{}{}", if a < 0.0 { "-" } else { "+" }, format_us(a.abs())))
-                .unwrap_or_default()
-        )?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

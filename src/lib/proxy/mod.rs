@@ -11,7 +11,8 @@
 //!
 //! # Layout
 //! - [`config`]: flags and TOML into a validated [`ProxyConfig`].
-//! - [`log`]: the event lines (text on stderr, or NDJSON on stdout).
+//! - [`events`]: what the proxy reports ([`ProxyEvent`]), sent to the
+//!   [`EventSink`] it is given; `crate::output::proxy` prints them.
 //! - `relay`: the four modes that run on tokio (tokio, tokio-copy,
 //!   copy-bidirectional, splice).
 //! - `blocking`: the two std modes, a thread per direction.
@@ -27,8 +28,8 @@
 //!
 //! # A connection's end is recorded in one place
 //! Every accepted connection has an entry in [`Ctx`]'s table of live
-//! connections until [`Ctx::close`] takes it out, logs its `conn_closed`
-//! line and adds its bytes to the summary. Every end goes there: EOF both
+//! connections until [`Ctx::close`] takes it out, sends its `conn_closed`
+//! event and adds its bytes to the summary. Every end goes there: EOF both
 //! ways, an error, the idle time-out, and the drain deadline. (The proxy
 //! used to just exit at the deadline, so the connections it cut had no
 //! line and added no bytes: "2 cut at the drain deadline; 0 B" after
@@ -47,13 +48,13 @@
 pub mod bench;
 mod blocking;
 pub mod config;
+pub mod events;
 pub mod histogram;
 pub mod http;
-pub mod log;
 mod relay;
 
 pub use config::{Mode, ProxyArgs, ProxyConfig};
-pub use log::{ConnReport, End, EventLog, Summary};
+pub use events::{ConnReport, End, EventSink, ProxyEvent, Summary};
 
 use crate::error::{Error, Result};
 use crate::shutdown::{Shutdown, POLL};
@@ -171,7 +172,7 @@ struct Started {
 /// State shared by the accept loop and every connection.
 pub(crate) struct Ctx {
     pub cfg: ProxyConfig,
-    pub log: EventLog,
+    events: EventSink,
     /// Every accepted connection until it is closed: its size is the number
     /// open (for `--max-conns`). Sized up front, so that it does not grow
     /// (and move) in the middle of the connections' memory.
@@ -180,10 +181,10 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    fn new(cfg: &ProxyConfig, log: EventLog) -> Ctx {
+    fn new(cfg: &ProxyConfig, events: EventSink) -> Ctx {
         Ctx {
             cfg: cfg.clone(),
-            log,
+            events,
             live: Mutex::new(HashMap::with_capacity(cfg.max_conns.min(4096))),
             summary: Mutex::new(Summary::default()),
         }
@@ -193,6 +194,10 @@ impl Ctx {
     /// the table and the totals are still whole, so keep using them.
     fn live(&self) -> MutexGuard<'_, HashMap<u64, Live>> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn emit(&self, event: ProxyEvent) {
+        (self.events)(event);
     }
 
     fn summary(&self) -> MutexGuard<'_, Summary> {
@@ -260,7 +265,7 @@ impl Ctx {
             summary.cut_at_deadline += 1;
         }
         drop(summary);
-        self.log.conn_closed(&report);
+        self.emit(ProxyEvent::ConnClosed(report));
     }
 
     /// The drain deadline: tells every open connection to stop.
@@ -310,14 +315,14 @@ impl Drop for Conn {
 }
 
 /// Runs the proxy on an already bound `listener` until `shutdown` fires,
-/// then drains open connections for up to `--drain-timeout`. The
-/// listening line is printed once the runtime is up and the listener is
+/// then drains open connections for up to `--drain-timeout`. Every event
+/// goes to `events`. The listening event is sent once the runtime is up and the listener is
 /// registered, so whoever reads it can connect, and count its fds, at once.
 pub fn run(
     listener: std::net::TcpListener,
     cfg: &ProxyConfig,
     shutdown: &Shutdown,
-    log: EventLog,
+    events: EventSink,
 ) -> Result<Summary> {
     let runtime = if cfg.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -332,12 +337,12 @@ pub fn run(
             .build()
     }
     .map_err(|e| Error::runtime(format!("cannot start the tokio runtime: {e}")))?;
-    let ctx = Arc::new(Ctx::new(cfg, log));
+    let ctx = Arc::new(Ctx::new(cfg, events));
     let summary = runtime.block_on(accept_loop(listener, Arc::clone(&ctx), shutdown.clone()))?;
     // Every connection has been closed and counted; what is left of their
     // tasks is dropped here.
     runtime.shutdown_timeout(Duration::from_millis(100));
-    log.stopped(&summary);
+    ctx.emit(ProxyEvent::Stopped(summary.clone()));
     Ok(summary)
 }
 
@@ -351,7 +356,9 @@ async fn accept_loop(
     let addr = listener
         .local_addr()
         .map_err(|e| Error::runtime(format!("cannot read the bound address: {e}")))?;
-    ctx.log.listening(addr, &ctx.cfg);
+    ctx.emit(ProxyEvent::Listening(events::Listening::new(
+        addr, &ctx.cfg,
+    )));
     let mut next_id = 0u64;
     while !shutdown.is_triggered() {
         let accepted = tokio::select! {
@@ -362,7 +369,9 @@ async fn accept_loop(
             Ok(a) => a,
             Err(e) => {
                 // EMFILE and friends: say so, and back off instead of spinning.
-                ctx.log.accept_failed(&e.to_string());
+                ctx.emit(ProxyEvent::AcceptFailed {
+                    error: e.to_string(),
+                });
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -370,7 +379,10 @@ async fn accept_loop(
         next_id += 1;
         if ctx.open_count() >= ctx.cfg.max_conns {
             ctx.summary().rejected += 1;
-            ctx.log.rejected(client, ctx.cfg.max_conns);
+            ctx.emit(ProxyEvent::Rejected {
+                client,
+                max_conns: ctx.cfg.max_conns,
+            });
             drop(stream);
             continue;
         }
@@ -378,8 +390,10 @@ async fn accept_loop(
         tokio::spawn(connection(Arc::clone(&ctx), next_id, stream, client));
     }
     drop(listener);
-    ctx.log
-        .draining(ctx.open_count(), ctx.cfg.drain_timeout.as_secs_f64());
+    ctx.emit(ProxyEvent::Draining {
+        open: ctx.open_count(),
+        deadline_seconds: ctx.cfg.drain_timeout.as_secs_f64(),
+    });
     ctx.wait_all_closed(Instant::now() + ctx.cfg.drain_timeout)
         .await;
     if ctx.open_count() > 0 {
@@ -459,6 +473,11 @@ async fn serve(
 }
 
 fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) -> Option<End> {
-    ctx.log.upstream_failed(id, client, ctx.cfg.upstream, why);
+    ctx.emit(ProxyEvent::UpstreamFailed {
+        id,
+        client,
+        upstream: ctx.cfg.upstream,
+        error: why.to_string(),
+    });
     None
 }

@@ -27,7 +27,7 @@
 //! the figures).
 
 use super::config::{Mode, ProxyConfig};
-use super::log::End;
+use super::events::End;
 use super::{Cut, Meter};
 use std::future::poll_fn;
 use std::io;
