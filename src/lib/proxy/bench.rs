@@ -16,10 +16,10 @@
 //! (status, length and body are checked) instead of being counted.
 
 use super::config::{default_threads, Mode};
-use super::histogram::{Latencies, LatencySummary};
 use super::http::{Client, Test, TestServer};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
+use crate::stats::histogram::{Latencies, LatencySummary};
 use crate::units;
 use clap::Parser;
 use serde::Serialize;

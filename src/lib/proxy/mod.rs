@@ -17,8 +17,8 @@
 //!   copy-bidirectional, splice).
 //! - `blocking`: the two std modes, a thread per direction.
 //! - [`http`]: the keep-alive HTTP/1.1 test server and client of the benchmark.
-//! - [`histogram`]: latency percentiles on an HDR histogram.
-//! - [`bench`]: the matrix behind `tcp_proxy bench`.
+//! - [`bench`]: the matrix behind `tcp_proxy bench`; its latency
+//!   percentiles come from [`crate::stats::histogram`].
 //!
 //! Every mode has the same contract: bytes are counted per direction, EOF
 //! from one side becomes `shutdown(Write)` on the other leg while the other
@@ -49,7 +49,6 @@ pub mod bench;
 mod blocking;
 pub mod config;
 pub mod events;
-pub mod histogram;
 pub mod http;
 mod relay;
 
