@@ -3,10 +3,10 @@
 //! `--help`, `tcp_proxy bench --help` and docs/proxy.md.
 
 use netspeed::config::parse_args;
+use netspeed::config::proxy::{BenchArgs, BenchConfig, ProxyArgs, ProxyConfig};
 use netspeed::error::{Error, Result};
 use netspeed::output::{self, exit_with};
-use netspeed::proxy::bench::{self, BenchArgs, BenchConfig};
-use netspeed::proxy::{self, ProxyArgs, ProxyConfig};
+use netspeed::proxy::{self, bench};
 use netspeed::shutdown::Shutdown;
 use std::ffi::OsString;
 

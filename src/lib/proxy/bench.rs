@@ -15,13 +15,12 @@
 //! `--duration` or `--requests`. A failed request fails its row loudly
 //! (status, length and body are checked) instead of being counted.
 
-use super::config::{default_threads, Mode};
 use super::http::{Client, Test, TestServer};
+use crate::config::proxy::{BenchConfig, Mode};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use crate::stats::histogram::{Latencies, LatencySummary};
 use crate::units;
-use clap::Parser;
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -29,159 +28,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn size_arg(s: &str) -> std::result::Result<u64, String> {
-    units::parse_size(s).map_err(|e| e.to_string())
-}
-
-fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
-    units::parse_duration(s).map_err(|e| e.to_string())
-}
-
-/// `tcp_proxy bench`'s flags.
-#[derive(Parser, Debug)]
-#[command(
-    name = "tcp_proxy bench",
-    version,
-    about = "Request latency through each proxy mode vs a direct connection (seed 004's benchmark).",
-    long_about = None
-)]
-pub struct BenchArgs {
-    /// How long each row measures.
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "1s")]
-    pub duration: Duration,
-    /// At most this many measured requests per row.
-    #[arg(long, value_name = "N", default_value_t = 200_000)]
-    pub requests: u64,
-    /// Requests sent before measuring, on the same connection.
-    #[arg(long, value_name = "N", default_value_t = 20)]
-    pub warmup: u64,
-    /// Modes to run, comma-separated [default: all six on Linux].
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub modes: Vec<Mode>,
-    /// Buffer sizes for the modes that take one [default: 2KiB,8KiB,32KiB,64KiB,1MiB].
-    #[arg(long, value_name = "BYTES", value_parser = size_arg, value_delimiter = ',')]
-    pub buffer_sizes: Vec<u64>,
-    /// The "N" of threads 1 and N for the runtime modes [default: the number of CPUs].
-    #[arg(long, value_name = "N")]
-    pub threads: Option<usize>,
-    /// Tests to run, comma-separated [default: test1,test2].
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub tests: Vec<Test>,
-    /// Run the proxies with --no-nodelay, to reproduce seed 004's stalls.
-    #[arg(long)]
-    pub no_nodelay: bool,
-    /// Skip the direct connection and outside peers; only our modes.
-    #[arg(long)]
-    pub no_peers: bool,
-    /// Also measure this Go io.Copy proxy (bench/peers/goproxy, built by
-    /// bench/proxy-bench.sh).
-    #[arg(long, value_name = "PATH")]
-    pub go_proxy: Option<PathBuf>,
-    /// A request with no complete answer within this long fails its row.
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "5s")]
-    pub request_timeout: Duration,
-    /// The tcp_proxy binary to benchmark [default: this one].
-    #[arg(long, value_name = "PATH")]
-    pub proxy_bin: Option<PathBuf>,
-    /// One JSON object per row on stdout instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// A validated benchmark configuration.
-#[derive(Debug, Clone)]
-pub struct BenchConfig {
-    pub duration: Duration,
-    pub requests: u64,
-    pub warmup: u64,
-    pub modes: Vec<Mode>,
-    pub buffer_sizes: Vec<usize>,
-    pub threads: usize,
-    pub tests: Vec<Test>,
-    pub nodelay: bool,
-    pub peers: bool,
-    pub go_proxy: Option<PathBuf>,
-    pub request_timeout: Duration,
-    pub proxy_bin: PathBuf,
-    pub json: bool,
-}
-
-pub const DEFAULT_BUFFER_SIZES: [usize; 5] = [2 << 10, 8 << 10, 32 << 10, 64 << 10, 1 << 20];
-
-impl BenchConfig {
-    pub fn from_args(args: BenchArgs) -> Result<BenchConfig> {
-        if args.duration.is_zero() && args.requests == 0 {
-            return Err(Error::usage("--duration and --requests cannot both be 0"));
-        }
-        if args.requests == 0 {
-            return Err(Error::usage("--requests must be at least 1"));
-        }
-        if args.request_timeout < Duration::from_millis(10) {
-            return Err(Error::usage("--request-timeout must be at least 10ms"));
-        }
-        let mut modes = if args.modes.is_empty() {
-            Mode::ALL.to_vec()
-        } else {
-            args.modes
-        };
-        if let Some(m) = modes.iter().find(|m| !m.available()) {
-            return Err(Error::usage(format!("--modes {}: needs Linux", m.name())));
-        }
-        modes.dedup();
-        let buffer_sizes: Vec<usize> = if args.buffer_sizes.is_empty() {
-            DEFAULT_BUFFER_SIZES.to_vec()
-        } else {
-            args.buffer_sizes.iter().map(|&b| b as usize).collect()
-        };
-        if let Some(b) = buffer_sizes
-            .iter()
-            .find(|&&b| b == 0 || b as u64 > super::config::MAX_BUFFER_SIZE)
-        {
-            return Err(Error::usage(format!(
-                "--buffer-sizes {b}: each must be between 1 and {} bytes",
-                super::config::MAX_BUFFER_SIZE
-            )));
-        }
-        let threads = args.threads.unwrap_or_else(default_threads);
-        if threads == 0 || threads > super::config::MAX_THREADS {
-            return Err(Error::usage("--threads must be between 1 and 256"));
-        }
-        let tests = if args.tests.is_empty() {
-            vec![Test::Test1, Test::Test2]
-        } else {
-            args.tests
-        };
-        if let Some(go) = &args.go_proxy {
-            if !go.is_file() {
-                return Err(Error::usage(format!(
-                    "--go-proxy {}: no such file (build it with bench/proxy-bench.sh)",
-                    go.display()
-                )));
-            }
-        }
-        let proxy_bin = match args.proxy_bin {
-            Some(p) => p,
-            None => std::env::current_exe()
-                .map_err(|e| Error::runtime(format!("cannot find this program's path: {e}")))?,
-        };
-        Ok(BenchConfig {
-            duration: args.duration,
-            requests: args.requests,
-            warmup: args.warmup,
-            modes,
-            buffer_sizes,
-            threads,
-            tests,
-            nodelay: !args.no_nodelay,
-            peers: !args.no_peers,
-            go_proxy: args.go_proxy,
-            request_timeout: args.request_timeout,
-            proxy_bin,
-            json: args.json,
-        })
-    }
-}
 
 /// What a row measured through.
 #[derive(Debug, Clone, PartialEq)]
@@ -609,7 +455,7 @@ fn measure(
 mod tests {
     use super::*;
 
-    fn cfg(args: &[&str]) -> Result<BenchConfig> {
+    fn cfg(args: &[&str]) -> crate::error::Result<BenchConfig> {
         let mut argv = vec!["tcp_proxy bench"];
         argv.extend_from_slice(args);
         BenchConfig::from_args(crate::config::parse_args(argv.into_iter().map(Into::into))?)
@@ -639,21 +485,6 @@ mod tests {
         assert!(cases(&c)
             .iter()
             .any(|c| c.label() == "tokio (8000 B buffer, 1 thread)"));
-    }
-
-    #[test]
-    fn bad_bench_flags() {
-        for bad in [
-            &["--requests", "0"][..],
-            &["--buffer-sizes", "0"],
-            &["--threads", "0"],
-            &["--modes", "nope"],
-            &["--duration", "x"],
-            &["--go-proxy", "/nonexistent/goproxy"],
-        ] {
-            let e = cfg(bad).unwrap_err();
-            assert_eq!(e.exit_code(), 2, "{bad:?}");
-        }
     }
 
     #[test]

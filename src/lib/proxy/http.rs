@@ -31,16 +31,9 @@ pub const WRITE_PIECE: usize = 16 * 1024;
 /// Longest request head the server accepts.
 const MAX_HEAD: usize = 8 * 1024;
 
-/// One of the two benchmark requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Test {
-    /// GET /test1: a 64 KiB body.
-    Test1,
-    /// GET /test2: `Hello, world!`.
-    Test2,
-}
+pub use crate::config::proxy::Test;
 
+/// What each request fetches.
 impl Test {
     pub fn path(self) -> &'static str {
         match self {
@@ -53,13 +46,6 @@ impl Test {
         match self {
             Test::Test1 => TEST1_LEN,
             Test::Test2 => TEST2_BODY.len(),
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Test::Test1 => "Test 1",
-            Test::Test2 => "Test 2",
         }
     }
 }

@@ -10,7 +10,8 @@
 //! one that moves bulk data fastest.
 //!
 //! # Layout
-//! - [`config`]: flags and TOML into a validated [`ProxyConfig`].
+//! - [`config`] (`crate::config::proxy`): flags and TOML into a validated
+//!   [`ProxyConfig`].
 //! - [`events`]: what the proxy reports ([`ProxyEvent`]), sent to the
 //!   [`EventSink`] it is given; `crate::output::proxy` prints them.
 //! - `relay`: the four modes that run on tokio (tokio, tokio-copy,
@@ -47,11 +48,12 @@
 
 pub mod bench;
 mod blocking;
-pub mod config;
 pub mod events;
 pub mod http;
 mod relay;
 
+/// The settings live with every other binary's, in `crate::config`.
+pub use crate::config::proxy as config;
 pub use config::{Mode, ProxyArgs, ProxyConfig};
 pub use events::{ConnReport, End, EventSink, ProxyEvent, Summary};
 
