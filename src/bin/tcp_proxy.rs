@@ -24,8 +24,7 @@ fn main() {
 }
 
 fn signals() -> Result<Shutdown> {
-    Shutdown::on_signals()
-        .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))
+    Shutdown::on_signals().map_err(|e| Error::io("cannot install signal handlers", e))
 }
 
 fn run_proxy(args: Vec<OsString>) -> Result<()> {

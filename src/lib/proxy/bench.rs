@@ -166,7 +166,7 @@ pub struct Row {
 /// Runs the matrix; each row goes to `emit` as soon as it is measured.
 pub fn run(cfg: &BenchConfig, shutdown: &Shutdown, emit: &mut dyn FnMut(&Row)) -> Result<Vec<Row>> {
     let server = TestServer::start(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .map_err(|e| Error::runtime(format!("cannot start the HTTP test server: {e}")))?;
+        .map_err(|e| Error::io("cannot start the HTTP test server", e))?;
     let mut rows: Vec<Row> = Vec::new();
     for case in cases(cfg) {
         if shutdown.is_triggered() {
@@ -177,9 +177,10 @@ pub fn run(cfg: &BenchConfig, shutdown: &Shutdown, emit: &mut dyn FnMut(&Row)) -
             if shutdown.is_triggered() {
                 break;
             }
+            // A row keeps its failure as the message it shows.
             let measured = match &started {
-                Ok(target) => measure(target.addr, test, cfg, shutdown),
-                Err(e) => Err(e.clone()),
+                Ok(target) => measure(target.addr, test, cfg, shutdown).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             };
             let direct_p50 = rows
                 .iter()
@@ -250,11 +251,7 @@ impl Drop for TempDir {
 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn start_case(
-    case: &Case,
-    cfg: &BenchConfig,
-    upstream: SocketAddr,
-) -> std::result::Result<Target, String> {
+fn start_case(case: &Case, cfg: &BenchConfig, upstream: SocketAddr) -> Result<Target> {
     let up = upstream.to_string();
     match case {
         Case::Direct => Ok(Target {
@@ -302,10 +299,10 @@ fn start_case(
                 "tcp_proxy-bench-haproxy-{}-{port}",
                 std::process::id()
             ));
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(&dir).map_err(bare)?;
             let tmp = TempDir(dir.clone());
             let conf = dir.join("haproxy.cfg");
-            std::fs::write(&conf, haproxy_config(port, upstream)).map_err(|e| e.to_string())?;
+            std::fs::write(&conf, haproxy_config(port, upstream)).map_err(bare)?;
             let mut cmd = Command::new(path);
             cmd.arg("-db").arg("-f").arg(&conf);
             let mut t = spawn_connectable(cmd, "haproxy", port)?;
@@ -334,9 +331,9 @@ pub fn haproxy_config(port: u16, upstream: SocketAddr) -> String {
 /// A free loopback port, for the peers that cannot report one they picked.
 /// Another process could take it before the peer binds; the peer then
 /// fails to start and its row says so.
-fn free_port() -> std::result::Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(bare)?;
+    l.local_addr().map(|a| a.port()).map_err(bare)
 }
 
 /// Starts `cmd` and reads its stdout until `parse` finds the bound address;
@@ -345,17 +342,17 @@ fn spawn_reading_addr(
     mut cmd: Command,
     what: &str,
     parse: impl Fn(&str) -> Option<SocketAddr> + Send + 'static,
-) -> std::result::Result<Target, String> {
+) -> Result<Target> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start {what}: {e}"))?;
+        .map_err(|e| Error::io(format!("cannot start {what}"), e))?;
     let Some(out) = child.stdout.take() else {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(format!("{what}: no stdout"));
+        return Err(Error::runtime(format!("{what}: no stdout")));
     };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -380,24 +377,20 @@ fn spawn_reading_addr(
             target.addr = addr;
             Ok(target)
         }
-        Err(_) => Err(format!(
+        Err(_) => Err(Error::runtime(format!(
             "{what} did not print its address within {START_TIMEOUT:?}"
-        )),
+        ))),
     }
 }
 
 /// Starts `cmd` and waits until 127.0.0.1:`port` accepts a connection.
-fn spawn_connectable(
-    mut cmd: Command,
-    what: &str,
-    port: u16,
-) -> std::result::Result<Target, String> {
+fn spawn_connectable(mut cmd: Command, what: &str, port: u16) -> Result<Target> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start {what}: {e}"))?;
+        .map_err(|e| Error::io(format!("cannot start {what}"), e))?;
     let mut target = Target {
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
         child: Some(child),
@@ -408,7 +401,7 @@ fn spawn_connectable(
         if let Some(c) = target.child.as_mut() {
             if let Ok(Some(status)) = c.try_wait() {
                 target.child = None;
-                return Err(format!("{what} exited at start: {status}"));
+                return Err(Error::runtime(format!("{what} exited at start: {status}")));
             }
         }
         if TcpStream::connect_timeout(&target.addr, Duration::from_millis(200)).is_ok() {
@@ -416,9 +409,23 @@ fn spawn_connectable(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Err(format!(
+    Err(Error::runtime(format!(
         "{what} did not listen on port {port} within {START_TIMEOUT:?}"
-    ))
+    )))
+}
+
+/// A failure whose message is the system's own, as the row shows it.
+fn bare(e: std::io::Error) -> Error {
+    Error::runtime(e.to_string())
+}
+
+/// `err` with `what` in front of its message, keeping its kind and source.
+fn within(what: String, err: Error) -> Error {
+    match err {
+        Error::Io { context, source } => Error::io(format!("{what}: {context}"), source),
+        Error::Usage(m) => Error::Usage(format!("{what}: {m}")),
+        Error::Runtime(m) => Error::Runtime(format!("{what}: {m}")),
+    }
 }
 
 /// Warms up, then times requests one after another on one connection for
@@ -429,20 +436,20 @@ fn measure(
     test: Test,
     cfg: &BenchConfig,
     shutdown: &Shutdown,
-) -> std::result::Result<(Latencies, f64), String> {
+) -> Result<(Latencies, f64)> {
     let mut client = Client::connect(addr, cfg.request_timeout)
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        .map_err(|e| Error::io(format!("cannot connect to {addr}"), e))?;
     for i in 0..cfg.warmup {
         client
             .request(test)
-            .map_err(|e| format!("warm-up request {}: {e}", i + 1))?;
+            .map_err(|e| within(format!("warm-up request {}", i + 1), e))?;
     }
     let mut lat = Latencies::new();
     let start = Instant::now();
     while lat.count() < cfg.requests && !shutdown.is_triggered() {
         let d = client
             .request(test)
-            .map_err(|e| format!("request {}: {e}", lat.count() + 1))?;
+            .map_err(|e| within(format!("request {}", lat.count() + 1), e))?;
         lat.record(d);
         if start.elapsed() >= cfg.duration {
             break;
@@ -467,7 +474,7 @@ mod tests {
         let all = cases(&c);
         // tokio and splice: 5 sizes x 2 thread counts; the copy modes: 2
         // thread counts each; std: 5 sizes; std-copy: 1.
-        let expect = if cfg!(target_os = "linux") {
+        let expect = if crate::sys::HAS_SPLICE {
             10 + 2 + 2 + 5 + 1 + 10
         } else {
             10 + 2 + 2 + 5 + 1

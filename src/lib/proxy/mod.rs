@@ -73,7 +73,7 @@ const BACKLOG: i32 = 1024;
 /// Binds the listening socket (SO_REUSEADDR, a deep backlog). Port 0 picks
 /// a free port; read it back with `local_addr`.
 pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
-    let fail = |what: &str, e: std::io::Error| Error::runtime(format!("{what} {addr}: {e}"));
+    let fail = |what: &str, e: std::io::Error| Error::io(format!("{what} {addr}"), e);
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -337,7 +337,7 @@ pub fn run(
             .enable_time()
             .build()
     }
-    .map_err(|e| Error::runtime(format!("cannot start the tokio runtime: {e}")))?;
+    .map_err(|e| Error::io("cannot start the tokio runtime", e))?;
     let ctx = Arc::new(Ctx::new(cfg, events));
     let summary = runtime.block_on(accept_loop(listener, Arc::clone(&ctx), shutdown.clone()))?;
     // Every connection has been closed and counted; what is left of their
@@ -353,10 +353,10 @@ async fn accept_loop(
     shutdown: Shutdown,
 ) -> Result<Summary> {
     let listener = tokio::net::TcpListener::from_std(listener)
-        .map_err(|e| Error::runtime(format!("cannot register the listener: {e}")))?;
+        .map_err(|e| Error::io("cannot register the listener", e))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| Error::runtime(format!("cannot read the bound address: {e}")))?;
+        .map_err(|e| Error::io("cannot read the bound address", e))?;
     ctx.emit(ProxyEvent::Listening(events::Listening::new(
         addr, &ctx.cfg,
     )));
