@@ -39,7 +39,7 @@
 //! modes shut their sockets and wait for their two threads first), and any
 //! that could not stop within [`CUT_GRACE`] are closed from the table with
 //! the bytes counted so far. Taking the entry out of the table is what
-//! makes each connection logged and counted exactly once, whoever gets
+//! makes each connection reported and counted exactly once, whoever gets
 //! there first.
 //!
 //! A byte is counted when it has been written to the other leg, write by
@@ -242,10 +242,10 @@ impl Ctx {
     }
 
     /// The one place a connection ends. It leaves the table (which frees
-    /// its `--max-conns` slot before the line is logged, so whoever reads
-    /// the line may connect again at once), then its `conn_closed` line is
-    /// logged and its bytes are added to the totals. `None` is a connection
-    /// whose upstream never answered: it has its own `upstream_failed` line.
+    /// its `--max-conns` slot before the event is sent, so whoever reads
+    /// it may connect again at once), then its `conn_closed` event is sent
+    /// and its bytes are added to the totals. `None` is a connection whose
+    /// upstream never answered: it has its own `upstream_failed` event.
     /// A second call for the same connection does nothing.
     fn close(&self, id: u64, end: Option<End>) {
         let Some(live) = self.live().remove(&id) else {
@@ -455,7 +455,7 @@ async fn serve(
         let _ = upstream.set_nodelay(true);
     }
     if let Some(algo) = cfg.congestion {
-        // Checked at start-up; a failure now is worth a line, not a silent
+        // Checked at start-up; a failure now is worth an event, not a silent
         // connection on the system default.
         for leg in [
             socket2::SockRef::from(&client),
@@ -481,4 +481,69 @@ fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) -> Option<
         error: why.to_string(),
     });
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// The proxy reports through its sink alone: a run can be checked
+    /// from the events, with nothing printed.
+    #[test]
+    fn events_reach_the_sink_in_order() {
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut cfg = ProxyConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            upstream.local_addr().unwrap(),
+        );
+        cfg.mode = Mode::Tokio;
+        cfg.threads = 1;
+        let listener = bind(cfg.listen).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let shutdown = Shutdown::new();
+        let stop = shutdown.clone();
+        let proxy = std::thread::spawn(move || {
+            let events: EventSink = Box::new(move |e| sink.lock().unwrap().push(e));
+            run(listener, &cfg, &stop, events).unwrap()
+        });
+        let echo = std::thread::spawn(move || {
+            let (mut s, _) = upstream.accept().unwrap();
+            let mut buf = [0u8; 5];
+            s.read_exact(&mut buf).unwrap();
+            s.write_all(&buf).unwrap();
+        });
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client.write_all(b"hello").unwrap();
+        let mut back = Vec::new();
+        client.read_to_end(&mut back).unwrap();
+        assert_eq!(back, b"hello");
+        echo.join().unwrap();
+        drop(client);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.lock().unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "no conn_closed event");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        shutdown.trigger();
+        let summary = proxy.join().unwrap();
+        assert_eq!((summary.accepted, summary.client_to_upstream), (1, 5));
+        let names: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap()["event"].to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "\"listening\"",
+                "\"conn_closed\"",
+                "\"draining\"",
+                "\"stopped\""
+            ]
+        );
+    }
 }
