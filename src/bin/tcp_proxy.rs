@@ -3,13 +3,12 @@
 //! `--help`, `tcp_proxy bench --help` and docs/proxy.md.
 
 use netspeed::config::parse_args;
+use netspeed::config::proxy::{BenchArgs, BenchConfig, ProxyArgs, ProxyConfig};
 use netspeed::error::{Error, Result};
-use netspeed::output::exit_with;
-use netspeed::proxy::bench::{self, BenchArgs, BenchConfig};
-use netspeed::proxy::{self, EventLog, ProxyArgs, ProxyConfig};
+use netspeed::output::{self, exit_with};
+use netspeed::proxy::{self, bench};
 use netspeed::shutdown::Shutdown;
 use std::ffi::OsString;
-use std::io::Write;
 
 fn main() {
     let mut args: Vec<OsString> = std::env::args_os().collect();
@@ -25,8 +24,7 @@ fn main() {
 }
 
 fn signals() -> Result<Shutdown> {
-    Shutdown::on_signals()
-        .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))
+    Shutdown::on_signals().map_err(|e| Error::io("cannot install signal handlers", e))
 }
 
 fn run_proxy(args: Vec<OsString>) -> Result<()> {
@@ -37,7 +35,9 @@ fn run_proxy(args: Vec<OsString>) -> Result<()> {
     }
     let shutdown = signals()?;
     let listener = proxy::bind(cfg.listen)?;
-    proxy::run(listener, &cfg, &shutdown, EventLog { json: cfg.json })?;
+    let json = cfg.json;
+    let events = Box::new(move |event| output::proxy::proxy_event(&event, json));
+    proxy::run(listener, &cfg, &shutdown, events)?;
     Ok(())
 }
 
@@ -47,18 +47,10 @@ fn run_bench(args: Vec<OsString>) -> Result<()> {
     let shutdown = signals()?;
     let json = cfg.json;
     let rows = bench::run(&cfg, &shutdown, &mut |row| {
-        let mut out = std::io::stdout().lock();
-        if json {
-            let _ = writeln!(out, "{}", serde_json::to_string(row).unwrap_or_default());
-        } else {
-            // Progress on stderr; the table comes once at the end.
-            eprintln!("tcp_proxy bench: {} {} done", row.test.label(), row.case);
-        }
-        let _ = out.flush();
+        output::proxy::bench_row(row, json)
     })?;
     if !json {
-        let mut out = std::io::stdout().lock();
-        let _ = bench::print_table(&mut out, &rows);
+        output::proxy::bench_table(&rows);
     }
     let failed = rows.iter().filter(|r| r.error.is_some()).count();
     if failed > 0 {

@@ -35,6 +35,15 @@ impl Error {
         Error::Runtime(msg.into())
     }
 
+    /// `what: ` in front of the message, keeping the kind and the source.
+    pub fn context(self, what: impl std::fmt::Display) -> Error {
+        match self {
+            Error::Io { context, source } => Error::io(format!("{what}: {context}"), source),
+            Error::Usage(m) => Error::Usage(format!("{what}: {m}")),
+            Error::Runtime(m) => Error::Runtime(format!("{what}: {m}")),
+        }
+    }
+
     /// A failed system call, with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {

@@ -1,1 +1,194 @@
-//! tcp_proxy event lines and benchmark tables (filled in by the proxy restructuring).
+//! `tcp_proxy`'s lines: its events as text or NDJSON, and `tcp_proxy
+//! bench`'s progress, rows and table.
+//!
+//! Where each line goes is part of the interface: the listening line is
+//! always the first line on stdout (a script reads the bound port from it);
+//! with `--json` every event is an NDJSON object on stdout; otherwise the
+//! other events are `tcp_proxy: ...` lines on stderr. JSON objects are
+//! built as `serde_json::Value`s, whose keys come out sorted: that is the
+//! order the proxy has always printed them in.
+
+use crate::proxy::bench::Row;
+use crate::proxy::events::{End, Listening, ProxyEvent, Summary};
+use std::io::Write;
+
+/// Prints one proxy event, as text or as one NDJSON line.
+pub fn proxy_event(event: &ProxyEvent, json: bool) {
+    if json {
+        let value = serde_json::to_value(event).unwrap_or_default();
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{value}");
+        let _ = out.flush();
+        return;
+    }
+    let line = match event {
+        ProxyEvent::Listening(l) => {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", listening_text(l));
+            let _ = out.flush();
+            return;
+        }
+        ProxyEvent::ConnClosed(r) => format!(
+            "conn {} from {} {} after {:.3} s: {} B client->upstream, {} B upstream->client",
+            r.id,
+            r.client,
+            End::text(&r.end),
+            r.seconds,
+            r.client_to_upstream,
+            r.upstream_to_client
+        ),
+        ProxyEvent::UpstreamFailed {
+            id,
+            client,
+            upstream,
+            error,
+        } => format!(
+            "conn {id} from {client}: cannot reach upstream {upstream}: {error}; closed the client"
+        ),
+        ProxyEvent::Rejected { client, max_conns } => {
+            format!("rejected {client}: --max-conns {max_conns} connections are already open")
+        }
+        ProxyEvent::AcceptFailed { error } => format!("accept failed: {error}"),
+        ProxyEvent::Draining {
+            open,
+            deadline_seconds,
+        } => format!(
+            "stopping: no new connections; draining {open} open for up to {deadline_seconds:.3} s"
+        ),
+        ProxyEvent::Stopped(s) => stopped_text(s),
+    };
+    let _ = writeln!(std::io::stderr().lock(), "tcp_proxy: {line}");
+}
+
+fn listening_text(l: &Listening) -> String {
+    format!(
+        "tcp_proxy listening on {}, upstream {}, mode {}, buffer {} B, threads {}, TCP_NODELAY {}, congestion {}",
+        l.addr,
+        l.upstream,
+        l.mode,
+        l.buffer_size,
+        l.threads,
+        if l.nodelay { "on" } else { "OFF" },
+        match (l.congestion_is_system_default, &l.congestion) {
+            (false, Some(name)) => name.clone(),
+            (true, Some(name)) => format!("{name} (system default)"),
+            (_, None) => "system default".to_string(),
+        }
+    )
+}
+
+fn stopped_text(s: &Summary) -> String {
+    format!(
+        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} cut at the drain deadline; {} B client->upstream, {} B upstream->client",
+        s.accepted,
+        s.rejected,
+        s.upstream_failures,
+        s.cut_at_deadline,
+        s.client_to_upstream,
+        s.upstream_to_client
+    )
+}
+
+/// One measured row of `tcp_proxy bench`: with `--json` the row itself on
+/// stdout; otherwise a progress line on stderr (the table comes at the end).
+pub fn bench_row(row: &Row, json: bool) {
+    if json {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", serde_json::to_string(row).unwrap_or_default());
+        let _ = out.flush();
+    } else {
+        eprintln!("tcp_proxy bench: {} {} done", row.test.label(), row.case);
+    }
+}
+
+/// The table on stdout, shaped like seed 004's with the tail added.
+pub fn bench_table(rows: &[Row]) {
+    let mut out = std::io::stdout().lock();
+    let _ = write_bench_table(&mut out, rows);
+}
+
+/// The table, shaped like seed 004's with the tail added.
+pub fn write_bench_table(out: &mut dyn Write, rows: &[Row]) -> std::io::Result<()> {
+    let case_w = rows.iter().map(|r| r.case.len()).max().unwrap_or(4).max(4);
+    writeln!(
+        out,
+        "| Test   | {:case_w$} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>11} |",
+        "Case", "Mean", "p50", "p99", "p99.9", "Max", "Req/s", "+p50 vs direct"
+    )?;
+    writeln!(
+        out,
+        "| ------ | {} | ---------: | ---------: | ---------: | ---------: | ---------: | ---------: | ----------: |",
+        "-".repeat(case_w)
+    )?;
+    for r in rows {
+        if let Some(e) = &r.error {
+            writeln!(
+                out,
+                "| {} | {:case_w$} | FAILED: {e}",
+                r.test.label(),
+                r.case
+            )?;
+            continue;
+        }
+        let l = &r.latency;
+        writeln!(
+            out,
+            "| {} | {:case_w$} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10.0} | {:>11} |",
+            r.test.label(),
+            r.case,
+            format_us(l.mean_us),
+            format_us(l.p50_us),
+            format_us(l.p99_us),
+            format_us(l.p999_us),
+            format_us(l.max_us),
+            r.requests_per_second,
+            r.added_p50_us
+                .map(|a| format!("{}{}", if a < 0.0 { "-" } else { "+" }, format_us(a.abs())))
+                .unwrap_or_default()
+        )?;
+    }
+    Ok(())
+}
+
+/// A latency for the table: `87.3 us`, `1.204 ms`, `40.11 ms`.
+pub fn format_us(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.3} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} us")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formatting() {
+        assert_eq!(format_us(87.34), "87.3 us");
+        assert_eq!(format_us(40110.0), "40.110 ms");
+    }
+
+    #[test]
+    fn listening_line_names_the_congestion_source() {
+        let mut l = Listening {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            upstream: "127.0.0.1:2".parse().unwrap(),
+            mode: "tokio",
+            buffer_size: 8,
+            threads: 1,
+            nodelay: false,
+            congestion: Some("bbr".into()),
+            congestion_is_system_default: true,
+            max_conns: 3,
+        };
+        assert!(listening_text(&l).ends_with("TCP_NODELAY OFF, congestion bbr (system default)"));
+        l.congestion_is_system_default = false;
+        assert!(listening_text(&l).ends_with("congestion bbr"));
+        l.congestion = None;
+        assert!(listening_text(&l).ends_with("congestion system default"));
+        let json = serde_json::to_value(ProxyEvent::Listening(l)).unwrap();
+        assert_eq!(json["event"], "listening");
+        assert_eq!(json["addr"], "127.0.0.1:1");
+    }
+}

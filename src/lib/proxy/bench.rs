@@ -15,173 +15,19 @@
 //! `--duration` or `--requests`. A failed request fails its row loudly
 //! (status, length and body are checked) instead of being counted.
 
-use super::config::{default_threads, Mode};
-use super::histogram::{format_us, Latencies, LatencySummary};
 use super::http::{Client, Test, TestServer};
+use crate::config::proxy::{BenchConfig, Mode};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
+use crate::stats::histogram::{Latencies, LatencySummary};
 use crate::units;
-use clap::Parser;
 use serde::Serialize;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn size_arg(s: &str) -> std::result::Result<u64, String> {
-    units::parse_size(s).map_err(|e| e.to_string())
-}
-
-fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
-    units::parse_duration(s).map_err(|e| e.to_string())
-}
-
-/// `tcp_proxy bench`'s flags.
-#[derive(Parser, Debug)]
-#[command(
-    name = "tcp_proxy bench",
-    version,
-    about = "Request latency through each proxy mode vs a direct connection (seed 004's benchmark).",
-    long_about = None
-)]
-pub struct BenchArgs {
-    /// How long each row measures.
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "1s")]
-    pub duration: Duration,
-    /// At most this many measured requests per row.
-    #[arg(long, value_name = "N", default_value_t = 200_000)]
-    pub requests: u64,
-    /// Requests sent before measuring, on the same connection.
-    #[arg(long, value_name = "N", default_value_t = 20)]
-    pub warmup: u64,
-    /// Modes to run, comma-separated [default: all six on Linux].
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub modes: Vec<Mode>,
-    /// Buffer sizes for the modes that take one [default: 2KiB,8KiB,32KiB,64KiB,1MiB].
-    #[arg(long, value_name = "BYTES", value_parser = size_arg, value_delimiter = ',')]
-    pub buffer_sizes: Vec<u64>,
-    /// The "N" of threads 1 and N for the runtime modes [default: the number of CPUs].
-    #[arg(long, value_name = "N")]
-    pub threads: Option<usize>,
-    /// Tests to run, comma-separated [default: test1,test2].
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub tests: Vec<Test>,
-    /// Run the proxies with --no-nodelay, to reproduce seed 004's stalls.
-    #[arg(long)]
-    pub no_nodelay: bool,
-    /// Skip the direct connection and outside peers; only our modes.
-    #[arg(long)]
-    pub no_peers: bool,
-    /// Also measure this Go io.Copy proxy (bench/peers/goproxy, built by
-    /// bench/proxy-bench.sh).
-    #[arg(long, value_name = "PATH")]
-    pub go_proxy: Option<PathBuf>,
-    /// A request with no complete answer within this long fails its row.
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "5s")]
-    pub request_timeout: Duration,
-    /// The tcp_proxy binary to benchmark [default: this one].
-    #[arg(long, value_name = "PATH")]
-    pub proxy_bin: Option<PathBuf>,
-    /// One JSON object per row on stdout instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// A validated benchmark configuration.
-#[derive(Debug, Clone)]
-pub struct BenchConfig {
-    pub duration: Duration,
-    pub requests: u64,
-    pub warmup: u64,
-    pub modes: Vec<Mode>,
-    pub buffer_sizes: Vec<usize>,
-    pub threads: usize,
-    pub tests: Vec<Test>,
-    pub nodelay: bool,
-    pub peers: bool,
-    pub go_proxy: Option<PathBuf>,
-    pub request_timeout: Duration,
-    pub proxy_bin: PathBuf,
-    pub json: bool,
-}
-
-pub const DEFAULT_BUFFER_SIZES: [usize; 5] = [2 << 10, 8 << 10, 32 << 10, 64 << 10, 1 << 20];
-
-impl BenchConfig {
-    pub fn from_args(args: BenchArgs) -> Result<BenchConfig> {
-        if args.duration.is_zero() && args.requests == 0 {
-            return Err(Error::usage("--duration and --requests cannot both be 0"));
-        }
-        if args.requests == 0 {
-            return Err(Error::usage("--requests must be at least 1"));
-        }
-        if args.request_timeout < Duration::from_millis(10) {
-            return Err(Error::usage("--request-timeout must be at least 10ms"));
-        }
-        let mut modes = if args.modes.is_empty() {
-            Mode::ALL.to_vec()
-        } else {
-            args.modes
-        };
-        if let Some(m) = modes.iter().find(|m| !m.available()) {
-            return Err(Error::usage(format!("--modes {}: needs Linux", m.name())));
-        }
-        modes.dedup();
-        let buffer_sizes: Vec<usize> = if args.buffer_sizes.is_empty() {
-            DEFAULT_BUFFER_SIZES.to_vec()
-        } else {
-            args.buffer_sizes.iter().map(|&b| b as usize).collect()
-        };
-        if let Some(b) = buffer_sizes
-            .iter()
-            .find(|&&b| b == 0 || b as u64 > super::config::MAX_BUFFER_SIZE)
-        {
-            return Err(Error::usage(format!(
-                "--buffer-sizes {b}: each must be between 1 and {} bytes",
-                super::config::MAX_BUFFER_SIZE
-            )));
-        }
-        let threads = args.threads.unwrap_or_else(default_threads);
-        if threads == 0 || threads > super::config::MAX_THREADS {
-            return Err(Error::usage("--threads must be between 1 and 256"));
-        }
-        let tests = if args.tests.is_empty() {
-            vec![Test::Test1, Test::Test2]
-        } else {
-            args.tests
-        };
-        if let Some(go) = &args.go_proxy {
-            if !go.is_file() {
-                return Err(Error::usage(format!(
-                    "--go-proxy {}: no such file (build it with bench/proxy-bench.sh)",
-                    go.display()
-                )));
-            }
-        }
-        let proxy_bin = match args.proxy_bin {
-            Some(p) => p,
-            None => std::env::current_exe()
-                .map_err(|e| Error::runtime(format!("cannot find this program's path: {e}")))?,
-        };
-        Ok(BenchConfig {
-            duration: args.duration,
-            requests: args.requests,
-            warmup: args.warmup,
-            modes,
-            buffer_sizes,
-            threads,
-            tests,
-            nodelay: !args.no_nodelay,
-            peers: !args.no_peers,
-            go_proxy: args.go_proxy,
-            request_timeout: args.request_timeout,
-            proxy_bin,
-            json: args.json,
-        })
-    }
-}
 
 /// What a row measured through.
 #[derive(Debug, Clone, PartialEq)]
@@ -320,7 +166,7 @@ pub struct Row {
 /// Runs the matrix; each row goes to `emit` as soon as it is measured.
 pub fn run(cfg: &BenchConfig, shutdown: &Shutdown, emit: &mut dyn FnMut(&Row)) -> Result<Vec<Row>> {
     let server = TestServer::start(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .map_err(|e| Error::runtime(format!("cannot start the HTTP test server: {e}")))?;
+        .map_err(|e| Error::io("cannot start the HTTP test server", e))?;
     let mut rows: Vec<Row> = Vec::new();
     for case in cases(cfg) {
         if shutdown.is_triggered() {
@@ -331,9 +177,10 @@ pub fn run(cfg: &BenchConfig, shutdown: &Shutdown, emit: &mut dyn FnMut(&Row)) -
             if shutdown.is_triggered() {
                 break;
             }
+            // A row keeps its failure as the message it shows.
             let measured = match &started {
-                Ok(target) => measure(target.addr, test, cfg, shutdown),
-                Err(e) => Err(e.clone()),
+                Ok(target) => measure(target.addr, test, cfg, shutdown).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             };
             let direct_p50 = rows
                 .iter()
@@ -404,11 +251,7 @@ impl Drop for TempDir {
 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn start_case(
-    case: &Case,
-    cfg: &BenchConfig,
-    upstream: SocketAddr,
-) -> std::result::Result<Target, String> {
+fn start_case(case: &Case, cfg: &BenchConfig, upstream: SocketAddr) -> Result<Target> {
     let up = upstream.to_string();
     match case {
         Case::Direct => Ok(Target {
@@ -456,10 +299,10 @@ fn start_case(
                 "tcp_proxy-bench-haproxy-{}-{port}",
                 std::process::id()
             ));
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(&dir).map_err(bare)?;
             let tmp = TempDir(dir.clone());
             let conf = dir.join("haproxy.cfg");
-            std::fs::write(&conf, haproxy_config(port, upstream)).map_err(|e| e.to_string())?;
+            std::fs::write(&conf, haproxy_config(port, upstream)).map_err(bare)?;
             let mut cmd = Command::new(path);
             cmd.arg("-db").arg("-f").arg(&conf);
             let mut t = spawn_connectable(cmd, "haproxy", port)?;
@@ -488,9 +331,9 @@ pub fn haproxy_config(port: u16, upstream: SocketAddr) -> String {
 /// A free loopback port, for the peers that cannot report one they picked.
 /// Another process could take it before the peer binds; the peer then
 /// fails to start and its row says so.
-fn free_port() -> std::result::Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(bare)?;
+    l.local_addr().map(|a| a.port()).map_err(bare)
 }
 
 /// Starts `cmd` and reads its stdout until `parse` finds the bound address;
@@ -499,17 +342,17 @@ fn spawn_reading_addr(
     mut cmd: Command,
     what: &str,
     parse: impl Fn(&str) -> Option<SocketAddr> + Send + 'static,
-) -> std::result::Result<Target, String> {
+) -> Result<Target> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start {what}: {e}"))?;
+        .map_err(|e| Error::io(format!("cannot start {what}"), e))?;
     let Some(out) = child.stdout.take() else {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(format!("{what}: no stdout"));
+        return Err(Error::runtime(format!("{what}: no stdout")));
     };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -534,24 +377,20 @@ fn spawn_reading_addr(
             target.addr = addr;
             Ok(target)
         }
-        Err(_) => Err(format!(
+        Err(_) => Err(Error::runtime(format!(
             "{what} did not print its address within {START_TIMEOUT:?}"
-        )),
+        ))),
     }
 }
 
 /// Starts `cmd` and waits until 127.0.0.1:`port` accepts a connection.
-fn spawn_connectable(
-    mut cmd: Command,
-    what: &str,
-    port: u16,
-) -> std::result::Result<Target, String> {
+fn spawn_connectable(mut cmd: Command, what: &str, port: u16) -> Result<Target> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start {what}: {e}"))?;
+        .map_err(|e| Error::io(format!("cannot start {what}"), e))?;
     let mut target = Target {
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
         child: Some(child),
@@ -562,7 +401,7 @@ fn spawn_connectable(
         if let Some(c) = target.child.as_mut() {
             if let Ok(Some(status)) = c.try_wait() {
                 target.child = None;
-                return Err(format!("{what} exited at start: {status}"));
+                return Err(Error::runtime(format!("{what} exited at start: {status}")));
             }
         }
         if TcpStream::connect_timeout(&target.addr, Duration::from_millis(200)).is_ok() {
@@ -570,9 +409,14 @@ fn spawn_connectable(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Err(format!(
+    Err(Error::runtime(format!(
         "{what} did not listen on port {port} within {START_TIMEOUT:?}"
-    ))
+    )))
+}
+
+/// A failure whose message is the system's own, as the row shows it.
+fn bare(e: std::io::Error) -> Error {
+    Error::runtime(e.to_string())
 }
 
 /// Warms up, then times requests one after another on one connection for
@@ -583,20 +427,20 @@ fn measure(
     test: Test,
     cfg: &BenchConfig,
     shutdown: &Shutdown,
-) -> std::result::Result<(Latencies, f64), String> {
+) -> Result<(Latencies, f64)> {
     let mut client = Client::connect(addr, cfg.request_timeout)
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        .map_err(|e| Error::io(format!("cannot connect to {addr}"), e))?;
     for i in 0..cfg.warmup {
         client
             .request(test)
-            .map_err(|e| format!("warm-up request {}: {e}", i + 1))?;
+            .map_err(|e| e.context(format!("warm-up request {}", i + 1)))?;
     }
     let mut lat = Latencies::new();
     let start = Instant::now();
     while lat.count() < cfg.requests && !shutdown.is_triggered() {
         let d = client
             .request(test)
-            .map_err(|e| format!("request {}: {e}", lat.count() + 1))?;
+            .map_err(|e| e.context(format!("request {}", lat.count() + 1)))?;
         lat.record(d);
         if start.elapsed() >= cfg.duration {
             break;
@@ -605,54 +449,11 @@ fn measure(
     Ok((lat, start.elapsed().as_secs_f64()))
 }
 
-/// The table, shaped like seed 004's with the tail added.
-pub fn print_table(out: &mut dyn Write, rows: &[Row]) -> std::io::Result<()> {
-    let case_w = rows.iter().map(|r| r.case.len()).max().unwrap_or(4).max(4);
-    writeln!(
-        out,
-        "| Test   | {:case_w$} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>11} |",
-        "Case", "Mean", "p50", "p99", "p99.9", "Max", "Req/s", "+p50 vs direct"
-    )?;
-    writeln!(
-        out,
-        "| ------ | {} | ---------: | ---------: | ---------: | ---------: | ---------: | ---------: | ----------: |",
-        "-".repeat(case_w)
-    )?;
-    for r in rows {
-        if let Some(e) = &r.error {
-            writeln!(
-                out,
-                "| {} | {:case_w$} | FAILED: {e}",
-                r.test.label(),
-                r.case
-            )?;
-            continue;
-        }
-        let l = &r.latency;
-        writeln!(
-            out,
-            "| {} | {:case_w$} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10} | {:>10.0} | {:>11} |",
-            r.test.label(),
-            r.case,
-            format_us(l.mean_us),
-            format_us(l.p50_us),
-            format_us(l.p99_us),
-            format_us(l.p999_us),
-            format_us(l.max_us),
-            r.requests_per_second,
-            r.added_p50_us
-                .map(|a| format!("{}{}", if a < 0.0 { "-" } else { "+" }, format_us(a.abs())))
-                .unwrap_or_default()
-        )?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn cfg(args: &[&str]) -> Result<BenchConfig> {
+    fn cfg(args: &[&str]) -> crate::error::Result<BenchConfig> {
         let mut argv = vec!["tcp_proxy bench"];
         argv.extend_from_slice(args);
         BenchConfig::from_args(crate::config::parse_args(argv.into_iter().map(Into::into))?)
@@ -664,7 +465,7 @@ mod tests {
         let all = cases(&c);
         // tokio and splice: 5 sizes x 2 thread counts; the copy modes: 2
         // thread counts each; std: 5 sizes; std-copy: 1.
-        let expect = if cfg!(target_os = "linux") {
+        let expect = if crate::sys::HAS_SPLICE {
             10 + 2 + 2 + 5 + 1 + 10
         } else {
             10 + 2 + 2 + 5 + 1
@@ -682,21 +483,6 @@ mod tests {
         assert!(cases(&c)
             .iter()
             .any(|c| c.label() == "tokio (8000 B buffer, 1 thread)"));
-    }
-
-    #[test]
-    fn bad_bench_flags() {
-        for bad in [
-            &["--requests", "0"][..],
-            &["--buffer-sizes", "0"],
-            &["--threads", "0"],
-            &["--modes", "nope"],
-            &["--duration", "x"],
-            &["--go-proxy", "/nonexistent/goproxy"],
-        ] {
-            let e = cfg(bad).unwrap_err();
-            assert_eq!(e.exit_code(), 2, "{bad:?}");
-        }
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! buffer is a `BufReader`'s, which std reads into without zeroing it.
 
 use super::config::{Mode, ProxyConfig};
-use super::log::End;
+use super::events::End;
 use super::{Cut, Meter};
 use futures::channel::oneshot;
 use std::io::{self, BufRead, BufReader, Read, Write};

@@ -15,6 +15,7 @@
 //! request: seed 004's harness did not, so failed requests were counted as
 //! fast ones (its "std::io::copy" row beat the direct connection).
 
+use crate::error::{Error, Result};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,16 +32,9 @@ pub const WRITE_PIECE: usize = 16 * 1024;
 /// Longest request head the server accepts.
 const MAX_HEAD: usize = 8 * 1024;
 
-/// One of the two benchmark requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Test {
-    /// GET /test1: a 64 KiB body.
-    Test1,
-    /// GET /test2: `Hello, world!`.
-    Test2,
-}
+pub use crate::config::proxy::Test;
 
+/// What each request fetches.
 impl Test {
     pub fn path(self) -> &'static str {
         match self {
@@ -53,13 +47,6 @@ impl Test {
         match self {
             Test::Test1 => TEST1_LEN,
             Test::Test2 => TEST2_BODY.len(),
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Test::Test1 => "Test 1",
-            Test::Test2 => "Test 2",
         }
     }
 }
@@ -219,62 +206,65 @@ impl Client {
 
     /// One request: the time from the first byte written to the last body
     /// byte read. An error names what was wrong (status, length, time-out).
-    pub fn request(&mut self, test: Test) -> Result<Duration, String> {
+    pub fn request(&mut self, test: Test) -> Result<Duration> {
         let req = format!("GET {} HTTP/1.1\r\nHost: bench\r\n\r\n", test.path());
         let start = Instant::now();
         self.stream
             .write_all(req.as_bytes())
-            .map_err(|e| format!("sending the request: {e}"))?;
+            .map_err(|e| Error::io("sending the request", e))?;
         let mut filled = 0;
         let head_end = loop {
             if let Some(end) = find_head_end(&self.buf[..filled]) {
                 break end;
             }
             if filled == self.buf.len() {
-                return Err("response head too long".into());
+                return Err(Error::runtime("response head too long"));
             }
             filled += self.read_some(filled)?;
         };
         let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
         let status = head.lines().next().unwrap_or("");
         if !status.starts_with("HTTP/1.1 200 ") {
-            return Err(format!("unexpected status line '{status}'"));
+            return Err(Error::runtime(format!("unexpected status line '{status}'")));
         }
-        let length = content_length(&head).ok_or("response has no Content-Length")?;
+        let length = content_length(&head)
+            .ok_or_else(|| Error::runtime("response has no Content-Length"))?;
         if length != test.body_len() {
-            return Err(format!(
+            return Err(Error::runtime(format!(
                 "body is {length} bytes, expected {}",
                 test.body_len()
-            ));
+            )));
         }
         let total = head_end + length;
         if total > self.buf.len() {
-            return Err("response larger than the client buffer".into());
+            return Err(Error::runtime("response larger than the client buffer"));
         }
         while filled < total {
             filled += self.read_some(filled)?;
         }
         let elapsed = start.elapsed();
         if filled > total {
-            return Err(format!(
+            return Err(Error::runtime(format!(
                 "{} unexpected bytes after the body",
                 filled - total
-            ));
+            )));
         }
         if test == Test::Test2 && &self.buf[head_end..total] != TEST2_BODY {
-            return Err("wrong body".into());
+            return Err(Error::runtime("wrong body"));
         }
         Ok(elapsed)
     }
 
-    fn read_some(&mut self, at: usize) -> Result<usize, String> {
+    fn read_some(&mut self, at: usize) -> Result<usize> {
         loop {
             match self.stream.read(&mut self.buf[at..]) {
-                Ok(0) => return Err("connection closed mid-response".into()),
+                Ok(0) => return Err(Error::runtime("connection closed mid-response")),
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if is_timeout(&e) => return Err("no response within the time-out".into()),
-                Err(e) => return Err(format!("reading the response: {e}")),
+                Err(e) if is_timeout(&e) => {
+                    return Err(Error::runtime("no response within the time-out"))
+                }
+                Err(e) => return Err(Error::io("reading the response", e)),
             }
         }
     }

@@ -10,14 +10,16 @@
 //! one that moves bulk data fastest.
 //!
 //! # Layout
-//! - [`config`]: flags and TOML into a validated [`ProxyConfig`].
-//! - [`log`]: the event lines (text on stderr, or NDJSON on stdout).
+//! - [`config`] (`crate::config::proxy`): flags and TOML into a validated
+//!   [`ProxyConfig`].
+//! - [`events`]: what the proxy reports ([`ProxyEvent`]), sent to the
+//!   [`EventSink`] it is given; `crate::output::proxy` prints them.
 //! - `relay`: the four modes that run on tokio (tokio, tokio-copy,
 //!   copy-bidirectional, splice).
 //! - `blocking`: the two std modes, a thread per direction.
 //! - [`http`]: the keep-alive HTTP/1.1 test server and client of the benchmark.
-//! - [`histogram`]: latency percentiles on an HDR histogram.
-//! - [`bench`]: the matrix behind `tcp_proxy bench`.
+//! - [`bench`]: the matrix behind `tcp_proxy bench`; its latency
+//!   percentiles come from [`crate::stats::histogram`].
 //!
 //! Every mode has the same contract: bytes are counted per direction, EOF
 //! from one side becomes `shutdown(Write)` on the other leg while the other
@@ -27,8 +29,8 @@
 //!
 //! # A connection's end is recorded in one place
 //! Every accepted connection has an entry in [`Ctx`]'s table of live
-//! connections until [`Ctx::close`] takes it out, logs its `conn_closed`
-//! line and adds its bytes to the summary. Every end goes there: EOF both
+//! connections until [`Ctx::close`] takes it out, sends its `conn_closed`
+//! event and adds its bytes to the summary. Every end goes there: EOF both
 //! ways, an error, the idle time-out, and the drain deadline. (The proxy
 //! used to just exit at the deadline, so the connections it cut had no
 //! line and added no bytes: "2 cut at the drain deadline; 0 B" after
@@ -37,7 +39,7 @@
 //! modes shut their sockets and wait for their two threads first), and any
 //! that could not stop within [`CUT_GRACE`] are closed from the table with
 //! the bytes counted so far. Taking the entry out of the table is what
-//! makes each connection logged and counted exactly once, whoever gets
+//! makes each connection reported and counted exactly once, whoever gets
 //! there first.
 //!
 //! A byte is counted when it has been written to the other leg, write by
@@ -46,14 +48,14 @@
 
 pub mod bench;
 mod blocking;
-pub mod config;
-pub mod histogram;
+pub mod events;
 pub mod http;
-pub mod log;
 mod relay;
 
+/// The settings live with every other binary's, in `crate::config`.
+pub use crate::config::proxy as config;
 pub use config::{Mode, ProxyArgs, ProxyConfig};
-pub use log::{ConnReport, End, EventLog, Summary};
+pub use events::{ConnReport, End, EventSink, ProxyEvent, Summary};
 
 use crate::error::{Error, Result};
 use crate::shutdown::{Shutdown, POLL};
@@ -71,7 +73,7 @@ const BACKLOG: i32 = 1024;
 /// Binds the listening socket (SO_REUSEADDR, a deep backlog). Port 0 picks
 /// a free port; read it back with `local_addr`.
 pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
-    let fail = |what: &str, e: std::io::Error| Error::runtime(format!("{what} {addr}: {e}"));
+    let fail = |what: &str, e: std::io::Error| Error::io(format!("{what} {addr}"), e);
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -171,7 +173,7 @@ struct Started {
 /// State shared by the accept loop and every connection.
 pub(crate) struct Ctx {
     pub cfg: ProxyConfig,
-    pub log: EventLog,
+    events: EventSink,
     /// Every accepted connection until it is closed: its size is the number
     /// open (for `--max-conns`). Sized up front, so that it does not grow
     /// (and move) in the middle of the connections' memory.
@@ -180,10 +182,10 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    fn new(cfg: &ProxyConfig, log: EventLog) -> Ctx {
+    fn new(cfg: &ProxyConfig, events: EventSink) -> Ctx {
         Ctx {
             cfg: cfg.clone(),
-            log,
+            events,
             live: Mutex::new(HashMap::with_capacity(cfg.max_conns.min(4096))),
             summary: Mutex::new(Summary::default()),
         }
@@ -193,6 +195,10 @@ impl Ctx {
     /// the table and the totals are still whole, so keep using them.
     fn live(&self) -> MutexGuard<'_, HashMap<u64, Live>> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn emit(&self, event: ProxyEvent) {
+        (self.events)(event);
     }
 
     fn summary(&self) -> MutexGuard<'_, Summary> {
@@ -236,10 +242,10 @@ impl Ctx {
     }
 
     /// The one place a connection ends. It leaves the table (which frees
-    /// its `--max-conns` slot before the line is logged, so whoever reads
-    /// the line may connect again at once), then its `conn_closed` line is
-    /// logged and its bytes are added to the totals. `None` is a connection
-    /// whose upstream never answered: it has its own `upstream_failed` line.
+    /// its `--max-conns` slot before the event is sent, so whoever reads
+    /// it may connect again at once), then its `conn_closed` event is sent
+    /// and its bytes are added to the totals. `None` is a connection whose
+    /// upstream never answered: it has its own `upstream_failed` event.
     /// A second call for the same connection does nothing.
     fn close(&self, id: u64, end: Option<End>) {
         let Some(live) = self.live().remove(&id) else {
@@ -260,7 +266,7 @@ impl Ctx {
             summary.cut_at_deadline += 1;
         }
         drop(summary);
-        self.log.conn_closed(&report);
+        self.emit(ProxyEvent::ConnClosed(report));
     }
 
     /// The drain deadline: tells every open connection to stop.
@@ -310,14 +316,14 @@ impl Drop for Conn {
 }
 
 /// Runs the proxy on an already bound `listener` until `shutdown` fires,
-/// then drains open connections for up to `--drain-timeout`. The
-/// listening line is printed once the runtime is up and the listener is
+/// then drains open connections for up to `--drain-timeout`. Every event
+/// goes to `events`. The listening event is sent once the runtime is up and the listener is
 /// registered, so whoever reads it can connect, and count its fds, at once.
 pub fn run(
     listener: std::net::TcpListener,
     cfg: &ProxyConfig,
     shutdown: &Shutdown,
-    log: EventLog,
+    events: EventSink,
 ) -> Result<Summary> {
     let runtime = if cfg.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -331,13 +337,13 @@ pub fn run(
             .enable_time()
             .build()
     }
-    .map_err(|e| Error::runtime(format!("cannot start the tokio runtime: {e}")))?;
-    let ctx = Arc::new(Ctx::new(cfg, log));
+    .map_err(|e| Error::io("cannot start the tokio runtime", e))?;
+    let ctx = Arc::new(Ctx::new(cfg, events));
     let summary = runtime.block_on(accept_loop(listener, Arc::clone(&ctx), shutdown.clone()))?;
     // Every connection has been closed and counted; what is left of their
     // tasks is dropped here.
     runtime.shutdown_timeout(Duration::from_millis(100));
-    log.stopped(&summary);
+    ctx.emit(ProxyEvent::Stopped(summary.clone()));
     Ok(summary)
 }
 
@@ -347,11 +353,13 @@ async fn accept_loop(
     shutdown: Shutdown,
 ) -> Result<Summary> {
     let listener = tokio::net::TcpListener::from_std(listener)
-        .map_err(|e| Error::runtime(format!("cannot register the listener: {e}")))?;
+        .map_err(|e| Error::io("cannot register the listener", e))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| Error::runtime(format!("cannot read the bound address: {e}")))?;
-    ctx.log.listening(addr, &ctx.cfg);
+        .map_err(|e| Error::io("cannot read the bound address", e))?;
+    ctx.emit(ProxyEvent::Listening(events::Listening::new(
+        addr, &ctx.cfg,
+    )));
     let mut next_id = 0u64;
     while !shutdown.is_triggered() {
         let accepted = tokio::select! {
@@ -362,7 +370,9 @@ async fn accept_loop(
             Ok(a) => a,
             Err(e) => {
                 // EMFILE and friends: say so, and back off instead of spinning.
-                ctx.log.accept_failed(&e.to_string());
+                ctx.emit(ProxyEvent::AcceptFailed {
+                    error: e.to_string(),
+                });
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -370,7 +380,10 @@ async fn accept_loop(
         next_id += 1;
         if ctx.open_count() >= ctx.cfg.max_conns {
             ctx.summary().rejected += 1;
-            ctx.log.rejected(client, ctx.cfg.max_conns);
+            ctx.emit(ProxyEvent::Rejected {
+                client,
+                max_conns: ctx.cfg.max_conns,
+            });
             drop(stream);
             continue;
         }
@@ -378,8 +391,10 @@ async fn accept_loop(
         tokio::spawn(connection(Arc::clone(&ctx), next_id, stream, client));
     }
     drop(listener);
-    ctx.log
-        .draining(ctx.open_count(), ctx.cfg.drain_timeout.as_secs_f64());
+    ctx.emit(ProxyEvent::Draining {
+        open: ctx.open_count(),
+        deadline_seconds: ctx.cfg.drain_timeout.as_secs_f64(),
+    });
     ctx.wait_all_closed(Instant::now() + ctx.cfg.drain_timeout)
         .await;
     if ctx.open_count() > 0 {
@@ -440,7 +455,7 @@ async fn serve(
         let _ = upstream.set_nodelay(true);
     }
     if let Some(algo) = cfg.congestion {
-        // Checked at start-up; a failure now is worth a line, not a silent
+        // Checked at start-up; a failure now is worth an event, not a silent
         // connection on the system default.
         for leg in [
             socket2::SockRef::from(&client),
@@ -459,6 +474,76 @@ async fn serve(
 }
 
 fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) -> Option<End> {
-    ctx.log.upstream_failed(id, client, ctx.cfg.upstream, why);
+    ctx.emit(ProxyEvent::UpstreamFailed {
+        id,
+        client,
+        upstream: ctx.cfg.upstream,
+        error: why.to_string(),
+    });
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// The proxy reports through its sink alone: a run can be checked
+    /// from the events, with nothing printed.
+    #[test]
+    fn events_reach_the_sink_in_order() {
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut cfg = ProxyConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            upstream.local_addr().unwrap(),
+        );
+        cfg.mode = Mode::Tokio;
+        cfg.threads = 1;
+        let listener = bind(cfg.listen).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let shutdown = Shutdown::new();
+        let stop = shutdown.clone();
+        let proxy = std::thread::spawn(move || {
+            let events: EventSink = Box::new(move |e| sink.lock().unwrap().push(e));
+            run(listener, &cfg, &stop, events).unwrap()
+        });
+        let echo = std::thread::spawn(move || {
+            let (mut s, _) = upstream.accept().unwrap();
+            let mut buf = [0u8; 5];
+            s.read_exact(&mut buf).unwrap();
+            s.write_all(&buf).unwrap();
+        });
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client.write_all(b"hello").unwrap();
+        let mut back = Vec::new();
+        client.read_to_end(&mut back).unwrap();
+        assert_eq!(back, b"hello");
+        echo.join().unwrap();
+        drop(client);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.lock().unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "no conn_closed event");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        shutdown.trigger();
+        let summary = proxy.join().unwrap();
+        assert_eq!((summary.accepted, summary.client_to_upstream), (1, 5));
+        let names: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap()["event"].to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "\"listening\"",
+                "\"conn_closed\"",
+                "\"draining\"",
+                "\"stopped\""
+            ]
+        );
+    }
 }

@@ -27,7 +27,7 @@
 //! the figures).
 
 use super::config::{Mode, ProxyConfig};
-use super::log::End;
+use super::events::End;
 use super::{Cut, Meter};
 use std::future::poll_fn;
 use std::io;
@@ -59,10 +59,10 @@ pub(super) async fn relay(
                     .await
                     .map(|_| ())
             }
-            #[cfg(target_os = "linux")]
+            // Where the platform has no splice(2), the pipe cannot be made
+            // and the connection ends with that error (config refuses the
+            // mode there first).
             Mode::Splice => splice_both(&client, &upstream, cfg.buffer_size, meter).await,
-            #[cfg(not(target_os = "linux"))]
-            Mode::Splice => Err(io::Error::other("splice needs Linux")),
             Mode::Std | Mode::StdCopy => Err(io::Error::other("not a tokio mode")),
         }
     };
@@ -234,7 +234,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<'_, S> {
 }
 
 /// `--mode splice`: a pipe per direction, moved with splice(2).
-#[cfg(target_os = "linux")]
 async fn splice_both(
     client: &TcpStream,
     upstream: &TcpStream,
@@ -250,7 +249,6 @@ async fn splice_both(
 /// capacity), then drain it completely into `to`, partial splice by partial
 /// splice. Because the pipe is always emptied before the next fill, a
 /// `WouldBlock` on the fill can only mean "nothing queued on the socket".
-#[cfg(target_os = "linux")]
 async fn splice_pump(
     from: &TcpStream,
     to: &TcpStream,
@@ -258,11 +256,11 @@ async fn splice_pump(
     counter: &AtomicU64,
     meter: &Meter,
 ) -> io::Result<()> {
-    use crate::sys::splice::Pipe;
+    use crate::sys::SplicePipe;
     use std::os::fd::AsFd;
     use tokio::io::Interest;
 
-    let pipe = Pipe::new(pipe_size)?;
+    let pipe = SplicePipe::new(pipe_size)?;
     let chunk = pipe.capacity();
     loop {
         let n = loop {

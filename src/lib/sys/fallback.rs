@@ -250,3 +250,47 @@ impl Epoll {
         readiness_unsupported()
     }
 }
+
+// ---- added for the proxy ----
+
+/// splice(2) is Linux's.
+pub const HAS_SPLICE: bool = false;
+
+/// splice(2) is Linux's: a pipe cannot be made here, so a caller compiled
+/// everywhere fails at run time with a clear error instead of needing a
+/// `cfg`.
+#[derive(Debug)]
+pub struct SplicePipe {
+    _none: (),
+}
+
+impl SplicePipe {
+    fn unsupported() -> io::Error {
+        io::Error::new(io::ErrorKind::Unsupported, "splice needs Linux")
+    }
+
+    pub fn new(_capacity: usize) -> io::Result<SplicePipe> {
+        Err(Self::unsupported())
+    }
+
+    pub fn capacity(&self) -> usize {
+        0
+    }
+
+    pub fn fill_from(
+        &self,
+        _socket: std::os::fd::BorrowedFd<'_>,
+        _len: usize,
+    ) -> io::Result<usize> {
+        Err(Self::unsupported())
+    }
+
+    pub fn drain_to(&self, _socket: std::os::fd::BorrowedFd<'_>, _len: usize) -> io::Result<usize> {
+        Err(Self::unsupported())
+    }
+}
+
+/// The errno values are not told apart here.
+pub fn congestion_refusal(_err: &io::Error) -> super::CongestionRefusal {
+    super::CongestionRefusal::Other
+}

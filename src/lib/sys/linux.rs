@@ -877,3 +877,29 @@ mod tests {
         assert_eq!(parse_control(&buf).segment_size, None);
     }
 }
+
+// ---- added for the proxy ----
+// (In a module of its own because items after the test module above would
+// trip clippy's items_after_test_module.)
+
+pub use proxy_calls::{congestion_refusal, SplicePipe, HAS_SPLICE};
+
+mod proxy_calls {
+    use std::io;
+
+    /// splice(2) is available here.
+    pub const HAS_SPLICE: bool = true;
+
+    /// A pipe that splice(2) moves bytes through (see `sys/splice.rs`).
+    pub use crate::sys::splice::Pipe as SplicePipe;
+
+    /// Why setsockopt(TCP_CONGESTION) refused an algorithm.
+    pub fn congestion_refusal(err: &io::Error) -> crate::sys::CongestionRefusal {
+        use crate::sys::CongestionRefusal;
+        match err.raw_os_error() {
+            Some(libc::ENOENT) => CongestionRefusal::NotLoaded,
+            Some(libc::EPERM) => CongestionRefusal::NotAllowed,
+            _ => CongestionRefusal::Other,
+        }
+    }
+}

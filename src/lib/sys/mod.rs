@@ -321,3 +321,18 @@ pub fn max_udp_payload(addr: &std::net::SocketAddr) -> usize {
 pub const MAX_UDP_PAYLOAD_V4: usize = 65507;
 /// Largest UDP payload over IPv6 without jumbograms (65535 minus the UDP header).
 pub const MAX_UDP_PAYLOAD_V6: usize = 65527;
+
+// ---- added for the proxy ----
+
+/// Why the kernel refused a congestion control algorithm on a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CongestionRefusal {
+    /// The kernel has no algorithm of that name loaded (ENOENT).
+    NotLoaded,
+    /// It is loaded, but not allowed for an unprivileged process (EPERM).
+    NotAllowed,
+    /// Anything else, or a platform that does not tell.
+    Other,
+}
+
+pub use imp::{congestion_refusal, SplicePipe, HAS_SPLICE};

@@ -1,0 +1,134 @@
+//! What the proxy has to say while it runs, as typed events. The proxy
+//! never prints: it hands each [`ProxyEvent`] to the [`EventSink`] it was
+//! given, from whichever task or thread the event happened on, and the
+//! binary's sink formats it (`crate::output::proxy`: text lines on stderr,
+//! or NDJSON on stdout). Tests and embedders can collect the events
+//! instead of parsing lines.
+
+use super::config::ProxyConfig;
+use serde::{Serialize, Serializer};
+use std::net::SocketAddr;
+
+/// How a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// Both directions reached EOF.
+    Closed,
+    /// No bytes either way for `--idle-timeout`.
+    Idle,
+    /// Still open at the drain deadline, so the proxy cut it.
+    Cut,
+    /// A socket error (reset, broken pipe, ...).
+    Error(String),
+}
+
+impl End {
+    /// The word the event lines use: `closed`, `idle-timeout`,
+    /// `drain-deadline` or `error: ...`.
+    pub fn text(&self) -> String {
+        match self {
+            End::Closed => "closed".into(),
+            End::Idle => "idle-timeout".into(),
+            End::Cut => "drain-deadline".into(),
+            End::Error(e) => format!("error: {e}"),
+        }
+    }
+}
+
+impl Serialize for End {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text())
+    }
+}
+
+/// One finished connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnReport {
+    pub id: u64,
+    pub client: SocketAddr,
+    /// Bytes read from the client and written upstream.
+    pub client_to_upstream: u64,
+    /// Bytes read from the upstream and written to the client.
+    pub upstream_to_client: u64,
+    pub seconds: f64,
+    pub end: End,
+}
+
+/// The totals at exit.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub accepted: u64,
+    pub rejected: u64,
+    pub upstream_failures: u64,
+    /// Connections still open at the drain deadline, cut by the exit. Their
+    /// bytes are in the totals, as every connection's are.
+    pub cut_at_deadline: usize,
+    pub client_to_upstream: u64,
+    pub upstream_to_client: u64,
+}
+
+/// The proxy is up: what it listens on and how it will relay.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listening {
+    pub addr: SocketAddr,
+    pub upstream: SocketAddr,
+    pub mode: &'static str,
+    pub buffer_size: usize,
+    pub threads: usize,
+    pub nodelay: bool,
+    /// The algorithm the proxy's sockets get: the configured one, or the
+    /// system's default (None where the platform cannot tell).
+    pub congestion: Option<String>,
+    /// No `--congestion` was given.
+    pub congestion_is_system_default: bool,
+    pub max_conns: usize,
+}
+
+impl Listening {
+    pub fn new(addr: SocketAddr, cfg: &ProxyConfig) -> Listening {
+        Listening {
+            addr,
+            upstream: cfg.upstream,
+            mode: cfg.mode.name(),
+            buffer_size: cfg.buffer_size,
+            threads: cfg.threads,
+            nodelay: cfg.nodelay,
+            congestion: crate::congestion::Congestion::effective(cfg.congestion),
+            congestion_is_system_default: cfg.congestion.is_none(),
+            max_conns: cfg.max_conns,
+        }
+    }
+}
+
+/// Everything the proxy reports, in the order a run meets them. The JSON
+/// form is the variant's fields with `"event": "<snake_case name>"`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ProxyEvent {
+    /// The first event: the listener is registered and accepting.
+    Listening(Listening),
+    /// A connection ended, however it ended.
+    ConnClosed(ConnReport),
+    /// The upstream refused or did not answer; the client was closed.
+    UpstreamFailed {
+        id: u64,
+        client: SocketAddr,
+        upstream: SocketAddr,
+        error: String,
+    },
+    /// Over `--max-conns`: accepted and closed at once.
+    Rejected {
+        client: SocketAddr,
+        max_conns: usize,
+    },
+    /// accept(2) failed (EMFILE and friends); the loop backs off.
+    AcceptFailed { error: String },
+    /// A signal arrived: no new connections, the open ones may finish.
+    Draining { open: usize, deadline_seconds: f64 },
+    /// The last event: the totals.
+    Stopped(Summary),
+}
+
+/// Where the proxy sends its events. Called from the accept loop and from
+/// every connection's task or thread, so it must be `Send + Sync`.
+pub type EventSink = Box<dyn Fn(ProxyEvent) + Send + Sync>;
