@@ -16,9 +16,8 @@
 //! would occupy on Ethernet ([`wire_bytes`]: headers, preamble, gap, FCS
 //! and fragmentation), both over the receiver's first-to-last datagram.
 
-use super::output::{self, Format, Table};
-use super::plot::{self, Series};
-use super::{Bar, OutputArgs};
+use super::OutputArgs;
+use crate::config::{rate_arg, size_arg};
 use crate::error::{Error, Result};
 use crate::server::recv::{run_method, Deliver, Method};
 use crate::shutdown::Shutdown;
@@ -49,14 +48,14 @@ pub struct MuxArgs {
     #[arg(long, default_value_t = 4)]
     pub sockets: usize,
     /// UDP payload sizes in bytes.
-    #[arg(long, value_delimiter = ',', default_value = "64", value_parser = super::size_arg)]
+    #[arg(long, value_delimiter = ',', default_value = "64", value_parser = size_arg)]
     pub payload: Vec<u64>,
     /// Packets per configuration, over all sockets.
     #[arg(long, default_value_t = 100_000)]
     pub total: u64,
     /// Receive buffer sizes to ask for (SO_RCVBUF, forced past the sysctl
     /// limit when running as root).
-    #[arg(long, value_delimiter = ',', default_value = "64K,256K,2M,8M", value_parser = super::size_arg)]
+    #[arg(long, value_delimiter = ',', default_value = "64K,256K,2M,8M", value_parser = size_arg)]
     pub rcvbuf: Vec<u64>,
     /// Receiver scheduling policies (fifo and rr need root or CAP_SYS_NICE).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "other")]
@@ -77,11 +76,12 @@ pub struct MuxArgs {
     pub out: OutputArgs,
 }
 
+/// `--rate`: [`rate_arg`], or `0` for an unpaced sender.
 fn rate_or_zero(s: &str) -> std::result::Result<u64, String> {
     if s.trim() == "0" {
         return Ok(0);
     }
-    units::parse_rate(s).map_err(|e| e.to_string())
+    rate_arg(s)
 }
 
 /// One configuration.
@@ -474,7 +474,7 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
         sent_packets: sent,
         received_packets: packets,
         received_bytes: bytes,
-        loss_percent: super::udp::loss_percent(sent, packets),
+        loss_percent: crate::stats::percent(sent.saturating_sub(packets), sent),
         seconds,
         data_mbit_per_s: units::per_second(bytes as f64 * 8.0, seconds) / 1e6,
         wire_mbit_per_s: units::per_second(wire as f64 * 8.0, seconds) / 1e6,
@@ -486,7 +486,9 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
     })
 }
 
-fn human_size(b: usize) -> String {
+/// A byte count the way [`crate::units::parse_size`] reads it back:
+/// `64K` is 64000, `8M` is 8000000, anything else in bytes.
+pub fn size_label(b: usize) -> String {
     if b >= 1_000_000 && b % 1_000_000 == 0 {
         format!("{}M", b / 1_000_000)
     } else if b >= 1000 && b % 1000 == 0 {
@@ -496,115 +498,34 @@ fn human_size(b: usize) -> String {
     }
 }
 
-/// Seed 002's columns, plus the method and what the kernel granted.
-pub fn table(rows: &[MuxRow]) -> Table {
-    let mut t = Table::new(&[
-        "method",
-        "K",
-        "conn",
-        "payload",
-        "scheduler",
-        "rate",
-        "RcvBuf",
-        "granted",
-        "sent",
-        "loss %",
-        "Data Mbit/s",
-        "Wire Mbit/s",
-    ]);
-    for r in rows {
-        t.push(vec![
-            r.method.name().into(),
-            r.sockets.to_string(),
-            format!("{:?}", r.conn).to_lowercase(),
-            r.payload.to_string(),
-            format!("SCHED_{:?}", r.scheduler).to_uppercase(),
-            if r.rate_mbit > 0.0 {
-                format!("{:.0}M", r.rate_mbit)
-            } else {
-                "unpaced".into()
-            },
-            human_size(r.rcvbuf),
-            r.rcvbuf_granted.to_string(),
-            r.sent_packets.to_string(),
-            format!("{:.3}", r.loss_percent),
-            format!("{:.1}", r.data_mbit_per_s),
-            format!("{:.1}", r.wire_mbit_per_s),
-        ]);
-    }
-    t
+/// What `sockbench mux` measured.
+#[derive(Debug, Clone)]
+pub struct MuxReport {
+    pub rows: Vec<MuxRow>,
 }
 
-/// Loss against receive buffer, one line per method.
-pub fn series(rows: &[MuxRow]) -> Vec<Series> {
-    let mut methods: Vec<Method> = Vec::new();
-    for r in rows {
-        if !methods.contains(&r.method) {
-            methods.push(r.method);
-        }
-    }
-    methods
-        .into_iter()
-        .map(|m| {
-            let mut points: Vec<(f64, f64)> = Vec::new();
-            for r in rows.iter().filter(|r| r.method == m) {
-                let x = r.rcvbuf as f64;
-                match points.iter_mut().find(|p| p.0 == x) {
-                    Some(p) => p.1 = p.1.max(r.loss_percent),
-                    None => points.push((x, r.loss_percent)),
-                }
-            }
-            Series {
-                name: m.name().into(),
-                points,
-            }
-        })
-        .collect()
+/// A cell in words, for the progress bar.
+pub fn describe(c: &MuxCase) -> String {
+    format!(
+        "method={} rcvbuf={} scheduler={:?}",
+        c.method.name(),
+        size_label(c.rcvbuf),
+        c.scheduler
+    )
 }
 
-/// `sockbench mux`.
-pub fn main(a: &MuxArgs, shutdown: &Shutdown) -> Result<()> {
-    let format = Format::from_flags(a.out.json, a.out.csv)?;
+/// `sockbench mux`: validate, try the schedulers, then run every cell.
+pub fn run(
+    a: &MuxArgs,
+    progress: &mut dyn super::Progress,
+    shutdown: &Shutdown,
+) -> Result<MuxReport> {
     let m = MuxMatrix::from_args(a)?;
     check_schedulers(&m.cases)?;
-    let bar = Bar::new(m.cases.len(), a.out.quiet);
-    let mut rows = Vec::new();
-    let mut result = Ok(());
-    for c in &m.cases {
-        if shutdown.is_triggered() {
-            break;
-        }
-        bar.message(&format!(
-            "method={} rcvbuf={} scheduler={:?}",
-            c.method.name(),
-            human_size(c.rcvbuf),
-            c.scheduler
-        ));
-        match run_case(c, shutdown) {
-            Ok(r) => rows.push(r),
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-        bar.inc();
-    }
-    bar.finish();
-    result?;
-    let text = match format {
-        Format::Table => table(&rows).render(),
-        Format::Json => output::json("mux", &serde_json::json!({}), &rows)? + "\n",
-        Format::Csv => output::csv(&rows)?,
-    };
-    let series = series(&rows);
-    let chart = plot::Chart {
-        title: "UDP loss against receive buffer (worst over other axes)",
-        x_label: "SO_RCVBUF requested (bytes)",
-        y_label: "loss %",
-        log_x: true,
-        series: &series,
-    };
-    super::finish(&text, a.out.plot.as_deref(), &chart, shutdown)
+    let rows = super::run_matrix("mux", &m.cases, None, progress, shutdown, describe, |c| {
+        run_case(c, shutdown)
+    })?;
+    Ok(MuxReport { rows })
 }
 
 #[cfg(test)]
@@ -620,9 +541,15 @@ mod tests {
     }
 
     #[test]
-    fn sizes_read_back() {
-        assert_eq!(human_size(64_000), "64K");
-        assert_eq!(human_size(8_000_000), "8M");
-        assert_eq!(human_size(1234), "1234");
+    fn size_labels_read_back_as_the_same_value() {
+        for (b, label) in [
+            (64_000, "64K"),
+            (8_000_000, "8M"),
+            (1234, "1234"),
+            (65_536, "65536"),
+        ] {
+            assert_eq!(size_label(b), label);
+            assert_eq!(crate::units::parse_size(label).unwrap(), b as u64);
+        }
     }
 }

@@ -14,15 +14,14 @@
 //! runtime (the seed's non-threaded run) and tokio on a two-worker
 //! multi-thread runtime (its `-N2`). Each cell runs one unmeasured warm-up
 //! sample and then `--samples` measured ones, summarised by
-//! [`super::stats`].
+//! [`crate::stats::samples`].
 
-use super::output::{self, Format, Table};
-use super::plot::{self, Series};
-use super::stats::{summarize, OutlierEffect, Summary};
-use super::{Bar, OutputArgs};
+use super::OutputArgs;
+use crate::config::size_arg;
 use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
+use crate::stats::samples::{summarize, OutlierEffect, Summary};
 use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown as Both, SocketAddr, TcpListener, TcpStream};
@@ -78,13 +77,13 @@ pub struct TcpArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "half,full")]
     pub duplex: Vec<Duplex>,
     /// Bytes per write.
-    #[arg(long, value_delimiter = ',', default_value = "40,4000", value_parser = super::size_arg)]
+    #[arg(long, value_delimiter = ',', default_value = "40,4000", value_parser = size_arg)]
     pub chunk: Vec<u64>,
     /// Concurrent connections per sample.
     #[arg(long, value_delimiter = ',', default_value = "1,5")]
     pub concurrency: Vec<usize>,
     /// Bytes per connection and direction (e.g. 1M, 100MB).
-    #[arg(long, default_value = "4M", value_parser = super::size_arg)]
+    #[arg(long, default_value = "4M", value_parser = size_arg)]
     pub bytes: u64,
     /// Measured samples per cell (after one warm-up sample).
     #[arg(long, default_value_t = 10)]
@@ -557,125 +556,33 @@ pub fn cases(a: &TcpArgs) -> Result<Vec<TcpCase>> {
     Ok(out)
 }
 
-/// The table: times in ms and how noisy each cell was.
-pub fn table(rows: &[TcpRow]) -> Table {
-    let mut t = Table::new(&[
-        "impl",
-        "duplex",
-        "chunk",
-        "conns",
-        "MB/sample",
-        "mean ms",
-        "std dev",
-        "min",
-        "median",
-        "max",
-        "outliers m/s",
-        "outlier var",
-        "Gbit/s",
-    ]);
-    for r in rows {
-        t.push(vec![
-            r.implementation.name().into(),
-            format!("{:?}", r.duplex).to_lowercase(),
-            r.chunk.to_string(),
-            r.concurrency.to_string(),
-            format!("{:.1}", r.bytes_per_sample as f64 / 1e6),
-            format!("{:.2}", r.mean_ms),
-            format!("{:.2}", r.std_dev_ms),
-            format!("{:.2}", r.min_ms),
-            format!("{:.2}", r.median_ms),
-            format!("{:.2}", r.max_ms),
-            format!("{}/{}", r.outliers_mild, r.outliers_severe),
-            format!("{:.0}% {}", r.outlier_variance_percent, r.noise.phrase()),
-            format!("{:.2}", r.gbit_per_s),
-        ]);
-    }
-    t
+/// What `sockbench tcp` measured, and the settings it ran with.
+#[derive(Debug, Clone)]
+pub struct TcpReport {
+    pub rows: Vec<TcpRow>,
+    pub samples: usize,
+    /// `--congestion`; None is the system's default.
+    pub congestion: Option<Congestion>,
 }
 
-/// Throughput against chunk size, one line per implementation, duplex and
-/// concurrency.
-pub fn series(rows: &[TcpRow]) -> Vec<Series> {
-    let mut out: Vec<Series> = Vec::new();
-    for r in rows {
-        let name = format!(
-            "{} {:?} x{}",
-            r.implementation.name(),
-            r.duplex,
-            r.concurrency
-        )
-        .to_lowercase();
-        let point = (r.chunk as f64, r.gbit_per_s);
-        match out.iter_mut().find(|s| s.name == name) {
-            Some(s) => s.points.push(point),
-            None => out.push(Series {
-                name,
-                points: vec![point],
-            }),
-        }
-    }
-    out
-}
-
-/// `sockbench tcp`.
-pub fn main(a: &TcpArgs, shutdown: &Shutdown) -> Result<()> {
-    let format = Format::from_flags(a.out.json, a.out.csv)?;
+/// `sockbench tcp`: validate, then run every cell.
+pub fn run(
+    a: &TcpArgs,
+    progress: &mut dyn super::Progress,
+    shutdown: &Shutdown,
+) -> Result<TcpReport> {
     let cells = cases(a)?;
     if let Some(algo) = a.congestion {
         algo.check_available()?;
     }
-    let bar = Bar::new(cells.len(), a.out.quiet);
-    let mut rows = Vec::new();
-    let mut result = Ok(());
-    for c in &cells {
-        if shutdown.is_triggered() {
-            break;
-        }
-        bar.message(&describe(c));
-        match run_cell(c, a.samples, shutdown) {
-            Ok(times) => rows.push(row(c, &summarize(&times))),
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-        bar.inc();
-    }
-    bar.finish();
-    result?;
-    let text = match format {
-        Format::Table => {
-            let algo = Congestion::effective(a.congestion).unwrap_or_else(|| "unknown".into());
-            let origin = if a.congestion.is_some() {
-                "--congestion"
-            } else {
-                "system default"
-            };
-            format!(
-                "TCP congestion control: {algo} ({origin})\n{}",
-                table(&rows).render()
-            )
-        }
-        Format::Json => {
-            let meta = serde_json::json!({
-                "samples": a.samples,
-                "congestion": Congestion::effective(a.congestion),
-                "congestion_is_system_default": a.congestion.is_none(),
-            });
-            output::json("tcp", &meta, &rows)? + "\n"
-        }
-        Format::Csv => output::csv(&rows)?,
-    };
-    let series = series(&rows);
-    let chart = plot::Chart {
-        title: "TCP loopback throughput (mean over samples)",
-        x_label: "chunk (bytes per write)",
-        y_label: "Gbit/s",
-        log_x: true,
-        series: &series,
-    };
-    super::finish(&text, a.out.plot.as_deref(), &chart, shutdown)
+    let rows = super::run_matrix("tcp", &cells, None, progress, shutdown, describe, |c| {
+        run_cell(c, a.samples, shutdown).map(|times| row(c, &summarize(&times)))
+    })?;
+    Ok(TcpReport {
+        rows,
+        samples: a.samples,
+        congestion: a.congestion,
+    })
 }
 
 #[cfg(test)]

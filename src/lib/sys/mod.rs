@@ -150,3 +150,14 @@ pub fn classify_send_error(err: &io::Error) -> SendFailure {
 pub const MAX_UDP_PAYLOAD_V4: usize = 65507;
 /// Largest UDP payload over IPv6 without jumbograms (65535 minus the UDP header).
 pub const MAX_UDP_PAYLOAD_V6: usize = 65527;
+
+// ---- added for sockbench ----
+
+/// Errors that mean "try again" to a benchmark loop: a timeout, a full
+/// queue (EAGAIN, ENOBUFS), a signal.
+pub fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    ) || e.raw_os_error() == Some(libc::ENOBUFS)
+}
