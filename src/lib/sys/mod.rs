@@ -153,11 +153,12 @@ pub const MAX_UDP_PAYLOAD_V6: usize = 65527;
 
 // ---- added for sockbench ----
 
-/// Errors that mean "try again" to a benchmark loop: a timeout, a full
-/// queue (EAGAIN, ENOBUFS), a signal.
+/// Errors that mean "try again" to a benchmark loop: a receive or send
+/// timeout, a full queue, a signal ([`classify_send_error`] plus timeouts).
 pub fn is_transient(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    ) || e.raw_os_error() == Some(libc::ENOBUFS)
+    e.kind() == io::ErrorKind::TimedOut
+        || matches!(
+            classify_send_error(e),
+            SendFailure::QueueFull | SendFailure::Interrupted
+        )
 }
