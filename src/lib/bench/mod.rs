@@ -20,62 +20,11 @@ pub mod sweep;
 pub mod tcp;
 pub mod udp;
 
+pub use crate::config::bench::{Cli, OutputArgs, Suite};
+
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
-use clap::{Parser, Subcommand};
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// `sockbench`'s command line.
-#[derive(Parser, Debug)]
-#[command(
-    name = "sockbench",
-    version,
-    about = "Socket benchmark matrices over loopback: UDP socket libraries, TCP transfers, and receive methods.",
-    long_about = None
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub suite: Suite,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Suite {
-    /// UDP throughput across socket libraries (seed 000's matrix).
-    Udp(udp::UdpArgs),
-    /// TCP transfers, half and full duplex, repeated with statistics (seed 003).
-    Tcp(tcp::TcpArgs),
-    /// One receiver waiting on K UDP sockets, per receive method and buffer size (seed 002).
-    Mux(mux::MuxArgs),
-}
-
-impl Suite {
-    /// The output flags every suite has.
-    pub fn out(&self) -> &OutputArgs {
-        match self {
-            Suite::Udp(a) => &a.out,
-            Suite::Tcp(a) => &a.out,
-            Suite::Mux(a) => &a.out,
-        }
-    }
-}
-
-/// Output flags shared by every suite.
-#[derive(clap::Args, Debug, Default)]
-pub struct OutputArgs {
-    /// Print the rows as JSON.
-    #[arg(long)]
-    pub json: bool,
-    /// Print the rows as CSV.
-    #[arg(long)]
-    pub csv: bool,
-    /// Also draw the results into this SVG file.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
-    /// No progress bar and no estimate line.
-    #[arg(short, long)]
-    pub quiet: bool,
-}
 
 /// What a suite measured.
 #[derive(Debug, Clone)]

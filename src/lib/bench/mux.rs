@@ -16,8 +16,8 @@
 //! would occupy on Ethernet ([`wire_bytes`]: headers, preamble, gap, FCS
 //! and fragmentation), both over the receiver's first-to-last datagram.
 
-use super::OutputArgs;
-use crate::config::{rate_arg, size_arg};
+use crate::config::bench::{Conn, Ip};
+pub use crate::config::bench::{MuxArgs, MuxSettings};
 use crate::error::{Error, Result};
 use crate::server::recv::{run_method, Deliver, Method};
 use crate::shutdown::Shutdown;
@@ -33,57 +33,6 @@ use std::time::{Duration, Instant};
 /// Most sockets one receiver waits on.
 pub const MAX_SOCKETS: usize = 256;
 
-/// `sockbench mux` flags.
-#[derive(clap::Args, Debug)]
-pub struct MuxArgs {
-    /// Receive methods to compare.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "thread,select,poll,epoll,tokio,mmsg"
-    )]
-    pub method: Vec<Method>,
-    /// UDP sockets the receiver waits on (K).
-    #[arg(long, default_value_t = 4)]
-    pub sockets: usize,
-    /// UDP payload sizes in bytes.
-    #[arg(long, value_delimiter = ',', default_value = "64", value_parser = size_arg)]
-    pub payload: Vec<u64>,
-    /// Packets per configuration, over all sockets.
-    #[arg(long, default_value_t = 100_000)]
-    pub total: u64,
-    /// Receive buffer sizes to ask for (SO_RCVBUF, forced past the sysctl
-    /// limit when running as root).
-    #[arg(long, value_delimiter = ',', default_value = "64K,256K,2M,8M", value_parser = size_arg)]
-    pub rcvbuf: Vec<u64>,
-    /// Receiver scheduling policies (fifo and rr need root or CAP_SYS_NICE).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "other")]
-    pub scheduler: Vec<SchedPolicy>,
-    /// Realtime priority for fifo and rr (1..=99).
-    #[arg(long, default_value_t = 10)]
-    pub priority: i32,
-    /// Sender socket mode (`connected` uses one connected socket per target).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "unconnected")]
-    pub conn: Vec<super::udp::Conn>,
-    /// Pace the sender to this payload rate (e.g. 100Mbit); `0` is unpaced.
-    #[arg(long, default_value = "100Mbit", value_parser = rate_or_zero)]
-    pub rate: u64,
-    /// IP version (loopback).
-    #[arg(long, value_enum, default_value = "v4")]
-    pub ip: super::udp::Ip,
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
-
-/// `--rate`: [`rate_arg`], or `0` for an unpaced sender.
-fn rate_or_zero(s: &str) -> std::result::Result<u64, String> {
-    if s.trim() == "0" {
-        return Ok(0);
-    }
-    rate_arg(s)
-}
-
 /// One configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MuxCase {
@@ -94,7 +43,7 @@ pub struct MuxCase {
     pub rcvbuf: usize,
     pub scheduler: SchedPolicy,
     pub priority: i32,
-    pub conn: super::udp::Conn,
+    pub conn: Conn,
     /// Payload bits per second; 0 is unpaced.
     pub rate_bps: u64,
     pub ipv6: bool,
@@ -106,7 +55,7 @@ pub struct MuxRow {
     pub method: Method,
     pub sockets: usize,
     pub payload: usize,
-    pub conn: super::udp::Conn,
+    pub conn: Conn,
     pub scheduler: SchedPolicy,
     pub rate_mbit: f64,
     /// SO_RCVBUF asked for.
@@ -174,7 +123,7 @@ pub struct MuxMatrix {
 impl MuxMatrix {
     /// Checks the flags and expands the axes: payload, connection mode,
     /// scheduler, receive buffer, then method innermost.
-    pub fn from_args(a: &MuxArgs) -> Result<Self> {
+    pub fn from_args(a: &MuxSettings) -> Result<Self> {
         if a.sockets == 0 || a.sockets > MAX_SOCKETS {
             return Err(Error::usage(format!(
                 "--sockets {}: must be between 1 and {MAX_SOCKETS}",
@@ -187,7 +136,7 @@ impl MuxMatrix {
                 a.total
             )));
         }
-        let ipv6 = a.ip == super::udp::Ip::V6;
+        let ipv6 = a.ip == Ip::V6;
         let limit = if ipv6 {
             sys::MAX_UDP_PAYLOAD_V6
         } else {
@@ -311,7 +260,7 @@ pub fn due(i: u64, payload: usize, rate_bps: u64) -> Duration {
 /// Sends `total` packets round-robin over the targets; returns how many
 /// went out. A full queue is retried, anything else fails.
 fn send_all(case: &MuxCase, senders: &[(UdpSocket, SocketAddr)], stop: &Shutdown) -> Result<u64> {
-    let connected = case.conn == super::udp::Conn::Connected;
+    let connected = case.conn == Conn::Connected;
     let buf = vec![0x5Au8; case.payload];
     let start = Instant::now();
     let mut sent = 0u64;
@@ -385,7 +334,7 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
         );
         sockets.push(s);
     }
-    let connected = case.conn == super::udp::Conn::Connected;
+    let connected = case.conn == Conn::Connected;
     // Unconnected: one socket sends to every target. Connected: one each.
     let n_senders = if connected { case.sockets } else { 1 };
     let mut senders = Vec::with_capacity(case.sockets);
@@ -520,7 +469,7 @@ pub fn run(
     progress: &mut dyn super::Progress,
     shutdown: &Shutdown,
 ) -> Result<MuxReport> {
-    let m = MuxMatrix::from_args(a)?;
+    let m = MuxMatrix::from_args(&a.settings()?)?;
     check_schedulers(&m.cases)?;
     let rows = super::run_matrix("mux", &m.cases, None, progress, shutdown, describe, |c| {
         run_case(c, shutdown)

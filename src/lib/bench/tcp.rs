@@ -16,8 +16,7 @@
 //! sample and then `--samples` measured ones, summarised by
 //! [`crate::stats::samples`].
 
-use super::OutputArgs;
-use crate::config::size_arg;
+pub use crate::config::bench::{Duplex, Impl, TcpArgs, TcpSettings};
 use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
@@ -31,76 +30,6 @@ use std::time::{Duration, Instant};
 pub const SAMPLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most connections per sample.
 pub const MAX_CONCURRENCY: usize = 256;
-
-/// Which socket implementation moves the bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Impl {
-    /// std::net blocking sockets, a thread per connection and direction.
-    Std,
-    /// tokio, current-thread runtime.
-    TokioCt,
-    /// tokio, multi-thread runtime with two workers.
-    TokioMt,
-}
-
-impl Impl {
-    pub fn name(self) -> &'static str {
-        match self {
-            Impl::Std => "std",
-            Impl::TokioCt => "tokio-ct",
-            Impl::TokioMt => "tokio-mt",
-        }
-    }
-}
-
-/// One direction or both at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Duplex {
-    Half,
-    Full,
-}
-
-/// `sockbench tcp` flags.
-#[derive(clap::Args, Debug)]
-pub struct TcpArgs {
-    /// Implementations to compare.
-    #[arg(
-        long = "impl",
-        value_enum,
-        value_delimiter = ',',
-        default_value = "std,tokio-ct,tokio-mt"
-    )]
-    pub implementation: Vec<Impl>,
-    /// Half duplex (one direction) and/or full duplex (both at once).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "half,full")]
-    pub duplex: Vec<Duplex>,
-    /// Bytes per write.
-    #[arg(long, value_delimiter = ',', default_value = "40,4000", value_parser = size_arg)]
-    pub chunk: Vec<u64>,
-    /// Concurrent connections per sample.
-    #[arg(long, value_delimiter = ',', default_value = "1,5")]
-    pub concurrency: Vec<usize>,
-    /// Bytes per connection and direction (e.g. 1M, 100MB).
-    #[arg(long, default_value = "4M", value_parser = size_arg)]
-    pub bytes: u64,
-    /// Measured samples per cell (after one warm-up sample).
-    #[arg(long, default_value_t = 10)]
-    pub samples: usize,
-    /// Set TCP_NODELAY on both ends (off by default: small writes are
-    /// then coalesced by Nagle's algorithm, as in the seed).
-    #[arg(long)]
-    pub nodelay: bool,
-    /// TCP congestion control for every socket of the run (TCP_CONGESTION),
-    /// e.g. cubic, bbr, reno [default: the system's]. With BBR and no fq
-    /// qdisc on loopback, the kernel's pacing timer, not the socket API,
-    /// can set the pace; see docs/sockbench.md.
-    #[arg(long, value_name = "ALGO", value_parser = crate::congestion::congestion_arg)]
-    pub congestion: Option<Congestion>,
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
 
 /// One cell of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -511,7 +440,7 @@ pub fn run_cell(case: &TcpCase, samples: usize, shutdown: &Shutdown) -> Result<V
 
 /// The validated cells, in the seed's order: chunk, concurrency, duplex,
 /// implementation innermost.
-pub fn cases(a: &TcpArgs) -> Result<Vec<TcpCase>> {
+pub fn cases(a: &TcpSettings) -> Result<Vec<TcpCase>> {
     if a.samples == 0 || a.samples > 10_000 {
         return Err(Error::usage(format!(
             "--samples {}: must be between 1 and 10000",
@@ -571,6 +500,7 @@ pub fn run(
     progress: &mut dyn super::Progress,
     shutdown: &Shutdown,
 ) -> Result<TcpReport> {
+    let a = &a.settings()?;
     let cells = cases(a)?;
     if let Some(algo) = a.congestion {
         algo.check_available()?;

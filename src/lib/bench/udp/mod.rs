@@ -37,78 +37,15 @@ mod blocking;
 mod driver;
 mod runtimes;
 
+pub use crate::config::bench::{Conn, Ip, Reuse, SocketKind, UdpArgs, UdpSettings};
 pub use driver::{DRAIN_MAX, POLL};
 
-use super::OutputArgs;
-use crate::config::{check_threads, duration_arg, size_arg, MAX_THREADS};
+use crate::config::{check_threads, MAX_THREADS};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use crate::units;
 use serde::Serialize;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
-
-/// The socket library under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SocketKind {
-    Std,
-    Socket2,
-    Nix,
-    Tokio,
-    /// smol / async-io: a futures runtime other than tokio.
-    Async,
-}
-
-impl SocketKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            SocketKind::Std => "std",
-            SocketKind::Socket2 => "socket2",
-            SocketKind::Nix => "nix",
-            SocketKind::Tokio => "tokio",
-            SocketKind::Async => "async",
-        }
-    }
-}
-
-/// Whether senders `connect` and `send`, or `send_to` every datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Conn {
-    Unconnected,
-    Connected,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Ip {
-    V4,
-    V6,
-}
-
-impl Ip {
-    /// The loopback address: 127.0.0.1 or ::1 (seed 000 sent to ::).
-    pub fn loopback(self, port: u16) -> SocketAddr {
-        match self {
-            Ip::V4 => (Ipv4Addr::LOCALHOST, port).into(),
-            Ip::V6 => (Ipv6Addr::LOCALHOST, port).into(),
-        }
-    }
-}
-
-/// How receivers share the address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Reuse {
-    /// One receiving socket, read by every receiver thread.
-    None,
-    /// One socket per receiver, all bound with SO_REUSEADDR.
-    Addr,
-    /// One socket per receiver, all bound with SO_REUSEPORT (the kernel
-    /// spreads flows over them by a hash of the addresses).
-    Port,
-}
 
 /// What a row measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -118,48 +55,6 @@ pub enum Mode {
     Stream,
     /// One thread, one datagram in flight: latency-bound.
     PingPong,
-}
-
-/// `sockbench udp` flags.
-#[derive(clap::Args, Debug)]
-pub struct UdpArgs {
-    /// Socket libraries to test.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "std,socket2,nix,tokio,async"
-    )]
-    pub socket: Vec<SocketKind>,
-    /// Threads per configuration, split between senders and receivers
-    /// (1 is a ping-pong row; 3 is 2 senders and 1 receiver).
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub threads: Vec<usize>,
-    /// Sender socket mode.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "unconnected,connected"
-    )]
-    pub conn: Vec<Conn>,
-    /// IP version (loopback 127.0.0.1 or ::1).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "v4,v6")]
-    pub ip: Vec<Ip>,
-    /// UDP payload sizes in bytes (at least 1).
-    #[arg(long, value_delimiter = ',', default_value = "26,300,1460", value_parser = size_arg)]
-    pub payload: Vec<u64>,
-    /// How receivers share the address.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "port")]
-    pub reuse: Vec<Reuse>,
-    /// Measured time per configuration.
-    #[arg(long, default_value = "1s", value_parser = duration_arg)]
-    pub duration: Duration,
-    /// Unmeasured time before it.
-    #[arg(long, default_value = "100ms", value_parser = duration_arg)]
-    pub warmup: Duration,
-    #[command(flatten)]
-    pub out: OutputArgs,
 }
 
 /// One configuration of the matrix.
@@ -224,7 +119,7 @@ impl UdpMatrix {
     /// Checks every axis and expands them in seed 000's order: payload
     /// outermost, then threads, IP version, connection mode, reuse, and
     /// socket type innermost.
-    pub fn from_args(args: &UdpArgs) -> Result<Self> {
+    pub fn from_args(args: &UdpSettings) -> Result<Self> {
         if args.duration.is_zero() {
             return Err(Error::usage("--duration must be greater than 0"));
         }
@@ -392,7 +287,7 @@ pub fn run(
     progress: &mut dyn super::Progress,
     shutdown: &Shutdown,
 ) -> Result<UdpReport> {
-    let m = UdpMatrix::from_args(args)?;
+    let m = UdpMatrix::from_args(&args.settings()?)?;
     let timing = Timing {
         warmup: m.warmup,
         duration: m.duration,
