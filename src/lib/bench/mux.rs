@@ -160,16 +160,11 @@ impl MuxMatrix {
         for &m in &a.method {
             m.check_available().map_err(Error::usage)?;
         }
+        // --priority applies to the realtime policies only; the others
+        // run at 0 whatever it says.
         for &s in &a.scheduler {
-            let range = s.priority_range();
-            if range.end() > &0 && !range.contains(&a.priority) {
-                return Err(Error::usage(format!(
-                    "--priority {}: must be in {}..={} for --scheduler {}",
-                    a.priority,
-                    range.start(),
-                    range.end(),
-                    format!("{s:?}").to_lowercase()
-                )));
+            if s.priority_range().end() > &0 {
+                crate::config::sched_from(Some(s), Some(a.priority))?;
             }
         }
         let mut cases = Vec::new();
@@ -304,11 +299,7 @@ fn send_all(case: &MuxCase, senders: &[(UdpSocket, SocketAddr)], stop: &Shutdown
             {
                 std::thread::yield_now()
             }
-            Err(e) => {
-                return Err(Error::runtime(format!(
-                    "mux sender: send to {dest} failed: {e}"
-                )))
-            }
+            Err(e) => return Err(Error::io(format!("mux sender: send to {dest} failed"), e)),
         }
     }
     Ok(sent)
@@ -322,9 +313,8 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
     let mut granted = 0;
     let mut targets = Vec::with_capacity(case.sockets);
     for _ in 0..case.sockets {
-        let (s, g) = receive_socket(addr, case.rcvbuf).map_err(|e| {
-            Error::runtime(format!("mux: cannot open a receive socket on {addr}: {e}"))
-        })?;
+        let (s, g) = receive_socket(addr, case.rcvbuf)
+            .map_err(|e| Error::io(format!("mux: cannot open a receive socket on {addr}"), e))?;
         granted = g;
         targets.push(
             s.local_addr()
@@ -341,19 +331,16 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
     for (i, &t) in targets.iter().enumerate() {
         if i < n_senders {
             let s = UdpSocket::bind(addr)
-                .map_err(|e| Error::runtime(format!("mux: cannot open a send socket: {e}")))?;
+                .map_err(|e| Error::io("mux: cannot open a send socket", e))?;
             s.set_write_timeout(Some(Duration::from_millis(100)))
-                .map_err(|e| Error::runtime(format!("mux: {e}")))?;
+                .map_err(|e| Error::io("mux", e))?;
             if connected {
                 s.connect(t)
-                    .map_err(|e| Error::runtime(format!("mux: cannot connect to {t}: {e}")))?;
+                    .map_err(|e| Error::io(format!("mux: cannot connect to {t}"), e))?;
             }
             senders.push((s, t));
         } else {
-            let s = senders[0]
-                .0
-                .try_clone()
-                .map_err(|e| Error::runtime(format!("mux: {e}")))?;
+            let s = senders[0].0.try_clone().map_err(|e| Error::io("mux", e))?;
             senders.push((s, t));
         }
     }
@@ -364,7 +351,7 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
             sys::apply_scheduler(case.scheduler, case.priority).map_err(Error::runtime)?;
             let refs: Vec<&Socket> = sockets.iter().collect();
             run_method(case.method, &refs, 0, &counter, &stop)
-                .map_err(|e| Error::runtime(format!("mux: method {}: {e}", case.method.name())))
+                .map_err(|e| Error::io(format!("mux: method {}", case.method.name()), e))
         });
         // Let the receiver reach its loop before the first datagram.
         std::thread::sleep(Duration::from_millis(20));

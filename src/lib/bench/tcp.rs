@@ -353,14 +353,12 @@ mod tokioimpl {
                 .enable_all()
                 .build(),
         }
-        .map_err(|e| Error::runtime(format!("tokio: cannot start a runtime: {e}")))?;
+        .map_err(|e| Error::io("tokio: cannot start a runtime", e))?;
         rt.block_on(async {
             let listener = TokioListener::bind("127.0.0.1:0")
                 .await
-                .map_err(|e| Error::runtime(format!("tcp: cannot listen on 127.0.0.1: {e}")))?;
-            let addr = listener
-                .local_addr()
-                .map_err(|e| Error::runtime(format!("tcp: {e}")))?;
+                .map_err(|e| Error::io("tcp: cannot listen on 127.0.0.1", e))?;
+            let addr = listener.local_addr().map_err(|e| Error::io("tcp", e))?;
             let mut times = Vec::with_capacity(samples);
             for i in 0..=samples {
                 if shutdown.is_triggered() {
@@ -375,7 +373,7 @@ mod tokioimpl {
                                 describe(case)
                             ))
                         })?
-                        .map_err(|e| Error::runtime(format!("{}: {e}", describe(case))))?;
+                        .map_err(|e| Error::io(describe(case), e))?;
                 check(case, moved)?;
                 if i > 0 {
                     times.push(secs);
@@ -415,21 +413,19 @@ pub fn run_cell(case: &TcpCase, samples: usize, shutdown: &Shutdown) -> Result<V
         return tokioimpl::run(case, samples, shutdown);
     }
     let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| Error::runtime(format!("tcp: cannot listen on 127.0.0.1: {e}")))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::runtime(format!("tcp: {e}")))?;
+        .map_err(|e| Error::io("tcp: cannot listen on 127.0.0.1", e))?;
+    let addr = listener.local_addr().map_err(|e| Error::io("tcp", e))?;
     // Non-blocking accept, so that a failed client cannot hang the server.
     listener
         .set_nonblocking(true)
-        .map_err(|e| Error::runtime(format!("tcp: {e}")))?;
+        .map_err(|e| Error::io("tcp", e))?;
     let mut times = Vec::with_capacity(samples);
     for i in 0..=samples {
         if shutdown.is_triggered() {
             break;
         }
-        let (secs, moved) = std_sample(&listener, addr, case)
-            .map_err(|e| Error::runtime(format!("{}: {e}", describe(case))))?;
+        let (secs, moved) =
+            std_sample(&listener, addr, case).map_err(|e| Error::io(describe(case), e))?;
         check(case, moved)?;
         if i > 0 {
             times.push(secs);

@@ -250,9 +250,7 @@ async fn ping_pong_loop<B: Backend>(
 }
 
 fn open_err(lib: &str, what: &str, addr: SocketAddr, e: io::Error) -> Error {
-    Error::runtime(format!(
-        "{lib}: cannot open the {what} socket on {addr}: {e}"
-    ))
+    Error::io(format!("{lib}: cannot open the {what} socket on {addr}"), e)
 }
 
 fn any_addr(ip: Ip) -> SocketAddr {

@@ -44,7 +44,7 @@ impl Backend for TokioLib {
             .enable_io()
             .enable_time()
             .build()
-            .map_err(|e| Error::runtime(format!("tokio: cannot start a runtime: {e}")))?;
+            .map_err(|e| Error::io("tokio: cannot start a runtime", e))?;
         Ok(TokioLib { rt })
     }
     fn bind_rx(&self, addr: SocketAddr, reuse: Reuse) -> io::Result<TokioUdp> {
@@ -110,7 +110,7 @@ impl Backend for SmolLib {
         let held = (0..4)
             .map(|_| std::fs::File::open("/dev/null"))
             .collect::<io::Result<Vec<_>>>()
-            .map_err(|e| Error::runtime(format!("async: cannot start the reactor: {e}")))?;
+            .map_err(|e| Error::io("async: cannot start the reactor", e))?;
         drop(held);
         Ok(SmolLib)
     }
