@@ -26,7 +26,7 @@ use crate::sys::{self, RecvBatch, SchedPolicy};
 use crate::units;
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -137,11 +137,7 @@ impl MuxMatrix {
             )));
         }
         let ipv6 = a.ip == Ip::V6;
-        let limit = if ipv6 {
-            sys::MAX_UDP_PAYLOAD_V6
-        } else {
-            sys::MAX_UDP_PAYLOAD_V4
-        };
+        let limit = a.ip.max_payload();
         for &p in &a.payload {
             if p == 0 || p > limit as u64 {
                 return Err(Error::usage(format!(
@@ -218,11 +214,7 @@ pub fn check_schedulers(cases: &[MuxCase]) -> Result<()> {
 }
 
 fn loopback(ipv6: bool) -> SocketAddr {
-    if ipv6 {
-        (Ipv6Addr::LOCALHOST, 0).into()
-    } else {
-        (Ipv4Addr::LOCALHOST, 0).into()
-    }
+    if ipv6 { Ip::V6 } else { Ip::V4 }.loopback(0)
 }
 
 /// A receive socket with the buffer asked for (forced past the sysctl

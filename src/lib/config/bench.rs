@@ -129,6 +129,14 @@ impl Ip {
             Ip::V6 => (Ipv6Addr::LOCALHOST, port).into(),
         }
     }
+
+    /// The largest UDP payload over this IP version.
+    pub fn max_payload(self) -> usize {
+        match self {
+            Ip::V4 => crate::sys::MAX_UDP_PAYLOAD_V4,
+            Ip::V6 => crate::sys::MAX_UDP_PAYLOAD_V6,
+        }
+    }
 }
 
 /// How receivers share the address.
@@ -487,14 +495,7 @@ pub struct MuxSettings {
 impl MuxArgs {
     pub fn defaults() -> Self {
         MuxArgs {
-            method: Some(vec![
-                Method::Thread,
-                Method::Select,
-                Method::Poll,
-                Method::Epoll,
-                Method::Tokio,
-                Method::Mmsg,
-            ]),
+            method: Some(Method::ALL.to_vec()),
             sockets: Some(4),
             payload: Some(vec![SizeValue::Number(64)]),
             total: Some(100_000),

@@ -130,16 +130,17 @@ impl UdpMatrix {
             check_threads(t, MAX_THREADS)?;
         }
         let ips = dedup(&args.ip);
+        // The smallest limit of the IP versions asked for.
+        let (narrowest, family) = if ips.contains(&Ip::V4) {
+            (Ip::V4, "IPv4")
+        } else {
+            (Ip::V6, "IPv6")
+        };
+        let limit = narrowest.max_payload();
         for &p in &args.payload {
-            let limit = if ips.contains(&Ip::V4) {
-                crate::sys::MAX_UDP_PAYLOAD_V4
-            } else {
-                crate::sys::MAX_UDP_PAYLOAD_V6
-            };
             if p == 0 || p > limit as u64 {
                 return Err(Error::usage(format!(
-                    "--payload {p}: must be between 1 and {limit} bytes (the largest UDP datagram{})",
-                    if ips.contains(&Ip::V4) { " over IPv4" } else { " over IPv6" }
+                    "--payload {p}: must be between 1 and {limit} bytes (the largest UDP datagram over {family})"
                 )));
             }
         }
