@@ -354,32 +354,25 @@ mod tokioimpl {
                 .build(),
         }
         .map_err(|e| Error::io("tokio: cannot start a runtime", e))?;
-        rt.block_on(async {
+        let (listener, addr) = rt.block_on(async {
             let listener = TokioListener::bind("127.0.0.1:0")
                 .await
                 .map_err(|e| Error::io("tcp: cannot listen on 127.0.0.1", e))?;
             let addr = listener.local_addr().map_err(|e| Error::io("tcp", e))?;
-            let mut times = Vec::with_capacity(samples);
-            for i in 0..=samples {
-                if shutdown.is_triggered() {
-                    break;
-                }
-                let (secs, moved) =
-                    tokio::time::timeout(SAMPLE_TIMEOUT, sample(&listener, addr, *case))
-                        .await
-                        .map_err(|_| {
-                            Error::runtime(format!(
-                                "{}: a sample took over {SAMPLE_TIMEOUT:?}",
-                                describe(case)
-                            ))
-                        })?
-                        .map_err(|e| Error::io(describe(case), e))?;
-                check(case, moved)?;
-                if i > 0 {
-                    times.push(secs);
-                }
-            }
-            Ok(times)
+            Ok::<_, Error>((listener, addr))
+        })?;
+        super::sample_cell(case, samples, shutdown, || {
+            // The timer is made inside the runtime, which owns the clock.
+            rt.block_on(async {
+                tokio::time::timeout(SAMPLE_TIMEOUT, sample(&listener, addr, *case)).await
+            })
+            .map_err(|_| {
+                Error::runtime(format!(
+                    "{}: a sample took over {SAMPLE_TIMEOUT:?}",
+                    describe(case)
+                ))
+            })?
+            .map_err(|e| Error::io(describe(case), e))
         })
     }
 }
@@ -419,13 +412,25 @@ pub fn run_cell(case: &TcpCase, samples: usize, shutdown: &Shutdown) -> Result<V
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::io("tcp", e))?;
+    sample_cell(case, samples, shutdown, || {
+        std_sample(&listener, addr, case).map_err(|e| Error::io(describe(case), e))
+    })
+}
+
+/// A warm-up sample, then `samples` timed ones (seconds), each checked to
+/// have moved exactly what the cell asks for.
+fn sample_cell(
+    case: &TcpCase,
+    samples: usize,
+    shutdown: &Shutdown,
+    mut sample: impl FnMut() -> Result<(f64, u64)>,
+) -> Result<Vec<f64>> {
     let mut times = Vec::with_capacity(samples);
     for i in 0..=samples {
         if shutdown.is_triggered() {
             break;
         }
-        let (secs, moved) =
-            std_sample(&listener, addr, case).map_err(|e| Error::io(describe(case), e))?;
+        let (secs, moved) = sample()?;
         check(case, moved)?;
         if i > 0 {
             times.push(secs);
