@@ -20,8 +20,10 @@ use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use serde::Serialize;
 
-/// The table and the chart are drawn by the output layer; these names
-/// stay here for the callers that import them from the sweep.
+/// The table and the chart are drawn by the output layer. Transitional:
+/// these names (and [`run`]'s bar) stay here only until `udp_client` and
+/// `tests/sockbench_sweep.rs` call `output::bench` and [`run_with`]
+/// themselves; then the role no longer reaches up into output.
 pub use crate::output::bench::{sweep_plot as plot, sweep_table as table};
 
 /// One cell: one buffer size at one client count.

@@ -1,14 +1,15 @@
 //! `sockbench udp`: seed 000's matrix of UDP socket libraries, finished.
 //!
 //! Each configuration runs unpaced senders, each on its own socket, into
-//! receivers that share one address. Why each backend is written out: the
-//! point of the suite is the cost of each library's own calls, so `std`
+//! receivers that share one address. Why each backend keeps its own socket
+//! calls (and only those: the loops are shared, see `driver`): the point
+//! of the suite is the cost of each library's own calls, so `std`
 //! uses `std::net::UdpSocket`, `socket2` uses `socket2::Socket`, `nix` uses
 //! `nix::sys::socket::{send, sendto, recv}` on an `OwnedFd`, `tokio` uses
 //! `tokio::net::UdpSocket` on a multi-thread runtime, and `async` uses
 //! smol's `Async<UdpSocket>` (async-io's reactor, no tokio). Only the
-//! reuse options of `std` and `tokio` are set with socket2 before binding,
-//! because those libraries have no call for them.
+//! reuse options of `std`, `tokio` and `async` are set with socket2 before
+//! binding, because those libraries have no call for them.
 //!
 //! How a datagram is counted: its first byte says whether it was sent in
 //! the warm-up (0) or the measured window (1). Senders count what they
