@@ -1,8 +1,9 @@
 //! The `udp_client --sweep` library function against an in-process server:
 //! every cell carries the server's receive figures.
 
-use netspeed::bench::sweep;
+use netspeed::bench::{sweep, NoProgress};
 use netspeed::config::{ClientConfig, ServerConfig, Volume};
+use netspeed::output::bench::{sweep_plot, sweep_table};
 use netspeed::shutdown::Shutdown;
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -40,7 +41,7 @@ fn sweep_reports_the_servers_rate_per_cell() {
     let report = std::thread::scope(|s| {
         let server =
             s.spawn(|| netspeed::server::run(&bound, &server_cfg, &server_stop, &mut |_| {}));
-        let report = sweep::run(&base, &[500, 1460, 9000], &[1, 2], &stop);
+        let report = sweep::run(&base, &[500, 1460, 9000], &[1, 2], &stop, &mut NoProgress);
         server_stop.trigger();
         let _ = server.join();
         report
@@ -53,17 +54,17 @@ fn sweep_reports_the_servers_rate_per_cell() {
         assert!(got > 0 && got <= c.sent_packets, "{c:?}");
         assert!(c.server_gbps.unwrap() > 0.0, "{c:?}");
     }
-    let table = sweep::table(&report);
+    let table = sweep_table(&report);
     assert_eq!(table.lines().filter(|l| l.starts_with("|")).count(), 2 + 3);
     let dir = std::env::temp_dir().join(format!("sockbench-sweep-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let svg = dir.join("sweep.svg");
-    sweep::plot(&report, &svg).unwrap();
+    sweep_plot(&report, &svg).unwrap();
     assert!(std::fs::read_to_string(&svg).unwrap().contains("2 clients"));
     std::fs::remove_dir_all(dir).ok();
     // Bad sizes are usage errors.
-    let err = sweep::run(&base, &[0], &[1], &stop).unwrap_err();
+    let err = sweep::run(&base, &[0], &[1], &stop, &mut NoProgress).unwrap_err();
     assert_eq!(err.exit_code(), 2);
-    let err = sweep::run(&base, &[70_000], &[1], &stop).unwrap_err();
+    let err = sweep::run(&base, &[70_000], &[1], &stop, &mut NoProgress).unwrap_err();
     assert_eq!(err.exit_code(), 2);
 }

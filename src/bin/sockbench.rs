@@ -1,10 +1,12 @@
 //! sockbench: the socket benchmark matrices of issue 5 (`udp`, `tcp`,
-//! `mux`). Everything is in `netspeed::bench`; this parses the flags,
-//! installs the signal handlers and maps errors to exit codes.
+//! `mux`). The suites are in `netspeed::bench`, their views in
+//! `netspeed::output::bench`; this parses the flags, installs the signal
+//! handlers, hands the report to output and maps errors to exit codes.
 
 use netspeed::bench::Cli;
 use netspeed::config::parse_args;
 use netspeed::error::{Error, Result};
+use netspeed::output::bench::{CellBar, Format};
 use netspeed::output::exit_with;
 use netspeed::shutdown::Shutdown;
 
@@ -16,7 +18,11 @@ fn main() {
 
 fn run() -> Result<()> {
     let cli: Cli = parse_args(std::env::args_os())?;
+    let out = cli.suite.out();
+    Format::from_flags(out.json, out.csv)?;
     let shutdown = Shutdown::on_signals()
         .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
-    netspeed::bench::main(&cli, &shutdown)
+    let report = netspeed::bench::run(&cli.suite, &mut CellBar::new(out.quiet), &shutdown)?;
+    netspeed::output::bench::print(&report, out)?;
+    report.complete(&shutdown)
 }

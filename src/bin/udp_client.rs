@@ -46,7 +46,11 @@ fn run() -> Result<()> {
 /// `--sweep`: seed 001's table, one run per size and client count.
 fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
     use netspeed::bench::sweep;
-    let go = |cfg: &ClientConfig| sweep::run(cfg, &cfg.sweep, &cfg.sweep_clients, shutdown);
+    use netspeed::output::bench::{sweep_plot, sweep_table, CellBar};
+    let go = |cfg: &ClientConfig| {
+        let mut bar = CellBar::new(cfg.quiet || cfg.json);
+        sweep::run(cfg, &cfg.sweep, &cfg.sweep_clients, shutdown, &mut bar)
+    };
     let report = if cfg.local {
         netspeed::local::with_local_server(cfg, go)?
     } else {
@@ -58,10 +62,10 @@ fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
             serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
         );
     } else {
-        println!("{}", sweep::table(&report));
+        println!("{}", sweep_table(&report));
     }
     if let Some(path) = &cfg.plot {
-        sweep::plot(&report, path)?;
+        sweep_plot(&report, path)?;
     }
     let code = report.exit_code();
     if code != 0 {

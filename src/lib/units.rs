@@ -93,6 +93,40 @@ pub fn parse_size(input: &str) -> Result<u64, UnitError> {
     to_u64(number * multiplier, WHAT, input)
 }
 
+/// A byte count the way [`parse_size`] reads it back, in the shortest
+/// exact form: `64K` is 64000, `8M` is 8000000, `8KiB` is 8192, `1MiB` is
+/// 1048576, and anything else is a bare number of bytes. Tables and
+/// progress bars label sizes with this, so a label can be pasted back into
+/// a flag.
+pub fn size_label(bytes: u64) -> String {
+    const DECIMAL: [(u64, &str); 4] = [
+        (1_000_000_000_000, "T"),
+        (1_000_000_000, "G"),
+        (1_000_000, "M"),
+        (1_000, "K"),
+    ];
+    const BINARY: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    if bytes == 0 {
+        return "0".into();
+    }
+    for (unit, suffix) in DECIMAL {
+        if bytes % unit == 0 {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    for (unit, suffix) in BINARY {
+        if bytes % unit == 0 {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
 /// Parses a rate in bits per second: `500Mbit`, `1G`, `10Gbps`,
 /// `2.5Gbit/s`, or bytes per second with a capital `B`: `100MB/s`.
 pub fn parse_rate(input: &str) -> Result<u64, UnitError> {
@@ -187,6 +221,25 @@ impl fmt::Display for HumanBytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn size_labels_read_back_as_the_same_value() {
+        for (bytes, label) in [
+            (0, "0"),
+            (1234, "1234"),
+            (64_000, "64K"),
+            (8_000_000, "8M"),
+            (2_000_000_000, "2G"),
+            (8192, "8KiB"),
+            (65_536, "64KiB"),
+            (1 << 20, "1MiB"),
+            (1_024_000, "1024K"),
+            (65_500, "65500"),
+        ] {
+            assert_eq!(size_label(bytes), label);
+            assert_eq!(parse_size(label).unwrap(), bytes);
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -16,9 +16,8 @@
 //! would occupy on Ethernet ([`wire_bytes`]: headers, preamble, gap, FCS
 //! and fragmentation), both over the receiver's first-to-last datagram.
 
-use super::output::{self, Format, Table};
-use super::plot::{self, Series};
-use super::{Bar, OutputArgs};
+use crate::config::bench::{Conn, Ip};
+pub use crate::config::bench::{MuxArgs, MuxSettings};
 use crate::error::{Error, Result};
 use crate::server::recv::{run_method, Deliver, Method};
 use crate::shutdown::Shutdown;
@@ -27,62 +26,12 @@ use crate::sys::{self, RecvBatch, SchedPolicy};
 use crate::units;
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Most sockets one receiver waits on.
 pub const MAX_SOCKETS: usize = 256;
-
-/// `sockbench mux` flags.
-#[derive(clap::Args, Debug)]
-pub struct MuxArgs {
-    /// Receive methods to compare.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "thread,select,poll,epoll,tokio,mmsg"
-    )]
-    pub method: Vec<Method>,
-    /// UDP sockets the receiver waits on (K).
-    #[arg(long, default_value_t = 4)]
-    pub sockets: usize,
-    /// UDP payload sizes in bytes.
-    #[arg(long, value_delimiter = ',', default_value = "64", value_parser = super::size_arg)]
-    pub payload: Vec<u64>,
-    /// Packets per configuration, over all sockets.
-    #[arg(long, default_value_t = 100_000)]
-    pub total: u64,
-    /// Receive buffer sizes to ask for (SO_RCVBUF, forced past the sysctl
-    /// limit when running as root).
-    #[arg(long, value_delimiter = ',', default_value = "64K,256K,2M,8M", value_parser = super::size_arg)]
-    pub rcvbuf: Vec<u64>,
-    /// Receiver scheduling policies (fifo and rr need root or CAP_SYS_NICE).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "other")]
-    pub scheduler: Vec<SchedPolicy>,
-    /// Realtime priority for fifo and rr (1..=99).
-    #[arg(long, default_value_t = 10)]
-    pub priority: i32,
-    /// Sender socket mode (`connected` uses one connected socket per target).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "unconnected")]
-    pub conn: Vec<super::udp::Conn>,
-    /// Pace the sender to this payload rate (e.g. 100Mbit); `0` is unpaced.
-    #[arg(long, default_value = "100Mbit", value_parser = rate_or_zero)]
-    pub rate: u64,
-    /// IP version (loopback).
-    #[arg(long, value_enum, default_value = "v4")]
-    pub ip: super::udp::Ip,
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
-
-fn rate_or_zero(s: &str) -> std::result::Result<u64, String> {
-    if s.trim() == "0" {
-        return Ok(0);
-    }
-    units::parse_rate(s).map_err(|e| e.to_string())
-}
 
 /// One configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +43,7 @@ pub struct MuxCase {
     pub rcvbuf: usize,
     pub scheduler: SchedPolicy,
     pub priority: i32,
-    pub conn: super::udp::Conn,
+    pub conn: Conn,
     /// Payload bits per second; 0 is unpaced.
     pub rate_bps: u64,
     pub ipv6: bool,
@@ -106,7 +55,7 @@ pub struct MuxRow {
     pub method: Method,
     pub sockets: usize,
     pub payload: usize,
-    pub conn: super::udp::Conn,
+    pub conn: Conn,
     pub scheduler: SchedPolicy,
     pub rate_mbit: f64,
     /// SO_RCVBUF asked for.
@@ -174,7 +123,7 @@ pub struct MuxMatrix {
 impl MuxMatrix {
     /// Checks the flags and expands the axes: payload, connection mode,
     /// scheduler, receive buffer, then method innermost.
-    pub fn from_args(a: &MuxArgs) -> Result<Self> {
+    pub fn from_args(a: &MuxSettings) -> Result<Self> {
         if a.sockets == 0 || a.sockets > MAX_SOCKETS {
             return Err(Error::usage(format!(
                 "--sockets {}: must be between 1 and {MAX_SOCKETS}",
@@ -187,12 +136,8 @@ impl MuxMatrix {
                 a.total
             )));
         }
-        let ipv6 = a.ip == super::udp::Ip::V6;
-        let limit = if ipv6 {
-            sys::MAX_UDP_PAYLOAD_V6
-        } else {
-            sys::MAX_UDP_PAYLOAD_V4
-        };
+        let ipv6 = a.ip == Ip::V6;
+        let limit = a.ip.max_payload();
         for &p in &a.payload {
             if p == 0 || p > limit as u64 {
                 return Err(Error::usage(format!(
@@ -211,16 +156,11 @@ impl MuxMatrix {
         for &m in &a.method {
             m.check_available().map_err(Error::usage)?;
         }
+        // --priority applies to the realtime policies only; the others
+        // run at 0 whatever it says.
         for &s in &a.scheduler {
-            let range = s.priority_range();
-            if range.end() > &0 && !range.contains(&a.priority) {
-                return Err(Error::usage(format!(
-                    "--priority {}: must be in {}..={} for --scheduler {}",
-                    a.priority,
-                    range.start(),
-                    range.end(),
-                    format!("{s:?}").to_lowercase()
-                )));
+            if s.priority_range().end() > &0 {
+                crate::config::sched_from(Some(s), Some(a.priority))?;
             }
         }
         let mut cases = Vec::new();
@@ -274,11 +214,7 @@ pub fn check_schedulers(cases: &[MuxCase]) -> Result<()> {
 }
 
 fn loopback(ipv6: bool) -> SocketAddr {
-    if ipv6 {
-        (Ipv6Addr::LOCALHOST, 0).into()
-    } else {
-        (Ipv4Addr::LOCALHOST, 0).into()
-    }
+    if ipv6 { Ip::V6 } else { Ip::V4 }.loopback(0)
 }
 
 /// A receive socket with the buffer asked for (forced past the sysctl
@@ -311,7 +247,7 @@ pub fn due(i: u64, payload: usize, rate_bps: u64) -> Duration {
 /// Sends `total` packets round-robin over the targets; returns how many
 /// went out. A full queue is retried, anything else fails.
 fn send_all(case: &MuxCase, senders: &[(UdpSocket, SocketAddr)], stop: &Shutdown) -> Result<u64> {
-    let connected = case.conn == super::udp::Conn::Connected;
+    let connected = case.conn == Conn::Connected;
     let buf = vec![0x5Au8; case.payload];
     let start = Instant::now();
     let mut sent = 0u64;
@@ -355,11 +291,7 @@ fn send_all(case: &MuxCase, senders: &[(UdpSocket, SocketAddr)], stop: &Shutdown
             {
                 std::thread::yield_now()
             }
-            Err(e) => {
-                return Err(Error::runtime(format!(
-                    "mux sender: send to {dest} failed: {e}"
-                )))
-            }
+            Err(e) => return Err(Error::io(format!("mux sender: send to {dest} failed"), e)),
         }
     }
     Ok(sent)
@@ -373,9 +305,8 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
     let mut granted = 0;
     let mut targets = Vec::with_capacity(case.sockets);
     for _ in 0..case.sockets {
-        let (s, g) = receive_socket(addr, case.rcvbuf).map_err(|e| {
-            Error::runtime(format!("mux: cannot open a receive socket on {addr}: {e}"))
-        })?;
+        let (s, g) = receive_socket(addr, case.rcvbuf)
+            .map_err(|e| Error::io(format!("mux: cannot open a receive socket on {addr}"), e))?;
         granted = g;
         targets.push(
             s.local_addr()
@@ -385,26 +316,23 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
         );
         sockets.push(s);
     }
-    let connected = case.conn == super::udp::Conn::Connected;
+    let connected = case.conn == Conn::Connected;
     // Unconnected: one socket sends to every target. Connected: one each.
     let n_senders = if connected { case.sockets } else { 1 };
     let mut senders = Vec::with_capacity(case.sockets);
     for (i, &t) in targets.iter().enumerate() {
         if i < n_senders {
             let s = UdpSocket::bind(addr)
-                .map_err(|e| Error::runtime(format!("mux: cannot open a send socket: {e}")))?;
+                .map_err(|e| Error::io("mux: cannot open a send socket", e))?;
             s.set_write_timeout(Some(Duration::from_millis(100)))
-                .map_err(|e| Error::runtime(format!("mux: {e}")))?;
+                .map_err(|e| Error::io("mux", e))?;
             if connected {
                 s.connect(t)
-                    .map_err(|e| Error::runtime(format!("mux: cannot connect to {t}: {e}")))?;
+                    .map_err(|e| Error::io(format!("mux: cannot connect to {t}"), e))?;
             }
             senders.push((s, t));
         } else {
-            let s = senders[0]
-                .0
-                .try_clone()
-                .map_err(|e| Error::runtime(format!("mux: {e}")))?;
+            let s = senders[0].0.try_clone().map_err(|e| Error::io("mux", e))?;
             senders.push((s, t));
         }
     }
@@ -415,7 +343,7 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
             sys::apply_scheduler(case.scheduler, case.priority).map_err(Error::runtime)?;
             let refs: Vec<&Socket> = sockets.iter().collect();
             run_method(case.method, &refs, 0, &counter, &stop)
-                .map_err(|e| Error::runtime(format!("mux: method {}: {e}", case.method.name())))
+                .map_err(|e| Error::io(format!("mux: method {}", case.method.name()), e))
         });
         // Let the receiver reach its loop before the first datagram.
         std::thread::sleep(Duration::from_millis(20));
@@ -474,7 +402,7 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
         sent_packets: sent,
         received_packets: packets,
         received_bytes: bytes,
-        loss_percent: super::udp::loss_percent(sent, packets),
+        loss_percent: crate::stats::percent(sent.saturating_sub(packets), sent),
         seconds,
         data_mbit_per_s: units::per_second(bytes as f64 * 8.0, seconds) / 1e6,
         wire_mbit_per_s: units::per_second(wire as f64 * 8.0, seconds) / 1e6,
@@ -486,125 +414,34 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
     })
 }
 
-fn human_size(b: usize) -> String {
-    if b >= 1_000_000 && b % 1_000_000 == 0 {
-        format!("{}M", b / 1_000_000)
-    } else if b >= 1000 && b % 1000 == 0 {
-        format!("{}K", b / 1000)
-    } else {
-        b.to_string()
-    }
+/// What `sockbench mux` measured.
+#[derive(Debug, Clone)]
+pub struct MuxReport {
+    pub rows: Vec<MuxRow>,
 }
 
-/// Seed 002's columns, plus the method and what the kernel granted.
-pub fn table(rows: &[MuxRow]) -> Table {
-    let mut t = Table::new(&[
-        "method",
-        "K",
-        "conn",
-        "payload",
-        "scheduler",
-        "rate",
-        "RcvBuf",
-        "granted",
-        "sent",
-        "loss %",
-        "Data Mbit/s",
-        "Wire Mbit/s",
-    ]);
-    for r in rows {
-        t.push(vec![
-            r.method.name().into(),
-            r.sockets.to_string(),
-            format!("{:?}", r.conn).to_lowercase(),
-            r.payload.to_string(),
-            format!("SCHED_{:?}", r.scheduler).to_uppercase(),
-            if r.rate_mbit > 0.0 {
-                format!("{:.0}M", r.rate_mbit)
-            } else {
-                "unpaced".into()
-            },
-            human_size(r.rcvbuf),
-            r.rcvbuf_granted.to_string(),
-            r.sent_packets.to_string(),
-            format!("{:.3}", r.loss_percent),
-            format!("{:.1}", r.data_mbit_per_s),
-            format!("{:.1}", r.wire_mbit_per_s),
-        ]);
-    }
-    t
+/// A cell in words, for the progress bar.
+pub fn describe(c: &MuxCase) -> String {
+    format!(
+        "method={} rcvbuf={} scheduler={:?}",
+        c.method.name(),
+        crate::units::size_label(c.rcvbuf as u64),
+        c.scheduler
+    )
 }
 
-/// Loss against receive buffer, one line per method.
-pub fn series(rows: &[MuxRow]) -> Vec<Series> {
-    let mut methods: Vec<Method> = Vec::new();
-    for r in rows {
-        if !methods.contains(&r.method) {
-            methods.push(r.method);
-        }
-    }
-    methods
-        .into_iter()
-        .map(|m| {
-            let mut points: Vec<(f64, f64)> = Vec::new();
-            for r in rows.iter().filter(|r| r.method == m) {
-                let x = r.rcvbuf as f64;
-                match points.iter_mut().find(|p| p.0 == x) {
-                    Some(p) => p.1 = p.1.max(r.loss_percent),
-                    None => points.push((x, r.loss_percent)),
-                }
-            }
-            Series {
-                name: m.name().into(),
-                points,
-            }
-        })
-        .collect()
-}
-
-/// `sockbench mux`.
-pub fn main(a: &MuxArgs, shutdown: &Shutdown) -> Result<()> {
-    let format = Format::from_flags(a.out.json, a.out.csv)?;
-    let m = MuxMatrix::from_args(a)?;
+/// `sockbench mux`: validate, try the schedulers, then run every cell.
+pub fn run(
+    a: &MuxArgs,
+    progress: &mut dyn super::Progress,
+    shutdown: &Shutdown,
+) -> Result<MuxReport> {
+    let m = MuxMatrix::from_args(&a.settings()?)?;
     check_schedulers(&m.cases)?;
-    let bar = Bar::new(m.cases.len(), a.out.quiet);
-    let mut rows = Vec::new();
-    let mut result = Ok(());
-    for c in &m.cases {
-        if shutdown.is_triggered() {
-            break;
-        }
-        bar.message(&format!(
-            "method={} rcvbuf={} scheduler={:?}",
-            c.method.name(),
-            human_size(c.rcvbuf),
-            c.scheduler
-        ));
-        match run_case(c, shutdown) {
-            Ok(r) => rows.push(r),
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-        bar.inc();
-    }
-    bar.finish();
-    result?;
-    let text = match format {
-        Format::Table => table(&rows).render(),
-        Format::Json => output::json("mux", &serde_json::json!({}), &rows)? + "\n",
-        Format::Csv => output::csv(&rows)?,
-    };
-    let series = series(&rows);
-    let chart = plot::Chart {
-        title: "UDP loss against receive buffer (worst over other axes)",
-        x_label: "SO_RCVBUF requested (bytes)",
-        y_label: "loss %",
-        log_x: true,
-        series: &series,
-    };
-    super::finish(&text, a.out.plot.as_deref(), &chart, shutdown)
+    let rows = super::run_matrix("mux", &m.cases, None, progress, shutdown, describe, |c| {
+        run_case(c, shutdown)
+    })?;
+    Ok(MuxReport { rows })
 }
 
 #[cfg(test)]
@@ -617,12 +454,5 @@ mod tests {
         // 125 packets of 1000 bytes at 1 Mbit/s: 1 s.
         assert_eq!(due(125, 1000, 1_000_000), Duration::from_secs(1));
         assert_eq!(due(5, 1000, 0), Duration::ZERO);
-    }
-
-    #[test]
-    fn sizes_read_back() {
-        assert_eq!(human_size(64_000), "64K");
-        assert_eq!(human_size(8_000_000), "8M");
-        assert_eq!(human_size(1234), "1234");
     }
 }

@@ -13,14 +13,12 @@
 //! so every other flag (`--duration`, `--connected`, `--batch`, ...) means
 //! what it always means.
 
-use super::plot::{self, Series};
-use super::Bar;
+use super::Progress;
 use crate::client;
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use serde::Serialize;
-use std::path::Path;
 
 /// One cell: one buffer size at one client count.
 #[derive(Debug, Clone, Serialize)]
@@ -99,31 +97,35 @@ pub fn validate(base: &ClientConfig, sizes: &[usize], clients: &[usize]) -> Resu
 }
 
 /// Runs `udp_client` once per (size, client count) against `base.server`,
-/// with everything else from `base`. A progress bar counts cells unless
-/// `base.quiet` or `base.json`.
+/// with everything else from `base`.
 pub fn run(
     base: &ClientConfig,
     sizes: &[usize],
     clients: &[usize],
     shutdown: &Shutdown,
+    progress: &mut dyn Progress,
 ) -> Result<SweepReport> {
     validate(base, sizes, clients)?;
-    let bar = Bar::new(sizes.len() * clients.len(), base.quiet || base.json);
-    let mut cells = Vec::new();
-    let mut result = Ok(());
-    'outer: for &size in sizes {
-        for &n in clients {
-            if shutdown.is_triggered() {
-                break 'outer;
-            }
-            bar.message(&format!("buffer {size}, {n} client(s)"));
+    let grid: Vec<(usize, usize)> = sizes
+        .iter()
+        .flat_map(|&size| clients.iter().map(move |&n| (size, n)))
+        .collect();
+    let describe = |&(size, n): &(usize, usize)| format!("buffer {size}, {n} client(s)");
+    let cells = super::run_matrix(
+        "sweep",
+        &grid,
+        None,
+        progress,
+        shutdown,
+        describe,
+        |&(size, n)| {
             let mut cfg = base.clone();
             cfg.buffer_size = size;
             cfg.clients = n;
             cfg.quiet = true;
             cfg.json = false;
-            match client::run(&cfg, shutdown) {
-                Ok(r) => cells.push(SweepCell {
+            client::run(&cfg, shutdown)
+                .map(|r| SweepCell {
                     buffer_size: size,
                     clients: n,
                     server_gbps: r.server.as_ref().and_then(|s| s.gbps),
@@ -132,120 +134,16 @@ pub fn run(
                     received_packets: r.server.as_ref().map(|s| s.received_packets),
                     loss_percent: r.server.as_ref().map(|s| s.loss_percent),
                     complete: r.complete,
-                }),
-                Err(e) => {
-                    result = Err(Error::runtime(format!(
-                        "sweep at buffer {size} with {n} client(s): {e}"
-                    )));
-                    break 'outer;
-                }
-            }
-            bar.inc();
-        }
-    }
-    bar.finish();
-    result?;
+                })
+                .map_err(|e| {
+                    Error::runtime(format!("sweep at buffer {size} with {n} client(s): {e}"))
+                })
+        },
+    )?;
     Ok(SweepReport {
         server: base.server.to_string(),
         sizes: sizes.to_vec(),
         clients: clients.to_vec(),
         cells,
     })
-}
-
-/// Seed 001's markdown table: one row per buffer size, one speed column
-/// per client count, receiver-side Gbit/s ("-" where the server did not
-/// answer).
-pub fn table(r: &SweepReport) -> String {
-    let mut out = String::from("| Buffer |");
-    for &n in &r.clients {
-        out.push_str(&format!(
-            " Speed<br>{n} client{} |",
-            if n == 1 { "" } else { "s" }
-        ));
-    }
-    out.push_str("\n|-------:|");
-    for _ in &r.clients {
-        out.push_str("-------------------:|");
-    }
-    out.push('\n');
-    for &size in &r.sizes {
-        if !r.cells.iter().any(|c| c.buffer_size == size) {
-            continue;
-        }
-        out.push_str(&format!("| {size:>6} |"));
-        for &n in &r.clients {
-            let cell = match r.cell(size, n).and_then(|c| c.server_gbps) {
-                Some(g) => format!("{g:.2} Gbps"),
-                None => "-".into(),
-            };
-            out.push_str(&format!(" {cell:>18} |"));
-        }
-        out.push('\n');
-    }
-    out.push_str("\nSpeeds are receive rates from the server's answers (receiver side).\n");
-    out
-}
-
-/// The table as a chart: Gbit/s received against buffer size, one line
-/// per client count.
-pub fn plot(r: &SweepReport, path: &Path) -> Result<()> {
-    let series: Vec<Series> = r
-        .clients
-        .iter()
-        .map(|&n| Series {
-            name: format!("{n} client{}", if n == 1 { "" } else { "s" }),
-            points: r
-                .cells
-                .iter()
-                .filter(|c| c.clients == n)
-                .filter_map(|c| c.server_gbps.map(|g| (c.buffer_size as f64, g)))
-                .collect(),
-        })
-        .collect();
-    plot::draw(
-        path,
-        &plot::Chart {
-            title: "udp_client sweep: receive rate at the server",
-            x_label: "buffer size (bytes per datagram)",
-            y_label: "Gbit/s received",
-            log_x: false,
-            series: &series,
-        },
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_has_a_column_per_client_count_and_dashes_for_no_answer() {
-        let cell = |b, c, g| SweepCell {
-            buffer_size: b,
-            clients: c,
-            server_gbps: g,
-            sent_gbps: Some(1.0),
-            sent_packets: 1,
-            received_packets: None,
-            loss_percent: None,
-            complete: true,
-        };
-        let r = SweepReport {
-            server: "127.0.0.1:1".into(),
-            sizes: vec![500, 1000],
-            clients: vec![1, 2],
-            cells: vec![
-                cell(500, 1, Some(1.1)),
-                cell(500, 2, None),
-                cell(1000, 1, Some(2.4)),
-                cell(1000, 2, Some(3.0)),
-            ],
-        };
-        let t = table(&r);
-        let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[0].contains("1 client |") && lines[0].contains("2 clients |"));
-        assert!(lines[2].contains("1.10 Gbps") && lines[2].trim_end().ends_with("- |"));
-        assert!(lines[3].contains("2.40 Gbps") && lines[3].contains("3.00 Gbps"));
-    }
 }

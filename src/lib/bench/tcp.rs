@@ -14,15 +14,13 @@
 //! runtime (the seed's non-threaded run) and tokio on a two-worker
 //! multi-thread runtime (its `-N2`). Each cell runs one unmeasured warm-up
 //! sample and then `--samples` measured ones, summarised by
-//! [`super::stats`].
+//! [`crate::stats::samples`].
 
-use super::output::{self, Format, Table};
-use super::plot::{self, Series};
-use super::stats::{summarize, OutlierEffect, Summary};
-use super::{Bar, OutputArgs};
+pub use crate::config::bench::{Duplex, Impl, TcpArgs, TcpSettings};
 use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
+use crate::stats::samples::{summarize, OutlierEffect, Summary};
 use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown as Both, SocketAddr, TcpListener, TcpStream};
@@ -32,76 +30,6 @@ use std::time::{Duration, Instant};
 pub const SAMPLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most connections per sample.
 pub const MAX_CONCURRENCY: usize = 256;
-
-/// Which socket implementation moves the bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Impl {
-    /// std::net blocking sockets, a thread per connection and direction.
-    Std,
-    /// tokio, current-thread runtime.
-    TokioCt,
-    /// tokio, multi-thread runtime with two workers.
-    TokioMt,
-}
-
-impl Impl {
-    pub fn name(self) -> &'static str {
-        match self {
-            Impl::Std => "std",
-            Impl::TokioCt => "tokio-ct",
-            Impl::TokioMt => "tokio-mt",
-        }
-    }
-}
-
-/// One direction or both at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Duplex {
-    Half,
-    Full,
-}
-
-/// `sockbench tcp` flags.
-#[derive(clap::Args, Debug)]
-pub struct TcpArgs {
-    /// Implementations to compare.
-    #[arg(
-        long = "impl",
-        value_enum,
-        value_delimiter = ',',
-        default_value = "std,tokio-ct,tokio-mt"
-    )]
-    pub implementation: Vec<Impl>,
-    /// Half duplex (one direction) and/or full duplex (both at once).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "half,full")]
-    pub duplex: Vec<Duplex>,
-    /// Bytes per write.
-    #[arg(long, value_delimiter = ',', default_value = "40,4000", value_parser = super::size_arg)]
-    pub chunk: Vec<u64>,
-    /// Concurrent connections per sample.
-    #[arg(long, value_delimiter = ',', default_value = "1,5")]
-    pub concurrency: Vec<usize>,
-    /// Bytes per connection and direction (e.g. 1M, 100MB).
-    #[arg(long, default_value = "4M", value_parser = super::size_arg)]
-    pub bytes: u64,
-    /// Measured samples per cell (after one warm-up sample).
-    #[arg(long, default_value_t = 10)]
-    pub samples: usize,
-    /// Set TCP_NODELAY on both ends (off by default: small writes are
-    /// then coalesced by Nagle's algorithm, as in the seed).
-    #[arg(long)]
-    pub nodelay: bool,
-    /// TCP congestion control for every socket of the run (TCP_CONGESTION),
-    /// e.g. cubic, bbr, reno [default: the system's]. With BBR and no fq
-    /// qdisc on loopback, the kernel's pacing timer, not the socket API,
-    /// can set the pace; see docs/sockbench.md.
-    #[arg(long, value_name = "ALGO", value_parser = crate::congestion::congestion_arg)]
-    pub congestion: Option<Congestion>,
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
 
 /// One cell of the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,35 +353,26 @@ mod tokioimpl {
                 .enable_all()
                 .build(),
         }
-        .map_err(|e| Error::runtime(format!("tokio: cannot start a runtime: {e}")))?;
-        rt.block_on(async {
+        .map_err(|e| Error::io("tokio: cannot start a runtime", e))?;
+        let (listener, addr) = rt.block_on(async {
             let listener = TokioListener::bind("127.0.0.1:0")
                 .await
-                .map_err(|e| Error::runtime(format!("tcp: cannot listen on 127.0.0.1: {e}")))?;
-            let addr = listener
-                .local_addr()
-                .map_err(|e| Error::runtime(format!("tcp: {e}")))?;
-            let mut times = Vec::with_capacity(samples);
-            for i in 0..=samples {
-                if shutdown.is_triggered() {
-                    break;
-                }
-                let (secs, moved) =
-                    tokio::time::timeout(SAMPLE_TIMEOUT, sample(&listener, addr, *case))
-                        .await
-                        .map_err(|_| {
-                            Error::runtime(format!(
-                                "{}: a sample took over {SAMPLE_TIMEOUT:?}",
-                                describe(case)
-                            ))
-                        })?
-                        .map_err(|e| Error::runtime(format!("{}: {e}", describe(case))))?;
-                check(case, moved)?;
-                if i > 0 {
-                    times.push(secs);
-                }
-            }
-            Ok(times)
+                .map_err(|e| Error::io("tcp: cannot listen on 127.0.0.1", e))?;
+            let addr = listener.local_addr().map_err(|e| Error::io("tcp", e))?;
+            Ok::<_, Error>((listener, addr))
+        })?;
+        super::sample_cell(case, samples, shutdown, || {
+            // The timer is made inside the runtime, which owns the clock.
+            rt.block_on(async {
+                tokio::time::timeout(SAMPLE_TIMEOUT, sample(&listener, addr, *case)).await
+            })
+            .map_err(|_| {
+                Error::runtime(format!(
+                    "{}: a sample took over {SAMPLE_TIMEOUT:?}",
+                    describe(case)
+                ))
+            })?
+            .map_err(|e| Error::io(describe(case), e))
         })
     }
 }
@@ -487,21 +406,31 @@ pub fn run_cell(case: &TcpCase, samples: usize, shutdown: &Shutdown) -> Result<V
         return tokioimpl::run(case, samples, shutdown);
     }
     let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| Error::runtime(format!("tcp: cannot listen on 127.0.0.1: {e}")))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::runtime(format!("tcp: {e}")))?;
+        .map_err(|e| Error::io("tcp: cannot listen on 127.0.0.1", e))?;
+    let addr = listener.local_addr().map_err(|e| Error::io("tcp", e))?;
     // Non-blocking accept, so that a failed client cannot hang the server.
     listener
         .set_nonblocking(true)
-        .map_err(|e| Error::runtime(format!("tcp: {e}")))?;
+        .map_err(|e| Error::io("tcp", e))?;
+    sample_cell(case, samples, shutdown, || {
+        std_sample(&listener, addr, case).map_err(|e| Error::io(describe(case), e))
+    })
+}
+
+/// A warm-up sample, then `samples` timed ones (seconds), each checked to
+/// have moved exactly what the cell asks for.
+fn sample_cell(
+    case: &TcpCase,
+    samples: usize,
+    shutdown: &Shutdown,
+    mut sample: impl FnMut() -> Result<(f64, u64)>,
+) -> Result<Vec<f64>> {
     let mut times = Vec::with_capacity(samples);
     for i in 0..=samples {
         if shutdown.is_triggered() {
             break;
         }
-        let (secs, moved) = std_sample(&listener, addr, case)
-            .map_err(|e| Error::runtime(format!("{}: {e}", describe(case))))?;
+        let (secs, moved) = sample()?;
         check(case, moved)?;
         if i > 0 {
             times.push(secs);
@@ -512,7 +441,7 @@ pub fn run_cell(case: &TcpCase, samples: usize, shutdown: &Shutdown) -> Result<V
 
 /// The validated cells, in the seed's order: chunk, concurrency, duplex,
 /// implementation innermost.
-pub fn cases(a: &TcpArgs) -> Result<Vec<TcpCase>> {
+pub fn cases(a: &TcpSettings) -> Result<Vec<TcpCase>> {
     if a.samples == 0 || a.samples > 10_000 {
         return Err(Error::usage(format!(
             "--samples {}: must be between 1 and 10000",
@@ -557,125 +486,34 @@ pub fn cases(a: &TcpArgs) -> Result<Vec<TcpCase>> {
     Ok(out)
 }
 
-/// The table: times in ms and how noisy each cell was.
-pub fn table(rows: &[TcpRow]) -> Table {
-    let mut t = Table::new(&[
-        "impl",
-        "duplex",
-        "chunk",
-        "conns",
-        "MB/sample",
-        "mean ms",
-        "std dev",
-        "min",
-        "median",
-        "max",
-        "outliers m/s",
-        "outlier var",
-        "Gbit/s",
-    ]);
-    for r in rows {
-        t.push(vec![
-            r.implementation.name().into(),
-            format!("{:?}", r.duplex).to_lowercase(),
-            r.chunk.to_string(),
-            r.concurrency.to_string(),
-            format!("{:.1}", r.bytes_per_sample as f64 / 1e6),
-            format!("{:.2}", r.mean_ms),
-            format!("{:.2}", r.std_dev_ms),
-            format!("{:.2}", r.min_ms),
-            format!("{:.2}", r.median_ms),
-            format!("{:.2}", r.max_ms),
-            format!("{}/{}", r.outliers_mild, r.outliers_severe),
-            format!("{:.0}% {}", r.outlier_variance_percent, r.noise.phrase()),
-            format!("{:.2}", r.gbit_per_s),
-        ]);
-    }
-    t
+/// What `sockbench tcp` measured, and the settings it ran with.
+#[derive(Debug, Clone)]
+pub struct TcpReport {
+    pub rows: Vec<TcpRow>,
+    pub samples: usize,
+    /// `--congestion`; None is the system's default.
+    pub congestion: Option<Congestion>,
 }
 
-/// Throughput against chunk size, one line per implementation, duplex and
-/// concurrency.
-pub fn series(rows: &[TcpRow]) -> Vec<Series> {
-    let mut out: Vec<Series> = Vec::new();
-    for r in rows {
-        let name = format!(
-            "{} {:?} x{}",
-            r.implementation.name(),
-            r.duplex,
-            r.concurrency
-        )
-        .to_lowercase();
-        let point = (r.chunk as f64, r.gbit_per_s);
-        match out.iter_mut().find(|s| s.name == name) {
-            Some(s) => s.points.push(point),
-            None => out.push(Series {
-                name,
-                points: vec![point],
-            }),
-        }
-    }
-    out
-}
-
-/// `sockbench tcp`.
-pub fn main(a: &TcpArgs, shutdown: &Shutdown) -> Result<()> {
-    let format = Format::from_flags(a.out.json, a.out.csv)?;
+/// `sockbench tcp`: validate, then run every cell.
+pub fn run(
+    a: &TcpArgs,
+    progress: &mut dyn super::Progress,
+    shutdown: &Shutdown,
+) -> Result<TcpReport> {
+    let a = &a.settings()?;
     let cells = cases(a)?;
     if let Some(algo) = a.congestion {
         algo.check_available()?;
     }
-    let bar = Bar::new(cells.len(), a.out.quiet);
-    let mut rows = Vec::new();
-    let mut result = Ok(());
-    for c in &cells {
-        if shutdown.is_triggered() {
-            break;
-        }
-        bar.message(&describe(c));
-        match run_cell(c, a.samples, shutdown) {
-            Ok(times) => rows.push(row(c, &summarize(&times))),
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-        bar.inc();
-    }
-    bar.finish();
-    result?;
-    let text = match format {
-        Format::Table => {
-            let algo = Congestion::effective(a.congestion).unwrap_or_else(|| "unknown".into());
-            let origin = if a.congestion.is_some() {
-                "--congestion"
-            } else {
-                "system default"
-            };
-            format!(
-                "TCP congestion control: {algo} ({origin})\n{}",
-                table(&rows).render()
-            )
-        }
-        Format::Json => {
-            let meta = serde_json::json!({
-                "samples": a.samples,
-                "congestion": Congestion::effective(a.congestion),
-                "congestion_is_system_default": a.congestion.is_none(),
-            });
-            output::json("tcp", &meta, &rows)? + "\n"
-        }
-        Format::Csv => output::csv(&rows)?,
-    };
-    let series = series(&rows);
-    let chart = plot::Chart {
-        title: "TCP loopback throughput (mean over samples)",
-        x_label: "chunk (bytes per write)",
-        y_label: "Gbit/s",
-        log_x: true,
-        series: &series,
-    };
-    super::finish(&text, a.out.plot.as_deref(), &chart, shutdown)
+    let rows = super::run_matrix("tcp", &cells, None, progress, shutdown, describe, |c| {
+        run_cell(c, a.samples, shutdown).map(|times| row(c, &summarize(&times)))
+    })?;
+    Ok(TcpReport {
+        rows,
+        samples: a.samples,
+        congestion: a.congestion,
+    })
 }
 
 #[cfg(test)]

@@ -43,14 +43,14 @@ pub enum Case {
     Socat(PathBuf),
 }
 
-/// `2K`, `1M`, or `1500 B` for a size that is not a whole KiB.
-pub fn size_label(b: usize) -> String {
-    if b >= 1 << 20 && b % (1 << 20) == 0 {
-        format!("{}M", b >> 20)
-    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
-        format!("{}K", b >> 10)
+/// A size in a row label: `8K`, `64KiB`, or `1500 B` when no unit
+/// divides it (see [`crate::units::size_label`]).
+fn size_label(b: usize) -> String {
+    let label = crate::units::size_label(b as u64);
+    if label.bytes().all(|c| c.is_ascii_digit()) {
+        format!("{label} B")
     } else {
-        format!("{b} B")
+        label
     }
 }
 
@@ -473,22 +473,23 @@ mod tests {
         assert_eq!(all.len(), expect);
         assert!(all
             .iter()
-            .any(|c| c.label() == "tokio (8K buffer, 4 threads)"));
+            .any(|c| c.label() == "tokio (8KiB buffer, 4 threads)"));
         assert!(all
             .iter()
-            .any(|c| c.label() == "std (1M buffer, thread per direction)"));
+            .any(|c| c.label() == "std (1MiB buffer, thread per direction)"));
         assert!(all.iter().any(|c| c.label() == "tokio-copy (1 thread)"));
         let c = cfg(&["--threads", "1", "--modes", "tokio", "--buffer-sizes", "8K"]).unwrap();
         assert_eq!(cases(&c)[0], Case::Direct);
         assert!(cases(&c)
             .iter()
-            .any(|c| c.label() == "tokio (8000 B buffer, 1 thread)"));
+            .any(|c| c.label() == "tokio (8K buffer, 1 thread)"));
     }
 
     #[test]
     fn labels() {
-        assert_eq!(size_label(2048), "2K");
-        assert_eq!(size_label(1 << 20), "1M");
+        assert_eq!(size_label(2048), "2KiB");
+        assert_eq!(size_label(8000), "8K");
+        assert_eq!(size_label(1 << 20), "1MiB");
         assert_eq!(size_label(1500), "1500 B");
         assert!(haproxy_config(5, "127.0.0.1:9".parse().unwrap()).contains("mode tcp"));
     }

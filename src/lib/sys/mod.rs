@@ -336,3 +336,15 @@ pub enum CongestionRefusal {
 }
 
 pub use imp::{congestion_refusal, SplicePipe, HAS_SPLICE};
+
+// ---- added for sockbench ----
+
+/// Errors that mean "try again" to a benchmark loop: a receive or send
+/// timeout, a full queue, a signal ([`classify_send_error`] plus timeouts).
+pub fn is_transient(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::TimedOut
+        || matches!(
+            classify_send_error(e),
+            SendFailure::QueueFull | SendFailure::Interrupted
+        )
+}

@@ -5,7 +5,13 @@
 //! files, no system libraries. One function serves every suite: named
 //! series of (x, y) points, optionally on a logarithmic x axis.
 
+use crate::bench::mux::MuxRow;
+use crate::bench::sweep::SweepReport;
+use crate::bench::tcp::TcpRow;
+use crate::bench::udp::{Mode, SocketKind, UdpRow};
+use crate::bench::Report;
 use crate::error::{Error, Result};
+use crate::server::recv::Method;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -155,6 +161,197 @@ pub fn draw(path: &Path, chart: &Chart<'_>) -> Result<()> {
     }
     root.present().map_err(|e| err(path, e))?;
     Ok(())
+}
+
+/// For each line, the best `y` at each `x` over the rows on that line
+/// (the other axes collapsed), lines in the order of `names`.
+fn best_per_x<R, K: PartialEq>(
+    rows: &[R],
+    lines: Vec<(K, String)>,
+    key: impl Fn(&R) -> K,
+    point: impl Fn(&R) -> (f64, f64),
+) -> Vec<Series> {
+    lines
+        .into_iter()
+        .map(|(k, name)| {
+            let mut points: Vec<(f64, f64)> = Vec::new();
+            for (x, y) in rows.iter().filter(|r| key(r) == k).map(&point) {
+                match points.iter_mut().find(|p| p.0 == x) {
+                    Some(p) => p.1 = p.1.max(y),
+                    None => points.push((x, y)),
+                }
+            }
+            Series { name, points }
+        })
+        .collect()
+}
+
+/// `sockbench udp`: bandwidth against payload, one line per socket type:
+/// for each socket and payload, the best row over the other axes.
+pub fn udp_series(rows: &[UdpRow]) -> Vec<Series> {
+    let mut kinds: Vec<SocketKind> = rows.iter().map(|r| r.socket).collect();
+    kinds.sort();
+    kinds.dedup();
+    let lines = kinds
+        .into_iter()
+        .map(|k| (k, k.name().to_string()))
+        .collect();
+    best_per_x(
+        rows,
+        lines,
+        |r| r.socket,
+        |r| (r.payload as f64, r.mbit_per_s),
+    )
+}
+
+fn axes_varied(rows: &[UdpRow]) -> bool {
+    let first = match rows.first() {
+        Some(r) => r,
+        None => return false,
+    };
+    rows.iter().any(|r| {
+        (r.threads, r.conn, r.ip, r.reuse) != (first.threads, first.conn, first.ip, first.reuse)
+    })
+}
+
+/// `sockbench tcp`: throughput against chunk size, one line per
+/// implementation, duplex and concurrency.
+pub fn tcp_series(rows: &[TcpRow]) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for r in rows {
+        let name = format!(
+            "{} {:?} x{}",
+            r.implementation.name(),
+            r.duplex,
+            r.concurrency
+        )
+        .to_lowercase();
+        let point = (r.chunk as f64, r.gbit_per_s);
+        match out.iter_mut().find(|s| s.name == name) {
+            Some(s) => s.points.push(point),
+            None => out.push(Series {
+                name,
+                points: vec![point],
+            }),
+        }
+    }
+    out
+}
+
+/// `sockbench mux`: loss against receive buffer, one line per method.
+pub fn mux_series(rows: &[MuxRow]) -> Vec<Series> {
+    let mut methods: Vec<Method> = Vec::new();
+    for r in rows {
+        if !methods.contains(&r.method) {
+            methods.push(r.method);
+        }
+    }
+    let lines = methods
+        .into_iter()
+        .map(|m| (m, m.name().to_string()))
+        .collect();
+    best_per_x(
+        rows,
+        lines,
+        |r| r.method,
+        |r| (r.rcvbuf as f64, r.loss_percent),
+    )
+}
+
+/// Draws a suite's chart.
+pub fn draw_report(path: &Path, report: &Report) -> Result<()> {
+    match report {
+        Report::Udp(r) => {
+            // Throughput rows only: a ping-pong row measures latency. Plot
+            // ping-pong rows only when nothing else ran.
+            let rows = &r.rows;
+            let streams: Vec<UdpRow> = rows
+                .iter()
+                .filter(|r| r.mode == Mode::Stream)
+                .cloned()
+                .collect();
+            let plotted: &[UdpRow] = if streams.is_empty() { rows } else { &streams };
+            let title = if plotted.is_empty() {
+                "UDP bandwidth received (no rows)".to_string()
+            } else if axes_varied(plotted) {
+                "UDP bandwidth received, streams (best over threads, conn, ip, reuse)".to_string()
+            } else {
+                let r = &plotted[0];
+                format!(
+                    "UDP bandwidth received ({}, {} threads, {:?}, {:?}, reuse {:?})",
+                    if r.mode == Mode::Stream {
+                        "stream"
+                    } else {
+                        "ping-pong"
+                    },
+                    r.threads,
+                    r.conn,
+                    r.ip,
+                    r.reuse
+                )
+                .to_lowercase()
+                .replace("udp", "UDP")
+            };
+            draw(
+                path,
+                &Chart {
+                    title: &title,
+                    x_label: "payload (bytes)",
+                    y_label: "Mbit/s received",
+                    log_x: false,
+                    series: &udp_series(plotted),
+                },
+            )
+        }
+        Report::Tcp(r) => draw(
+            path,
+            &Chart {
+                title: "TCP loopback throughput (mean over samples)",
+                x_label: "chunk (bytes per write)",
+                y_label: "Gbit/s",
+                log_x: true,
+                series: &tcp_series(&r.rows),
+            },
+        ),
+        Report::Mux(r) => draw(
+            path,
+            &Chart {
+                title: "UDP loss against receive buffer (worst over other axes)",
+                x_label: "SO_RCVBUF requested (bytes)",
+                y_label: "loss %",
+                log_x: true,
+                series: &mux_series(&r.rows),
+            },
+        ),
+    }
+}
+
+/// `udp_client --sweep`: Gbit/s received against buffer size, one line
+/// per client count.
+pub fn sweep_plot(r: &SweepReport, path: &Path) -> Result<()> {
+    let series: Vec<Series> = r
+        .clients
+        .iter()
+        .map(|&n| Series {
+            name: format!("{n} client{}", if n == 1 { "" } else { "s" }),
+            points: r
+                .cells
+                .iter()
+                .filter(|c| c.clients == n)
+                .filter_map(|c| c.server_gbps.map(|g| (c.buffer_size as f64, g)))
+                .collect(),
+        })
+        .collect();
+    draw(
+        path,
+        &Chart {
+            title: "udp_client sweep: receive rate at the server",
+            x_label: "buffer size (bytes per datagram)",
+            y_label: "Gbit/s received",
+            log_x: false,
+            series: &series,
+        },
+    )
 }
 
 #[cfg(test)]

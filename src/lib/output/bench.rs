@@ -1,1 +1,0 @@
-//! sockbench tables, CSV, charts and progress (filled in by the sockbench restructuring).
