@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{run_bounded, ChildGuard};
+use common::{args, run_bounded, ChildGuard};
 use netspeed::config::parse_args;
 use netspeed::proxy::{ProxyArgs, ProxyConfig};
 use serde_json::Value;
@@ -21,62 +21,13 @@ fn bad_input_is_one_line_and_exit_2() {
         &["--upstream", "127.0.0.1:9"],
         &["--listen", "nope", "--upstream", "127.0.0.1:9"],
         &["--listen", "127.0.0.1:0", "--upstream", "nope"],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--mode",
-            "fast",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--buffer-size",
-            "0",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--buffer-size",
-            "8Q",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--threads",
-            "0",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--idle-timeout",
-            "soon",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--config",
-            "/nonexistent.toml",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--congestion",
-            "no-such-algo",
-        ],
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --mode fast"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --buffer-size 0"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --buffer-size 8Q"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --threads 0"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --idle-timeout soon"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --config /nonexistent.toml"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --congestion no-such-algo"),
         &["--bogus"],
         &["bench", "--duration", "x"],
         &["bench", "--modes", "nope"],
@@ -234,16 +185,9 @@ fn bench_rows(args: &[&str]) -> Vec<Value> {
 
 #[test]
 fn bench_runs_and_has_no_stall_by_default() {
-    let rows = bench_rows(&[
-        "--modes",
-        "tokio,std",
-        "--buffer-sizes",
-        "8KiB",
-        "--threads",
-        "1",
-        "--duration",
-        "200ms",
-    ]);
+    let rows = bench_rows(&args(
+        "--modes tokio,std --buffer-sizes 8KiB --threads 1 --duration 200ms",
+    ));
     assert!(rows.iter().any(|r| r["kind"] == "direct"), "{rows:?}");
     let ours: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "proxy").collect();
     assert_eq!(ours.len(), 4, "two cases x two tests: {rows:?}");
@@ -260,22 +204,7 @@ fn bench_runs_and_has_no_stall_by_default() {
 fn no_nodelay_reproduces_the_seed_stall() {
     // Seed 004's 20 ms rows: Nagle on the proxy's client leg holds the
     // second piece of each response until the client's delayed ACK.
-    let rows = bench_rows(&[
-        "--no-peers",
-        "--no-nodelay",
-        "--modes",
-        "tokio",
-        "--buffer-sizes",
-        "8KiB",
-        "--threads",
-        "1",
-        "--tests",
-        "test1",
-        "--warmup",
-        "2",
-        "--requests",
-        "30",
-    ]);
+    let rows = bench_rows(&args("--no-peers --no-nodelay --modes tokio --buffer-sizes 8KiB --threads 1 --tests test1 --warmup 2 --requests 30"));
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["nodelay"], false);
     // Whether a given request stalls depends on how the pieces line up

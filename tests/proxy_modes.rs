@@ -13,82 +13,17 @@
 
 mod common;
 
-use common::{ChildGuard, LineReader};
+use common::proxy::{receive_all, send_pattern, Pattern, Proxy, WAIT};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn proxy_bin() -> String {
-    std::env::var("NETSPEED_TCP_PROXY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tcp_proxy").into())
-}
-const WAIT: Duration = Duration::from_secs(20);
 /// Bytes each way in the transfer test: enough to cross many buffers and
 /// pipe refills, small enough for CI.
 const TRANSFER: u64 = 32 << 20;
-
-/// A running `tcp_proxy --json` and the address it really bound.
-struct Proxy {
-    guard: ChildGuard,
-    events: LineReader,
-    addr: SocketAddr,
-}
-
-impl Proxy {
-    fn start(upstream: SocketAddr, mode: &str, extra: &[&str]) -> Proxy {
-        let mut cmd = Command::new(proxy_bin());
-        cmd.args(["--listen", "127.0.0.1:0", "--upstream"])
-            .arg(upstream.to_string())
-            .args(["--mode", mode, "--json", "--threads", "2"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut guard = ChildGuard::spawn(&mut cmd, "tcp_proxy");
-        let events = guard.stdout_lines();
-        let listening = events
-            .wait_for_json(WAIT, |v| v["event"] == "listening")
-            .unwrap_or_else(|| panic!("no listening event:\n{}", events.transcript()));
-        assert_eq!(listening["mode"], mode);
-        let addr = listening["addr"].as_str().unwrap().parse().unwrap();
-        Proxy {
-            guard,
-            events,
-            addr,
-        }
-    }
-
-    /// The first event (already seen or arriving within `WAIT`) matching `pred`.
-    fn event(&self, pred: impl Fn(&Value) -> bool) -> Value {
-        for line in self.events.seen() {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                if pred(&v) {
-                    return v;
-                }
-            }
-        }
-        self.events
-            .wait_for_json(WAIT, &pred)
-            .unwrap_or_else(|| panic!("event not seen:\n{}", self.events.transcript()))
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect_timeout(&self.addr, WAIT).expect("connect to the proxy");
-        s.set_read_timeout(Some(WAIT)).unwrap();
-        s.set_write_timeout(Some(WAIT)).unwrap();
-        s
-    }
-
-    fn fd_count(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.guard.id()))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
-}
 
 /// An upstream on 127.0.0.1:0 running `handler` for each connection.
 fn upstream(handler: impl Fn(TcpStream) + Send + Sync + Clone + 'static) -> SocketAddr {
@@ -125,6 +60,11 @@ fn echo(mut s: TcpStream) {
     let _ = s.shutdown(Shutdown::Write);
 }
 
+/// `tcp_proxy` in `mode` in front of an [`echo`] upstream.
+fn echo_proxy(mode: &str, extra: &[&str]) -> Proxy {
+    Proxy::start(upstream(echo), mode, extra)
+}
+
 fn echo_once(s: &mut TcpStream, what: &[u8]) {
     s.write_all(what).unwrap();
     let mut got = vec![0u8; what.len()];
@@ -132,58 +72,12 @@ fn echo_once(s: &mut TcpStream, what: &[u8]) {
     assert_eq!(got, what);
 }
 
-/// Deterministic, incompressible-looking bytes (xorshift64), in chunks.
-struct Pattern(u64);
-
-impl Pattern {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            chunk.copy_from_slice(&self.0.to_le_bytes()[..chunk.len()]);
-        }
-    }
-}
-
-/// Sends `total` pattern bytes then shuts down writing; returns their sha256.
-fn send_pattern(mut s: &TcpStream, seed: u64, total: u64) -> Vec<u8> {
-    let mut p = Pattern(seed);
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut left = total;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        p.fill(&mut buf[..n]);
-        h.update(&buf[..n]);
-        s.write_all(&buf[..n]).unwrap();
-        left -= n as u64;
-    }
-    s.shutdown(Shutdown::Write).unwrap();
-    h.finalize().to_vec()
-}
-
-/// Reads to EOF; returns the byte count and sha256.
-fn receive_all(mut s: &TcpStream) -> (u64, Vec<u8>) {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        if n == 0 {
-            return (total, h.finalize().to_vec());
-        }
-        h.update(&buf[..n]);
-        total += n as u64;
-    }
-}
-
 fn transfer(mode: &str) {
     let (tx, rx) = mpsc::channel();
     let up = upstream(move |s| {
         let recv = thread::scope(|sc| {
-            let r = sc.spawn(|| receive_all(&s));
-            let sent = send_pattern(&s, 2, TRANSFER);
+            let r = sc.spawn(|| receive_all(&s).unwrap());
+            let sent = send_pattern(&s, 2, TRANSFER).unwrap();
             (sent, r.join().unwrap())
         });
         let _ = tx.send(recv);
@@ -191,8 +85,8 @@ fn transfer(mode: &str) {
     let proxy = Proxy::start(up, mode, &[]);
     let s = proxy.connect();
     let (client_sent, client_got) = thread::scope(|sc| {
-        let r = sc.spawn(|| receive_all(&s));
-        let sent = send_pattern(&s, 1, TRANSFER);
+        let r = sc.spawn(|| receive_all(&s).unwrap());
+        let sent = send_pattern(&s, 1, TRANSFER).unwrap();
         (sent, r.join().unwrap())
     });
     let (up_sent, up_got) = rx.recv_timeout(WAIT).expect("upstream finished");
@@ -214,7 +108,7 @@ fn half_close(mode: &str) {
         s.read_to_end(&mut req).unwrap();
         let answer = format!("got {} bytes", req.len());
         s.write_all(answer.as_bytes()).unwrap();
-        send_pattern(&s, 7, 1 << 20);
+        send_pattern(&s, 7, 1 << 20).unwrap();
     });
     let proxy = Proxy::start(up, mode, &[]);
     let mut s = proxy.connect();
@@ -259,8 +153,7 @@ fn upstream_refused(mode: &str) {
 }
 
 fn max_conns(mode: &str) {
-    let up = upstream(echo);
-    let proxy = Proxy::start(up, mode, &["--max-conns", "2"]);
+    let proxy = echo_proxy(mode, &["--max-conns", "2"]);
     let mut a = proxy.connect();
     let mut b = proxy.connect();
     echo_once(&mut a, b"a");
@@ -279,8 +172,7 @@ fn max_conns(mode: &str) {
 }
 
 fn idle_timeout(mode: &str) {
-    let up = upstream(echo);
-    let proxy = Proxy::start(up, mode, &["--idle-timeout", "400ms"]);
+    let proxy = echo_proxy(mode, &["--idle-timeout", "400ms"]);
     let mut busy = proxy.connect();
     let mut quiet = proxy.connect();
     echo_once(&mut quiet, b"once");
@@ -303,8 +195,7 @@ fn idle_timeout(mode: &str) {
 }
 
 fn drain(mode: &str) {
-    let up = upstream(echo);
-    let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "20s"]);
+    let mut proxy = echo_proxy(mode, &["--drain-timeout", "20s"]);
     let mut s = proxy.connect();
     echo_once(&mut s, b"before");
     proxy.guard.signal(libc::SIGTERM);
@@ -331,8 +222,7 @@ fn drain(mode: &str) {
 }
 
 fn drain_deadline(mode: &str) {
-    let up = upstream(echo);
-    let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "300ms"]);
+    let mut proxy = echo_proxy(mode, &["--drain-timeout", "300ms"]);
     let mut s = proxy.connect();
     echo_once(&mut s, b"held open");
     let t = Instant::now();
@@ -458,8 +348,7 @@ fn drain_deadline_counts_every_byte(mode: &str) {
 }
 
 fn no_fd_leak(mode: &str) {
-    let up = upstream(echo);
-    let proxy = Proxy::start(up, mode, &[]);
+    let proxy = echo_proxy(mode, &[]);
     let baseline = proxy.fd_count();
     assert!(baseline > 0);
     let mut conns: Vec<TcpStream> = (0..100).map(|_| proxy.connect()).collect();
@@ -476,44 +365,30 @@ fn no_fd_leak(mode: &str) {
     assert_eq!(proxy.fd_count(), baseline, "fds leaked");
 }
 
+/// One `#[test]` per scenario above, for the mode `$mode`.
+macro_rules! scenario_tests {
+    ($mode:literal; $($test:ident => $scenario:ident),* $(,)?) => {$(
+        #[test]
+        fn $test() {
+            super::$scenario($mode);
+        }
+    )*};
+}
+
+/// A module per mode, named after it, holding every scenario's test.
 macro_rules! mode_tests {
     ($($module:ident => $mode:literal),* $(,)?) => {$(
         mod $module {
-            #[test]
-            fn transfer_both_ways_exact() {
-                super::transfer($mode);
-            }
-            #[test]
-            fn half_close_gets_whole_response() {
-                super::half_close($mode);
-            }
-            #[test]
-            fn upstream_refused_closes_client_and_keeps_serving() {
-                super::upstream_refused($mode);
-            }
-            #[test]
-            fn max_conns_honoured() {
-                super::max_conns($mode);
-            }
-            #[test]
-            fn idle_timeout_closes_only_idle() {
-                super::idle_timeout($mode);
-            }
-            #[test]
-            fn sigterm_drains_open_connections() {
-                super::drain($mode);
-            }
-            #[test]
-            fn sigterm_cuts_at_drain_deadline() {
-                super::drain_deadline($mode);
-            }
-            #[test]
-            fn sigterm_deadline_counts_every_byte() {
-                super::drain_deadline_counts_every_byte($mode);
-            }
-            #[test]
-            fn no_fd_leak_after_100_connections() {
-                super::no_fd_leak($mode);
+            scenario_tests! { $mode;
+                transfer_both_ways_exact => transfer,
+                half_close_gets_whole_response => half_close,
+                upstream_refused_closes_client_and_keeps_serving => upstream_refused,
+                max_conns_honoured => max_conns,
+                idle_timeout_closes_only_idle => idle_timeout,
+                sigterm_drains_open_connections => drain,
+                sigterm_cuts_at_drain_deadline => drain_deadline,
+                sigterm_deadline_counts_every_byte => drain_deadline_counts_every_byte,
+                no_fd_leak_after_100_connections => no_fd_leak,
             }
         }
     )*};
@@ -537,8 +412,7 @@ mode_tests! {
 fn reset_by_client_is_logged_not_fatal() {
     // A client that resets mid-stream ends its connection with an error
     // line; the proxy keeps serving.
-    let up = upstream(echo);
-    let proxy = Proxy::start(up, "splice", &[]);
+    let proxy = echo_proxy("splice", &[]);
     let s = proxy.connect();
     socket2::SockRef::from(&s)
         .set_linger(Some(Duration::ZERO))

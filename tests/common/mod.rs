@@ -13,7 +13,8 @@
 //!   both pipes so the child can never block on a full pipe.
 //!
 //! Everything here is generic (used by loopback tests as well); the network
-//! namespace harness lives in [`netns`].
+//! namespace harness lives in [`netns`], the UDP pair's in [`udp`] and
+//! `tcp_proxy`'s in [`proxy`].
 
 // Each test binary includes this module with `mod common;` and uses only a
 // part of it.
@@ -21,6 +22,7 @@
 
 pub mod impair;
 pub mod netns;
+pub mod proxy;
 pub mod udp;
 
 use std::io::{BufRead, BufReader, Read};
@@ -307,6 +309,13 @@ pub fn run_ok(cmd: &mut Command, timeout: Duration) -> String {
         String::from_utf8_lossy(&out.stdout)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `"-b 1000 -n 1"` as `["-b", "1000", "-n", "1"]`: a command line written
+/// as one string, so that a test reads as the command it runs. For
+/// arguments without spaces only.
+pub fn args(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 /// Reads a pipe to EOF on a background thread.
