@@ -14,9 +14,11 @@ use common::impair::{
     sysctl, tc, tc_drops, vm_rss_kib, SwapRelay,
 };
 use common::netns::{veth_pair, Bridge, Netns};
-use common::udp::{assert_exact, client, client_in, u, Server, CLIENT};
+use common::udp::{args_to, assert_exact, client, client_in, u, Server, CLIENT};
 use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn port_of(addr: &str) -> u16 {
@@ -428,13 +430,16 @@ fn rx_queue(pid: u32, port: u16) -> Option<u64> {
 /// On a shared 2-core machine the flooder (which also pays for delivery in
 /// softirq) can starve the server; the pause keeps that CPU contention from
 /// turning into kernel drops of the real session, which is not what this
-/// test is about. Returns (sent, seconds, pauses, peak queue seen).
+/// test is about. `progress` follows the count sent, so that the test can
+/// wait until the flood is under way. Returns (sent, seconds, pauses, peak
+/// queue seen).
 fn raw_flood(
     srcs: [Ipv4Addr; 2],
     dst: Ipv4Addr,
     dst_port: u16,
     server_pid: u32,
     max_queue: u64,
+    progress: &AtomicU64,
 ) -> (u64, f64, u64, u64) {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
     let socks: Vec<Socket> = srcs
@@ -457,7 +462,10 @@ fn raw_flood(
         let src_port = 10_000 + (k / 2) as u16 % per_ip as u16;
         let pkt = garbage(src_port, dst_port);
         match socks[(k % 2) as usize].send_to(&pkt, &to) {
-            Ok(_) => sent += 1,
+            Ok(_) => {
+                sent += 1;
+                progress.store(sent, Ordering::Relaxed);
+            }
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                 std::thread::sleep(Duration::from_micros(50))
             }
@@ -502,6 +510,8 @@ fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
         "server socket not in /proc/{pid}/net/udp"
     );
 
+    let progress = Arc::new(AtomicU64::new(0));
+    let flooded = Arc::clone(&progress);
     let flood = spawn_in(&flooder, move || {
         raw_flood(
             [Ipv4Addr::new(10, 61, 7, 3), Ipv4Addr::new(10, 61, 7, 4)],
@@ -509,24 +519,27 @@ fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
             port,
             pid,
             granted / 4,
+            &flooded,
         )
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // The session starts once the flood is under way: half a second's worth
+    // of garbage sent.
+    let t0 = Instant::now();
+    while progress.load(Ordering::Relaxed) < FLOOD_PPS / 2 {
+        assert!(
+            !flood.is_finished() && t0.elapsed() < Duration::from_secs(20),
+            "the flooder sent only {} datagrams in {:?}",
+            progress.load(Ordering::Relaxed),
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let target = format!("10.61.7.1:{port}");
     let session_run = std::thread::scope(|s| {
         let h = s.spawn(|| {
             client_in(
                 &cli,
-                &[
-                    "-s",
-                    &target,
-                    "-b",
-                    "1000",
-                    "--rate",
-                    "10Mbit",
-                    "--duration",
-                    "4s",
-                ],
+                &args_to(&target, "-b 1000 --rate 10Mbit --duration 4s"),
             )
         });
         let mut rss_max = rss_idle;

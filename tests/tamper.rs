@@ -7,8 +7,8 @@
 mod common;
 
 use common::impair::{kind, Action, Dir, Pick, Relay};
-use common::udp::{client, client_outcome, u, Server, CLIENT, SERVER, WAIT};
-use common::{run_bounded, ChildGuard};
+use common::udp::{args_to, client, client_outcome, u, Server, CLIENT, SERVER, WAIT};
+use common::{args, run_bounded, ChildGuard};
 use netspeed::wire;
 use serde_json::Value;
 use std::net::UdpSocket;
@@ -65,16 +65,7 @@ fn forged_answers_are_ignored() {
     let relay = relay_to(&server, &rules);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {
-        client_outcome(&[
-            "-s",
-            &target,
-            "-b",
-            "1000",
-            "-n",
-            "200",
-            "--end-timeout",
-            "2s",
-        ])
+        client_outcome(&args_to(&target, "-b 1000 -n 200 --end-timeout 2s"))
     });
     let end = wait_captured(&relay, Dir::ToServer, kind::END);
     let Ok(wire::Message::End(end)) = wire::decode(&end) else {
@@ -282,16 +273,10 @@ fn duration_bounds_a_paced_run() {
     // still end after about a second (before: 4 s).
     let server = Server::start("127.0.0.1:0", &[]);
     let started = Instant::now();
-    let report = client(&[
-        "-s",
+    let report = client(&args_to(
         &server.addr,
-        "-b",
-        "5000",
-        "--rate",
-        "10kbit",
-        "--duration",
-        "1s",
-    ]);
+        "-b 5000 --rate 10kbit --duration 1s",
+    ));
     let took = started.elapsed();
     assert!(took < Duration::from_millis(1800), "took {took:?}");
     assert_eq!(u(&report, "sent_packets"), 1, "{report}");
@@ -382,14 +367,7 @@ fn a_flood_of_forged_sessions_does_not_lock_out_a_real_client() {
     // "server": null (and exit 0).
     let server = Server::start(
         "127.0.0.1:0",
-        &[
-            "--recv-buffer-size",
-            "4M",
-            "--max-peers",
-            "64",
-            "--idle-timeout",
-            "30s",
-        ],
+        &args("--recv-buffer-size 4M --max-peers 64 --idle-timeout 30s"),
     );
     let target = server.addr.clone();
     let sockets: Vec<UdpSocket> = (0..500)
@@ -407,16 +385,7 @@ fn a_flood_of_forged_sessions_does_not_lock_out_a_real_client() {
         );
         s.send_to(&d, &target).unwrap();
     }
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1000",
-        "-n",
-        "2000",
-        "--rate",
-        "100Mbit",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1000 -n 2000 --rate 100Mbit"));
     let answer = &report["server"];
     assert_eq!(u(answer, "received_packets"), 2000, "{report}");
     assert_eq!(u(answer, "lost_packets"), 0);
@@ -532,14 +501,7 @@ fn small_fd_limits_give_one_line_errors_never_panics() {
         ];
         under_fd_limit(SERVER, &threads, limit, short);
         under_fd_limit(CLIENT, &["--local", "-t", "100K"], limit, long);
-        for mode in [
-            "tokio",
-            "tokio-copy",
-            "copy-bidirectional",
-            "std",
-            "std-copy",
-            "splice",
-        ] {
+        for mode in common::proxy::MODES {
             let args = [
                 "--listen",
                 "127.0.0.1:0",
@@ -619,21 +581,7 @@ fn every_binary_stops_soon_after_sigterm() {
         ),
         (
             sockbench,
-            &[
-                "udp",
-                "--socket",
-                "std",
-                "--threads",
-                "2",
-                "--conn",
-                "unconnected",
-                "--ip",
-                "v4",
-                "--payload",
-                "1460",
-                "--duration",
-                "30s",
-            ],
+            &args("udp --socket std --threads 2 --conn unconnected --ip v4 --payload 1460 --duration 30s"),
         ),
     ];
     for (bin, args) in cases {

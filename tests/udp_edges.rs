@@ -8,8 +8,8 @@
 mod common;
 
 use common::impair::{Action, Dir, Pick, Relay};
-use common::run_bounded;
-use common::udp::{client, client_outcome, u, Server, CLIENT};
+use common::udp::{args_to, client, client_outcome, u, Server, CLIENT};
+use common::{args, run_bounded};
 use serde_json::Value;
 use std::net::UdpSocket;
 use std::process::Command;
@@ -81,16 +81,7 @@ fn a_server_that_dies_mid_test_is_reported_with_the_sender_side() {
     let server = Server::start("127.0.0.1:0", &[]);
     let addr = server.addr.clone();
     let run = std::thread::spawn(move || {
-        client_outcome(&[
-            "-s",
-            &addr,
-            "-b",
-            "1000",
-            "--duration",
-            "8s",
-            "--rate",
-            "20Mbit",
-        ])
+        client_outcome(&args_to(&addr, "-b 1000 --duration 8s --rate 20Mbit"))
     });
     std::thread::sleep(Duration::from_millis(800));
     drop(server); // SIGKILL: it vanishes without a word
@@ -140,16 +131,7 @@ fn rates_count_the_gaps_not_the_datagrams() {
     // the first to the last. Counting all 10 over 9 gaps reads 111 kbit/s.
     // (Gaps this long keep scheduling noise far below the 3 % allowed.)
     let server = Server::start("127.0.0.1:0", &[]);
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1250",
-        "-n",
-        "10",
-        "--rate",
-        "100kbit",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1250 -n 10 --rate 100kbit"));
     let done = server.done_for(&session(&report));
     for (side, gbps) in [
         ("receiver", done["gbps"].as_f64()),
@@ -192,16 +174,7 @@ fn a_burst_too_short_for_a_rate_has_none() {
 #[test]
 fn totals_are_total_bytes_over_the_time_they_span() {
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1400",
-        "-t",
-        "5M",
-        "--clients",
-        "3",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1400 -t 5M --clients 3"));
     let total = &report["server"];
     let received = u(total, "received_bytes");
     let seconds = total["seconds"].as_f64().unwrap();
@@ -243,24 +216,13 @@ fn totals_are_total_bytes_over_the_time_they_span() {
 
 #[test]
 fn interval_lines_add_up_to_the_summary() {
-    let server = Server::start_args(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--interval",
-        "300ms",
-        "--recv-buffer-size",
-        "4M",
-    ]);
-    let report = client(&[
-        "-s",
+    let server = Server::start_args(&args(
+        "--listen 127.0.0.1:0 --interval 300ms --recv-buffer-size 4M",
+    ));
+    let report = client(&args_to(
         &server.addr,
-        "-b",
-        "1000",
-        "--duration",
-        "1s",
-        "--rate",
-        "50Mbit",
-    ]);
+        "-b 1000 --duration 1s --rate 50Mbit",
+    ));
     let session = session(&report);
     let done = server.done_for(&session);
     let events = server.stop();
@@ -282,32 +244,16 @@ fn the_gro_label_says_what_was_observed() {
     // GRO is on (the default), but a sender without GSO sends datagrams the
     // kernel never coalesces: its drops are datagrams.
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let plain = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1400",
-        "-n",
-        "2000",
-        "--rate",
-        "200Mbit",
-    ]);
+    let plain = client(&args_to(&server.addr, "-b 1400 -n 2000 --rate 200Mbit"));
     let done = server.done_for(&session(&plain));
     assert_eq!(u(&done, "gro_buffers"), 0, "{done}");
     assert_eq!(done["kernel_drops_unit"], "datagrams", "{done}");
     assert_eq!(plain["server"]["kernel_drops_unit"], "datagrams");
     // A GSO sender's buffers arrive whole: its drops are buffers.
-    let gso = client(&[
-        "-s",
+    let gso = client(&args_to(
         &server.addr,
-        "-b",
-        "1400",
-        "-n",
-        "2000",
-        "--rate",
-        "200Mbit",
-        "--gso",
-    ]);
+        "-b 1400 -n 2000 --rate 200Mbit --gso",
+    ));
     let done = server.done_for(&session(&gso));
     assert!(u(&done, "gro_buffers") > 0, "{done}");
     assert_eq!(done["kernel_drops_unit"], "buffers", "{done}");
@@ -333,16 +279,7 @@ fn a_lost_first_answer_is_answered_again_from_the_record() {
         ],
     );
     let target = relay.addr().to_string();
-    let report = client(&[
-        "-s",
-        &target,
-        "-b",
-        "1000",
-        "-n",
-        "200",
-        "--end-timeout",
-        "15s",
-    ]);
+    let report = client(&args_to(&target, "-b 1000 -n 200 --end-timeout 15s"));
     let counts = relay.finish();
     let session = session(&report);
     let events = server.stop();
@@ -497,14 +434,9 @@ fn a_test_without_an_answer_exits_3_with_the_sender_side() {
 fn a_forged_far_sequence_number_cannot_wrap_the_loss() {
     // One datagram with seq 2^64 - 1 in the client's session, sent from its
     // address (through the relay) in the middle of the run.
-    let server = Server::start_args(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--interval",
-        "100ms",
-        "--recv-buffer-size",
-        "4M",
-    ]);
+    let server = Server::start_args(&args(
+        "--listen 127.0.0.1:0 --interval 100ms --recv-buffer-size 4M",
+    ));
     let relay = relay_to(&server, &[]);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {

@@ -117,6 +117,14 @@ impl Server {
     }
 }
 
+/// `udp_client` arguments for a run against `server`: `-s server`, then
+/// `rest` split at whitespace (see [`super::args`]).
+pub fn args_to<'a>(server: &'a str, rest: &'a str) -> Vec<&'a str> {
+    let mut all = vec!["-s", server];
+    all.extend(super::args(rest));
+    all
+}
+
 /// Runs `udp_client --json` with `args`; returns its JSON report.
 pub fn client(args: &[&str]) -> Value {
     client_with(Command::new(CLIENT), args)
