@@ -8,7 +8,7 @@ mod common;
 
 use common::impair::{kind, Action, Dir, Pick, Relay};
 use common::udp::{args_to, client, client_outcome, u, Server, CLIENT, SERVER, WAIT};
-use common::{args, run_bounded, ChildGuard};
+use common::{args, run_bounded, ChildGuard, TempDir};
 use netspeed::wire;
 use serde_json::Value;
 use std::net::UdpSocket;
@@ -20,10 +20,6 @@ fn session_of(report: &Value) -> String {
         .as_str()
         .expect("session")
         .to_string()
-}
-
-fn relay_to(server: &Server, rules: &[(Pick, Action)]) -> Relay {
-    Relay::start(server.addr.parse().unwrap(), rules, Duration::from_secs(60))
 }
 
 /// Waits (bounded) until the relay has seen a datagram of `kind` going
@@ -62,7 +58,7 @@ fn forged_answers_are_ignored() {
     let rules: Vec<(Pick, Action)> = (0..10)
         .map(|n| (Pick::to_client(kind::END_ACK, n), Action::Drop))
         .collect();
-    let relay = relay_to(&server, &rules);
+    let relay = server.relay(&rules);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {
         client_outcome(&args_to(&target, "-b 1000 -n 200 --end-timeout 2s"))
@@ -97,7 +93,7 @@ fn forged_answers_are_ignored() {
 /// A client run through a relay, with an End forged in the client's name
 /// (its address and session) injected after `after` data datagrams.
 fn run_with_a_spoofed_end(server: &Server, client_args: &[&str]) -> (common::udp::Outcome, Relay) {
-    let relay = relay_to(server, &[]);
+    let relay = server.relay(&[]);
     let target = relay.addr().to_string();
     let mut args: Vec<String> = vec!["-s".into(), target];
     args.extend(client_args.iter().map(|s| s.to_string()));
@@ -158,10 +154,8 @@ fn a_spoofed_end_is_reported_as_a_dispute() {
 
 #[test]
 fn with_a_pre_shared_key_a_spoofed_end_changes_nothing() {
-    let dir = std::env::temp_dir().join(format!("netspeed-psk-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = dir.join("key");
-    std::fs::write(&key, "correct horse battery staple\n").unwrap();
+    let dir = TempDir::new("netspeed-psk");
+    let key = dir.file("key", "correct horse battery staple\n");
     let key = key.to_str().unwrap();
     let server = Server::start(
         "127.0.0.1:0",
@@ -191,7 +185,6 @@ fn with_a_pre_shared_key_a_spoofed_end_changes_nothing() {
     let events = server.stop();
     let down = events.last().unwrap();
     assert_eq!(u(down, "ends_rejected"), 1, "{down}");
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -286,13 +279,10 @@ fn duration_bounds_a_paced_run() {
 
 #[test]
 fn config_files_that_are_not_small_regular_files_are_refused() {
-    let dir = std::env::temp_dir().join(format!("netspeed-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let big = dir.join("big.toml");
-    std::fs::write(&big, vec![b'#'; 2 << 20]).unwrap();
-    let long_key = dir.join("long.toml");
+    let dir = TempDir::new("netspeed-cfg");
+    let big = dir.file("big.toml", vec![b'#'; 2 << 20]);
     // An unknown key of 100 KB (under the size bound): its echo is cut.
-    std::fs::write(&long_key, format!("{} = 1\n", "K".repeat(100_000))).unwrap();
+    let long_key = dir.file("long.toml", format!("{} = 1\n", "K".repeat(100_000)));
     let proxy = env!("CARGO_BIN_EXE_tcp_proxy");
     let sockbench = env!("CARGO_BIN_EXE_sockbench");
     let cases: Vec<(&str, Vec<String>, &str)> = vec![
@@ -323,7 +313,7 @@ fn config_files_that_are_not_small_regular_files_are_refused() {
         ),
         (
             CLIENT,
-            vec!["--config".into(), dir.display().to_string()],
+            vec!["--config".into(), dir.path().display().to_string()],
             "not a regular file",
         ),
         (
@@ -346,7 +336,6 @@ fn config_files_that_are_not_small_regular_files_are_refused() {
             "{bin}: should mention {mention}: {err}"
         );
     }
-    std::fs::remove_dir_all(dir).ok();
 }
 
 // ---------------------------------------------------------------- 7
@@ -523,7 +512,7 @@ fn small_fd_limits_give_one_line_errors_never_panics() {
 fn forged_send_times_cannot_blow_up_jitter() {
     // Before: random send_time_ns values pushed jitter to 1.7e12 ms.
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let relay = relay_to(&server, &[]);
+    let relay = server.relay(&[]);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {
         client(&[

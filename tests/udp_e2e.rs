@@ -4,9 +4,9 @@
 mod common;
 
 use common::udp::{args_to, assert_exact, client, u, Server, CLIENT, SERVER, WAIT};
-use common::{args, run_bounded, ChildGuard};
+use common::{args, run_bounded, TempDir};
 use std::net::UdpSocket;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 #[test]
@@ -190,16 +190,9 @@ fn receive_buffer_overflow_is_reported_as_kernel_drops() {
 
 #[test]
 fn interval_lines_while_traffic_flows() {
-    let mut cmd = Command::new(SERVER);
-    cmd.args(["--listen", "127.0.0.1:0", "--json", "--interval", "100ms"])
-        .stdout(Stdio::piped());
-    let mut guard = ChildGuard::spawn(&mut cmd, "udp_server");
-    let lines = guard.stdout_lines();
-    let listening = lines
-        .wait_for_json(WAIT, |v| v["event"] == "listening")
-        .unwrap();
-    let addr = listening["addr"].as_str().unwrap().to_string();
-    let report = client(&["-s", &addr, "-b", "1000", "-t", "5M", "--rate", "100Mbit"]);
+    let server = Server::start_args(&args("--listen 127.0.0.1:0 --interval 100ms"));
+    let lines = &server.lines;
+    let report = client(&args_to(&server.addr, "-b 1000 -t 5M --rate 100Mbit"));
     let session = report["clients"][0]["session"]
         .as_str()
         .unwrap()
@@ -300,12 +293,9 @@ fn no_server_is_a_runtime_error() {
 
 #[test]
 fn bad_input_exits_2_with_one_line() {
-    let dir = std::env::temp_dir().join(format!("netspeed-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bad_key = dir.join("bad.toml");
-    std::fs::write(&bad_key, "buffer_size = 100\ntotal_sned = 5\n").unwrap();
-    let bad_syntax = dir.join("syntax.toml");
-    std::fs::write(&bad_syntax, "buffer_size = = 1\n").unwrap();
+    let dir = TempDir::new("netspeed-e2e");
+    let bad_key = dir.file("bad.toml", "buffer_size = 100\ntotal_sned = 5\n");
+    let bad_syntax = dir.file("syntax.toml", "buffer_size = = 1\n");
     let bad_key = bad_key.to_str().unwrap();
     let bad_syntax = bad_syntax.to_str().unwrap();
     let cases: &[(&str, &[&str], &str)] = &[
@@ -351,7 +341,6 @@ fn bad_input_exits_2_with_one_line() {
         assert!(!err.contains("panicked"), "{err}");
         assert!(out.stdout.is_empty(), "errors go to stderr only");
     }
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -390,16 +379,9 @@ fn small_datagrams_still_get_an_exact_answer() {
 #[test]
 fn sweep_prints_seed_001s_table_from_the_servers_answers() {
     let out = run_bounded(
-        Command::new(CLIENT).args([
-            "--local",
-            "--sweep",
-            "1000,8000",
-            "--clients",
-            "1,2",
-            "--duration",
-            "200ms",
-            "--json",
-        ]),
+        Command::new(CLIENT).args(args(
+            "--local --sweep 1000,8000 --clients 1,2 --duration 200ms --json",
+        )),
         WAIT,
     );
     assert!(

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::impair::{Action, Dir, Pick, Relay};
+use common::impair::{Action, Dir, Pick};
 use common::udp::{args_to, client, client_outcome, u, Server, CLIENT};
 use common::{args, run_bounded};
 use serde_json::Value;
@@ -30,14 +30,6 @@ fn peer_dones<'a>(events: &'a [Value], session: &str) -> Vec<&'a Value> {
         .iter()
         .filter(|v| v["event"] == "peer_done" && v["session"] == session)
         .collect()
-}
-
-fn relay_to(server: &Server, rules: &[(Pick, Action)]) -> Relay {
-    Relay::start(
-        server.addr.parse().expect("server address"),
-        rules,
-        Duration::from_secs(60),
-    )
 }
 
 fn pick(dir: Dir, kind: Option<u8>, nth: u64) -> Pick {
@@ -268,16 +260,13 @@ fn a_lost_first_answer_is_answered_again_from_the_record() {
     // the retry comes 3 s later (--end-timeout 15s). Before, the session
     // had been forgotten after 2 s and the retry read "received 0".
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let relay = relay_to(
-        &server,
-        &[
-            (pick(Dir::ToClient, END_ACK, 0), Action::Drop),
-            (
-                pick(Dir::ToServer, DATA, 100),
-                Action::Delay(Duration::from_millis(400)),
-            ),
-        ],
-    );
+    let relay = server.relay(&[
+        (pick(Dir::ToClient, END_ACK, 0), Action::Drop),
+        (
+            pick(Dir::ToServer, DATA, 100),
+            Action::Delay(Duration::from_millis(400)),
+        ),
+    ]);
     let target = relay.addr().to_string();
     let report = client(&args_to(&target, "-b 1000 -n 200 --end-timeout 15s"));
     let counts = relay.finish();
@@ -311,13 +300,10 @@ fn a_lost_first_answer_is_answered_again_from_the_record() {
 #[test]
 fn a_straggler_after_the_end_is_late_not_a_new_peer() {
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let relay = relay_to(
-        &server,
-        &[(
-            pick(Dir::ToServer, DATA, 50),
-            Action::Delay(Duration::from_secs(3)),
-        )],
-    );
+    let relay = server.relay(&[(
+        pick(Dir::ToServer, DATA, 50),
+        Action::Delay(Duration::from_secs(3)),
+    )]);
     let report = client(&["-s", &relay.addr().to_string(), "-b", "1000", "-n", "150"]);
     let deadline = Instant::now() + Duration::from_secs(10);
     while relay.stats().forwarded(Dir::ToServer, DATA) < 150 && Instant::now() < deadline {
@@ -347,23 +333,14 @@ fn a_late_duplicate_cannot_hide_a_loss() {
     // The relay drops seq 10 and repeats seq 20 after 4980 more datagrams:
     // a 4096-datagram window took the copy for the lost one.
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let relay = relay_to(
-        &server,
-        &[
-            (pick(Dir::ToServer, DATA, 10), Action::Drop),
-            (pick(Dir::ToServer, DATA, 20), Action::RepeatAfter(4980)),
-        ],
-    );
-    let report = client(&[
-        "-s",
-        &relay.addr().to_string(),
-        "-b",
-        "200",
-        "-n",
-        "6000",
-        "--rate",
-        "100Mbit",
+    let relay = server.relay(&[
+        (pick(Dir::ToServer, DATA, 10), Action::Drop),
+        (pick(Dir::ToServer, DATA, 20), Action::RepeatAfter(4980)),
     ]);
+    let report = client(&args_to(
+        &relay.addr().to_string(),
+        "-b 200 -n 6000 --rate 100Mbit",
+    ));
     let counts = relay.finish();
     assert_eq!(counts.dropped_seqs(), [10]);
     assert_eq!(counts.repeated_seqs(), [20]);
@@ -386,13 +363,10 @@ fn data_just_behind_the_end_is_counted() {
         "127.0.0.1:0",
         &["--recv-buffer-size", "4M", "--end-grace", "1s"],
     );
-    let relay = relay_to(
-        &server,
-        &[(
-            pick(Dir::ToServer, DATA, 199),
-            Action::Delay(Duration::from_millis(50)),
-        )],
-    );
+    let relay = server.relay(&[(
+        pick(Dir::ToServer, DATA, 199),
+        Action::Delay(Duration::from_millis(50)),
+    )]);
     let report = client(&["-s", &relay.addr().to_string(), "-b", "1000", "-n", "200"]);
     let counts = relay.finish();
     assert_eq!(counts.delayed_seqs(), [199]);
@@ -409,17 +383,11 @@ fn a_test_without_an_answer_exits_3_with_the_sender_side() {
     let rules: Vec<(Pick, Action)> = (0..10)
         .map(|n| (pick(Dir::ToClient, END_ACK, n), Action::Drop))
         .collect();
-    let relay = relay_to(&server, &rules);
-    let out = client_outcome(&[
-        "-s",
+    let relay = server.relay(&rules);
+    let out = client_outcome(&args_to(
         &relay.addr().to_string(),
-        "-b",
-        "1000",
-        "-n",
-        "100",
-        "--end-timeout",
-        "500ms",
-    ]);
+        "-b 1000 -n 100 --end-timeout 500ms",
+    ));
     let counts = relay.finish();
     assert_eq!(out.code, Some(3), "{}", out.stderr);
     let report = out.report.expect("a report");
@@ -437,7 +405,7 @@ fn a_forged_far_sequence_number_cannot_wrap_the_loss() {
     let server = Server::start_args(&args(
         "--listen 127.0.0.1:0 --interval 100ms --recv-buffer-size 4M",
     ));
-    let relay = relay_to(&server, &[]);
+    let relay = server.relay(&[]);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {
         client(&[

@@ -26,6 +26,7 @@ pub mod proxy;
 pub mod udp;
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
@@ -122,6 +123,13 @@ impl LineReader {
             }
         })?;
         found
+    }
+
+    /// The `listening` event that every role writes first with `--json`,
+    /// within `timeout`; panics with what `what` said instead.
+    pub fn listening(&self, timeout: Duration, what: &str) -> serde_json::Value {
+        self.wait_for_json(timeout, |v| v["event"] == "listening")
+            .unwrap_or_else(|| panic!("no listening event; {what} said:\n{}", self.transcript()))
     }
 
     /// Collects the remaining lines until EOF or until `timeout` has passed.
@@ -316,6 +324,36 @@ pub fn run_ok(cmd: &mut Command, timeout: Duration) -> String {
 /// arguments without spaces only.
 pub fn args(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
+}
+
+/// A directory for the files a test writes (configuration files, keys),
+/// named after the test and this process so that parallel runs do not
+/// collide, and removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `contents` to `name` in the directory; returns its path.
+    pub fn file(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
 }
 
 /// Reads a pipe to EOF on a background thread.

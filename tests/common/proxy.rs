@@ -77,9 +77,7 @@ impl Proxy {
         let mut guard = ChildGuard::spawn(&mut cmd, &format!("tcp_proxy --mode {mode}"));
         // Every event is read, so that the proxy never blocks on a full pipe.
         let events = guard.stdout_lines();
-        let listening = events
-            .wait_for_json(wait, |v| v["event"] == "listening")
-            .unwrap_or_else(|| panic!("no listening event:\n{}", events.transcript()));
+        let listening = events.listening(wait, "tcp_proxy");
         assert_eq!(listening["mode"], mode, "{listening}");
         let addr = listening["addr"].as_str().unwrap().parse().unwrap();
         Proxy {

@@ -2,6 +2,7 @@
 //! on port 0 and read its events, run a client and parse its JSON, and
 //! check that counts are exact at both ends.
 
+use super::impair::{Action, Pick, Relay};
 use super::netns::Netns;
 use super::{run_bounded, ChildGuard, LineReader};
 use serde_json::Value;
@@ -52,9 +53,7 @@ impl Server {
             .stderr(Stdio::inherit());
         let mut guard = ChildGuard::spawn(&mut cmd, "udp_server");
         let lines = guard.stdout_lines();
-        let listening = lines
-            .wait_for_json(WAIT, |v| v["event"] == "listening")
-            .unwrap_or_else(|| panic!("no listening event; server said:\n{}", lines.transcript()));
+        let listening = lines.listening(WAIT, "udp_server");
         let addr = listening["addr"].as_str().expect("addr").to_string();
         Server {
             guard,
@@ -108,6 +107,13 @@ impl Server {
             "the server did not finish with a shutdown event: {events:?}"
         );
         events
+    }
+
+    /// A relay in front of this server applying `rules`, for at most a
+    /// minute; clients send to its [`Relay::addr`].
+    pub fn relay(&self, rules: &[(Pick, Action)]) -> Relay {
+        let addr = self.addr.parse().expect("server address");
+        Relay::start(addr, rules, Duration::from_secs(60))
     }
 
     pub fn done_for_peer(&self, peer: &str) -> Value {
