@@ -296,6 +296,22 @@ pub fn veth_pair(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> (String, S
     (ia, ib)
 }
 
+/// A server host and a client host joined by one veth link on
+/// `subnet`.0/24 (e.g. `"10.61.2"`): the server is `subnet`.1 and the
+/// client `subnet`.2. The namespaces are tagged `{tag}srv` and `{tag}cli`.
+/// Returns them and the link's interfaces, (server side, client side).
+pub fn two_hosts(tag: &str, subnet: &str) -> (Netns, Netns, (String, String)) {
+    let srv = Netns::new(&format!("{tag}srv"));
+    let cli = Netns::new(&format!("{tag}cli"));
+    let devs = veth_pair(
+        &srv,
+        &format!("{subnet}.1/24"),
+        &cli,
+        &format!("{subnet}.2/24"),
+    );
+    (srv, cli, devs)
+}
+
 /// One host attached to a [`Bridge`].
 struct Port {
     netns: String,

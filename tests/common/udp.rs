@@ -63,6 +63,12 @@ impl Server {
         }
     }
 
+    /// The port the server bound.
+    pub fn port(&self) -> u16 {
+        let port = self.addr.rsplit(':').next().expect("addr has a port");
+        port.parse().expect("a port number")
+    }
+
     /// The first event, read so far or arriving within [`WAIT`], that
     /// matches `pred`.
     pub fn find(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
