@@ -65,6 +65,13 @@ fn echo_proxy(mode: &str, extra: &[&str]) -> Proxy {
     Proxy::start(upstream(echo), mode, extra)
 }
 
+/// A connection through `proxy` to an echo upstream that has echoed `what`.
+fn echoed(proxy: &Proxy, what: &[u8]) -> TcpStream {
+    let mut s = proxy.connect();
+    echo_once(&mut s, what);
+    s
+}
+
 fn echo_once(s: &mut TcpStream, what: &[u8]) {
     s.write_all(what).unwrap();
     let mut got = vec![0u8; what.len()];
@@ -148,16 +155,13 @@ fn upstream_refused(mode: &str) {
     // The proxy keeps serving: bring the upstream up and try again.
     let listener = TcpListener::bind(addr).expect("rebind the upstream port");
     serve_on(listener, echo);
-    let mut s = proxy.connect();
-    echo_once(&mut s, b"still serving");
+    echoed(&proxy, b"still serving");
 }
 
 fn max_conns(mode: &str) {
     let proxy = echo_proxy(mode, &["--max-conns", "2"]);
-    let mut a = proxy.connect();
-    let mut b = proxy.connect();
-    echo_once(&mut a, b"a");
-    echo_once(&mut b, b"b");
+    let a = echoed(&proxy, b"a");
+    let mut b = echoed(&proxy, b"b");
     // The third is accepted by the kernel, then closed by the proxy.
     let mut c = proxy.connect();
     let mut buf = [0u8; 4];
@@ -166,16 +170,14 @@ fn max_conns(mode: &str) {
     // A slot frees once a connection has ended on both legs.
     drop(a);
     proxy.event(|v| v["event"] == "conn_closed");
-    let mut d = proxy.connect();
-    echo_once(&mut d, b"d");
+    let _d = echoed(&proxy, b"d");
     echo_once(&mut b, b"b again");
 }
 
 fn idle_timeout(mode: &str) {
     let proxy = echo_proxy(mode, &["--idle-timeout", "400ms"]);
     let mut busy = proxy.connect();
-    let mut quiet = proxy.connect();
-    echo_once(&mut quiet, b"once");
+    let mut quiet = echoed(&proxy, b"once");
     // A connection that keeps moving bytes is not idle; one that stops is
     // closed after about --idle-timeout.
     let start = Instant::now();
@@ -196,8 +198,7 @@ fn idle_timeout(mode: &str) {
 
 fn drain(mode: &str) {
     let mut proxy = echo_proxy(mode, &["--drain-timeout", "20s"]);
-    let mut s = proxy.connect();
-    echo_once(&mut s, b"before");
+    let mut s = echoed(&proxy, b"before");
     proxy.guard.signal(libc::SIGTERM);
     let draining = proxy.event(|v| v["event"] == "draining");
     assert_eq!(draining["open"], 1, "{draining}");
@@ -223,8 +224,7 @@ fn drain(mode: &str) {
 
 fn drain_deadline(mode: &str) {
     let mut proxy = echo_proxy(mode, &["--drain-timeout", "300ms"]);
-    let mut s = proxy.connect();
-    echo_once(&mut s, b"held open");
+    let _held = echoed(&proxy, b"held open");
     let t = Instant::now();
     proxy.guard.signal(libc::SIGTERM);
     let status = proxy
@@ -420,6 +420,5 @@ fn reset_by_client_is_logged_not_fatal() {
     (&s).write_all(b"x").unwrap();
     drop(s);
     proxy.event(|v| v["event"] == "conn_closed");
-    let mut s = proxy.connect();
-    echo_once(&mut s, b"fine");
+    echoed(&proxy, b"fine");
 }

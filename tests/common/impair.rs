@@ -456,6 +456,30 @@ pub struct ClassCounts {
     pub failed: u64,
 }
 
+/// The counters of [`ClassCounts`], listed once: their sum (for
+/// [`RelayCounts::total`]) and one [`RelayCounts`] accessor per counter,
+/// e.g. `counts.dropped(dir, kind)`, are generated from the list.
+macro_rules! class_counters {
+    ($($counter:ident),*) => {
+        impl std::ops::AddAssign for ClassCounts {
+            fn add_assign(&mut self, other: ClassCounts) {
+                $(self.$counter += other.$counter;)*
+            }
+        }
+
+        impl RelayCounts {
+            $(
+                #[doc = concat!("`", stringify!($counter), "` of one class.")]
+                pub fn $counter(&self, dir: Dir, kind: Option<u8>) -> u64 {
+                    self.class(dir, kind).$counter
+                }
+            )*
+        }
+    };
+}
+
+class_counters!(seen, forwarded, dropped, delayed, repeated, failed);
+
 /// How many non-Data datagrams per direction a [`Relay`] keeps.
 pub const CAPTURE_MAX: usize = 64;
 
@@ -493,38 +517,9 @@ impl RelayCounts {
     pub fn total(&self, dir: Dir) -> ClassCounts {
         let mut t = ClassCounts::default();
         for (_, _, c) in self.classes().filter(|(d, _, _)| *d == dir) {
-            t.seen += c.seen;
-            t.forwarded += c.forwarded;
-            t.dropped += c.dropped;
-            t.delayed += c.delayed;
-            t.repeated += c.repeated;
-            t.failed += c.failed;
+            t += c;
         }
         t
-    }
-
-    pub fn seen(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).seen
-    }
-
-    pub fn forwarded(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).forwarded
-    }
-
-    pub fn dropped(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).dropped
-    }
-
-    pub fn delayed(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).delayed
-    }
-
-    pub fn repeated(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).repeated
-    }
-
-    pub fn failed(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).failed
     }
 
     /// Sequence numbers of the client → server Data datagrams dropped, in
