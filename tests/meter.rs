@@ -6,7 +6,6 @@
 mod common;
 
 use common::args;
-
 use common::udp::{args_to, client, u, Server};
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -142,6 +141,7 @@ fn the_receiver_sleeps_when_there_is_nothing_to_read() {
     );
     // An idle server costs (almost) nothing.
     let idle = Server::start("127.0.0.1:0", &[]);
+    // The idle period is what is measured, so it is a plain pause.
     std::thread::sleep(Duration::from_millis(1500));
     let events = idle.stop();
     let down = events.last().unwrap();

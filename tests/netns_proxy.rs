@@ -191,6 +191,18 @@ fn duplex(s: &TcpStream, seed: u64) -> Duplex {
     })
 }
 
+/// From the client host: connects to `target` and runs [`duplex`] with
+/// pattern `seed`.
+fn client_duplex(t: &Topo, target: SocketAddr, seed: u64) -> Duplex {
+    spawn_in(&t.client, move || {
+        let s = TcpStream::connect_timeout(&target, WAIT).map_err(|e| format!("connect: {e}"))?;
+        timeouts(&s, WAIT);
+        duplex(&s, seed)
+    })
+    .join()
+    .expect("client thread")
+}
+
 // ---------------------------------------------------------------------------
 // 1. Every mode, byte-exact, under loss and a rate limit.
 // ---------------------------------------------------------------------------
@@ -229,13 +241,7 @@ fn exact_transfer(t: &Topo, mode: &str) -> Duration {
     let mut proxy = t.start_proxy(up_addr, mode, &[]);
     let target = proxy.addr;
     let start = Instant::now();
-    let client = spawn_in(&t.client, move || {
-        let s = TcpStream::connect_timeout(&target, WAIT).map_err(|e| format!("connect: {e}"))?;
-        timeouts(&s, WAIT);
-        duplex(&s, 1)
-    })
-    .join()
-    .expect("client thread");
+    let client = client_duplex(t, target, 1);
     let elapsed = start.elapsed();
     let up = up.join().expect("upstream thread");
     let ctx = || format!("mode {mode}; proxy events:\n{}", proxy.events.transcript());
@@ -495,13 +501,7 @@ fn upstream_dies(t: &Topo, mode: &str, port: u16) {
     // The proxy keeps serving: a new upstream process on the same address,
     // a new connection, an exact transfer both ways.
     let fresh = py_upstream(t, port, TRANSFER, 6);
-    let client = spawn_in(&t.client, move || {
-        let s = TcpStream::connect_timeout(&target, WAIT).map_err(|e| format!("connect: {e}"))?;
-        timeouts(&s, WAIT);
-        duplex(&s, 3)
-    })
-    .join()
-    .expect("client thread");
+    let client = client_duplex(t, target, 3);
     let (c_sent, (c_got, c_sha)) = client.unwrap_or_else(|e| {
         panic!(
             "PRODUCT BUG? mode {mode}: the transfer after the upstream restart failed: {e}\n{}",

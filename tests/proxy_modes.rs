@@ -17,7 +17,8 @@ use common::proxy::{receive_all, send_pattern, Pattern, Proxy, WAIT};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -196,6 +197,15 @@ fn idle_timeout(mode: &str) {
     echo_once(&mut busy, b"busy still works");
 }
 
+/// The proxy exits, with status 0, within 10 s.
+fn exits_cleanly(proxy: &mut Proxy, when: &str) {
+    let status = proxy
+        .guard
+        .wait_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("the proxy did not exit {when}"));
+    assert!(status.success(), "{status}");
+}
+
 fn drain(mode: &str) {
     let mut proxy = echo_proxy(mode, &["--drain-timeout", "20s"]);
     let mut s = echoed(&proxy, b"before");
@@ -212,11 +222,7 @@ fn drain(mode: &str) {
     // long before the deadline.
     echo_once(&mut s, b"while draining");
     drop(s);
-    let status = proxy
-        .guard
-        .wait_timeout(Duration::from_secs(10))
-        .expect("proxy exits after its last connection");
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut proxy, "after its last connection");
     let stopped = proxy.event(|v| v["event"] == "stopped");
     assert_eq!(stopped["cut_at_deadline"], 0, "{stopped}");
     assert_eq!(stopped["accepted"], 1, "{stopped}");
@@ -227,11 +233,7 @@ fn drain_deadline(mode: &str) {
     let _held = echoed(&proxy, b"held open");
     let t = Instant::now();
     proxy.guard.signal(libc::SIGTERM);
-    let status = proxy
-        .guard
-        .wait_timeout(Duration::from_secs(10))
-        .expect("proxy exits at the drain deadline");
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut proxy, "at the drain deadline");
     assert!(
         t.elapsed() >= Duration::from_millis(250),
         "{:?}",
@@ -242,25 +244,27 @@ fn drain_deadline(mode: &str) {
 }
 
 /// Writes `CHUNK` bytes every `PACE` on one thread and counts what it reads
-/// on another, until the connection ends (or `WAIT`); returns (sent, read).
+/// on another (in `got` as well, as it arrives), until the connection ends
+/// (or `WAIT`); returns (sent, read).
 /// The pace is slow enough that the reader never falls behind, so each
 /// byte the proxy writes is in our receive queue at once, where it can
 /// still be read after the proxy's exit resets the connection.
-fn trickle(s: &TcpStream) -> (u64, u64) {
+fn trickle(s: &TcpStream, got: &AtomicU64) -> (u64, u64) {
     const CHUNK: usize = 4096;
     const PACE: Duration = Duration::from_millis(5);
     let start = Instant::now();
     thread::scope(|sc| {
         let reader = sc.spawn(|| {
             let mut buf = vec![0u8; 64 * 1024];
-            let mut got = 0u64;
+            let mut total = 0u64;
             while let Ok(n) = (&*s).read(&mut buf) {
                 if n == 0 {
                     break;
                 }
-                got += n as u64;
+                total += n as u64;
+                got.store(total, Ordering::Relaxed);
             }
-            got
+            total
         });
         let mut sent = 0u64;
         while start.elapsed() < WAIT && (&*s).write_all(&[b't'; CHUNK]).is_ok() {
@@ -273,21 +277,22 @@ fn trickle(s: &TcpStream) -> (u64, u64) {
 
 fn drain_deadline_counts_every_byte(mode: &str) {
     let (tx, rx) = mpsc::channel();
+    let (client_got, upstream_got) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let up_got = Arc::clone(&upstream_got);
     let up = upstream(move |s| {
-        let _ = tx.send(trickle(&s));
+        let _ = tx.send(trickle(&s, &up_got));
     });
     let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "500ms"]);
     let s = proxy.connect();
-    let client = thread::spawn(move || trickle(&s));
+    let got = Arc::clone(&client_got);
+    let client = thread::spawn(move || trickle(&s, &got));
     // Data flows both ways before the signal and all through the drain,
     // until the deadline cuts the connection and the proxy exits.
-    thread::sleep(Duration::from_millis(300));
+    common::wait_until(WAIT, "bytes to arrive at both ends", || {
+        client_got.load(Ordering::Relaxed) > 0 && upstream_got.load(Ordering::Relaxed) > 0
+    });
     proxy.guard.signal(libc::SIGTERM);
-    let status = proxy
-        .guard
-        .wait_timeout(Duration::from_secs(10))
-        .expect("proxy exits at the drain deadline");
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut proxy, "at the drain deadline");
     // Each side's own count of what it received, read to the end.
     let (_, client_got) = client.join().expect("client");
     let (_, upstream_got) = rx.recv_timeout(WAIT).expect("upstream finished");

@@ -233,7 +233,10 @@ fn a_key_on_one_side_only_is_a_clear_error() {
 fn a_slowly_paced_client_stops_at_once_on_a_signal() {
     // --rate 1bit: the second datagram is due in 800 s. Before, SIGTERM and
     // SIGINT were ignored until then.
-    let server = Server::start("127.0.0.1:0", &[]);
+    // Interval lines on, so that the server says when each client's first
+    // datagram has arrived: the client is then waiting for the second.
+    let server = Server::start_args(&args("--listen 127.0.0.1:0 --interval 50ms"));
+    let mut peers_seen = Vec::new();
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let mut cmd = Command::new(CLIENT);
         cmd.args(["-s", &server.addr, "-b", "100", "-n", "2", "--rate", "1bit"])
@@ -242,7 +245,10 @@ fn a_slowly_paced_client_stops_at_once_on_a_signal() {
             .stderr(Stdio::piped());
         let mut child = ChildGuard::spawn(&mut cmd, "udp_client");
         let out = child.stdout_lines();
-        std::thread::sleep(Duration::from_millis(500));
+        let first = server.find("an interval line for a new client", |v| {
+            v["event"] == "interval" && !peers_seen.contains(&v["peer"])
+        });
+        peers_seen.push(first["peer"].clone());
         let asked = Instant::now();
         child.signal(signal);
         let status = child

@@ -378,18 +378,9 @@ fn small_datagrams_still_get_an_exact_answer() {
 
 #[test]
 fn sweep_prints_seed_001s_table_from_the_servers_answers() {
-    let out = run_bounded(
-        Command::new(CLIENT).args(args(
-            "--local --sweep 1000,8000 --clients 1,2 --duration 200ms --json",
-        )),
-        WAIT,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = client(&args(
+        "--local --sweep 1000,8000 --clients 1,2 --duration 200ms",
+    ));
     let cells = report["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 4, "{report}");
     for cell in cells {

@@ -70,12 +70,15 @@ fn a_silent_server_is_found_before_any_data_is_sent() {
 
 #[test]
 fn a_server_that_dies_mid_test_is_reported_with_the_sender_side() {
-    let server = Server::start("127.0.0.1:0", &[]);
+    // Interval lines on, so that the server says when the test is under way.
+    let server = Server::start_args(&args("--listen 127.0.0.1:0 --interval 100ms"));
     let addr = server.addr.clone();
     let run = std::thread::spawn(move || {
         client_outcome(&args_to(&addr, "-b 1000 --duration 8s --rate 20Mbit"))
     });
-    std::thread::sleep(Duration::from_millis(800));
+    server.find("an interval line: data is arriving", |v| {
+        v["event"] == "interval"
+    });
     drop(server); // SIGKILL: it vanishes without a word
     let out = run.join().unwrap();
     assert_eq!(out.code, Some(3), "{}", out.stderr);

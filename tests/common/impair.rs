@@ -219,17 +219,25 @@ fn big_buffers(s: &UdpSocket) {
     let _ = s.set_send_buffer_size(4 << 20);
 }
 
+/// A relay's two non-blocking loopback sockets with big buffers: the front
+/// that clients send to (and its address), and the back, connected to
+/// `server`.
+fn relay_sockets(server: SocketAddr) -> (UdpSocket, UdpSocket, SocketAddr) {
+    let front = UdpSocket::bind("127.0.0.1:0").expect("bind relay front");
+    let back = UdpSocket::bind("127.0.0.1:0").expect("bind relay back");
+    back.connect(server).expect("connect relay back");
+    big_buffers(&front);
+    big_buffers(&back);
+    front.set_nonblocking(true).unwrap();
+    back.set_nonblocking(true).unwrap();
+    let addr = front.local_addr().unwrap();
+    (front, back, addr)
+}
+
 impl SwapRelay {
     pub fn start(server: SocketAddr, every: u64, max_life: Duration) -> SwapRelay {
         assert!(every >= 2);
-        let front = UdpSocket::bind("127.0.0.1:0").expect("bind relay front");
-        let back = UdpSocket::bind("127.0.0.1:0").expect("bind relay back");
-        back.connect(server).expect("connect relay back");
-        big_buffers(&front);
-        big_buffers(&back);
-        front.set_nonblocking(true).unwrap();
-        back.set_nonblocking(true).unwrap();
-        let addr = front.local_addr().unwrap();
+        let (front, back, addr) = relay_sockets(server);
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let handle = std::thread::spawn(move || {
@@ -876,14 +884,7 @@ impl Relay {
                 panic!("relay: two rules for {pick:?}: {old:?} and {action:?}");
             }
         }
-        let front = UdpSocket::bind("127.0.0.1:0").expect("bind relay front");
-        let back = UdpSocket::bind("127.0.0.1:0").expect("bind relay back");
-        back.connect(server).expect("connect relay back");
-        big_buffers(&front);
-        big_buffers(&back);
-        front.set_nonblocking(true).unwrap();
-        back.set_nonblocking(true).unwrap();
-        let addr = front.local_addr().unwrap();
+        let (front, back, addr) = relay_sockets(server);
         let front = Arc::new(front);
         let back = Arc::new(back);
         let shared = Arc::new(Mutex::new(Shared::default()));

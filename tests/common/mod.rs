@@ -326,6 +326,19 @@ pub fn args(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// Polls `done` every 10 ms until it holds; panics, naming `what`, once
+/// `timeout` has passed.
+pub fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A directory for the files a test writes (configuration files, keys),
 /// named after the test and this process so that parallel runs do not
 /// collide, and removed on drop.
