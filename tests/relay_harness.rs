@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::impair::{data_seq, kind, kind_of, Action, Dir, Pick, Relay, CAPTURE_MAX};
+use common::impair::{data_seq, kind, kind_of, Action, Dir, Pick, Relay, RelayCounts, CAPTURE_MAX};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -288,6 +288,13 @@ fn repeat_after_k_later_datagrams() {
     assert_eq!(d.forwarded, d.seen - d.dropped + d.repeated);
 }
 
+/// (seen, forwarded, delayed, repeated) of the Data datagrams toward the
+/// server.
+fn held_and_repeated(counts: &RelayCounts) -> (u64, u64, u64, u64) {
+    let d = counts.class(Dir::ToServer, kind::DATA);
+    (d.seen, d.forwarded, d.delayed, d.repeated)
+}
+
 #[test]
 fn finish_flushes_what_is_held_back_or_owed() {
     let server = socket();
@@ -309,12 +316,7 @@ fn finish_flushes_what_is_held_back_or_owed() {
     assert_eq!(data_seqs(&recv_n(&server, 3)), [1, 2, 3]);
     assert_silent(&server, "before finish");
     let mid = relay.stats();
-    let d = mid.class(Dir::ToServer, kind::DATA);
-    assert_eq!(
-        (d.seen, d.forwarded, d.delayed, d.repeated),
-        (4, 3, 1, 0),
-        "{mid:?}"
-    );
+    assert_eq!(held_and_repeated(&mid), (4, 3, 1, 0), "{mid:?}");
     assert_eq!(mid.delayed_seqs(), &[0]);
     assert!(mid.repeated_seqs().is_empty());
 
@@ -325,12 +327,7 @@ fn finish_flushes_what_is_held_back_or_owed() {
         "held one, then the copy"
     );
     assert_silent(&server, "after finish");
-    let d = counts.class(Dir::ToServer, kind::DATA);
-    assert_eq!(
-        (d.seen, d.forwarded, d.delayed, d.repeated),
-        (4, 5, 1, 1),
-        "{counts:?}"
-    );
+    assert_eq!(held_and_repeated(&counts), (4, 5, 1, 1), "{counts:?}");
     assert_eq!(counts.repeated_seqs(), &[2]);
 }
 

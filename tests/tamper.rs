@@ -586,6 +586,9 @@ fn every_binary_stops_soon_after_sigterm() {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = ChildGuard::spawn(&mut cmd, bin);
+        // A pause on purpose: it is the time each binary must keep running
+        // by itself, and sockbench writes nothing before it ends, so there
+        // is no line to wait for; 0.8 s puts every one inside its wait.
         std::thread::sleep(Duration::from_millis(800));
         assert!(
             child.wait_timeout(Duration::ZERO).is_none(),
