@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::udp::{client, u, Server};
+use common::args;
+use common::udp::{args_to, client, u, Server};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -56,26 +57,13 @@ fn check_cpu(cpu: &Value, wall: f64, threads: f64, what: &str) {
 #[test]
 fn cpu_is_reported_on_both_ends_and_in_every_line() {
     let started = Instant::now();
-    let server = Server::start_args(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--interval",
-        "200ms",
-        "--recv-buffer-size",
-        "4M",
-    ]);
-    let report = client(&[
-        "-s",
+    let server = Server::start_args(&args(
+        "--listen 127.0.0.1:0 --interval 200ms --recv-buffer-size 4M",
+    ));
+    let report = client(&args_to(
         &server.addr,
-        "-b",
-        "1400",
-        "--rate",
-        "100Mbit",
-        "--duration",
-        "1s",
-        "--clients",
-        "2",
-    ]);
+        "-b 1400 --rate 100Mbit --duration 1s --clients 2",
+    ));
     for c in report["clients"].as_array().unwrap() {
         check_cpu(&c["cpu"], f(c, "seconds") + 0.01, 1.0, "client");
         let answer = &c["server"];
@@ -160,6 +148,7 @@ fn the_receiver_sleeps_when_there_is_nothing_to_read() {
     );
     // An idle server costs (almost) nothing.
     let idle = Server::start("127.0.0.1:0", &[]);
+    // The idle period is what is measured, so it is a plain pause.
     std::thread::sleep(Duration::from_millis(1500));
     let events = idle.stop();
     let down = events.last().unwrap();

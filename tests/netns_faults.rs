@@ -13,15 +13,13 @@ use common::impair::{
     delta, nft_apply, nft_counter, read_snmp, require_nft, require_tc, run_capture, spawn_in,
     sysctl, tc, tc_drops, vm_rss_kib, SwapRelay,
 };
-use common::netns::{veth_pair, Bridge, Netns};
-use common::udp::{assert_exact, client, client_in, u, Server, CLIENT};
+use common::netns::{two_hosts, veth_pair, Bridge, Netns};
+use common::udp::{args_to, assert_exact, client, client_in, u, Server, CLIENT};
 use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn port_of(addr: &str) -> u16 {
-    addr.rsplit(':').next().unwrap().parse().unwrap()
-}
 
 fn session(c: &Value) -> &str {
     c["session"].as_str().expect("session")
@@ -55,7 +53,7 @@ fn three_client_hosts_one_server_on_a_bridge() {
         })
         .collect();
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
-    let target = format!("10.61.1.1:{}", port_of(&server.addr));
+    let target = format!("10.61.1.1:{}", server.port());
 
     // Different volumes per host, so a mix-up cannot cancel out.
     let counts = [1000u64, 1100, 1200];
@@ -122,11 +120,9 @@ fn loss_rules(name: &str, port: u16, cond: &str) -> String {
 #[test]
 fn nft_loss_is_reported_exactly() {
     require_nft();
-    let srv = Netns::new("f2srv");
-    let cli = Netns::new("f2cli");
-    veth_pair(&srv, "10.61.2.1/24", &cli, "10.61.2.2/24");
+    let (srv, cli, _) = two_hosts("f2", "10.61.2");
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
-    let port = port_of(&server.addr);
+    let port = server.port();
     let target = format!("10.61.2.1:{port}");
     let args = [
         "-s", &target, "-b", "1000", "-n", "5000", "--rate", "100Mbit",
@@ -178,11 +174,9 @@ fn nft_loss_is_reported_exactly() {
 #[test]
 fn nft_duplicates_are_counted_not_received() {
     require_nft();
-    let srv = Netns::new("f3srv");
-    let cli = Netns::new("f3cli");
-    let (_, cli_dev) = veth_pair(&srv, "10.61.3.1/24", &cli, "10.61.3.2/24");
+    let (srv, cli, (_, cli_dev)) = two_hosts("f3", "10.61.3");
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
-    let port = port_of(&server.addr);
+    let port = server.port();
     let target = format!("10.61.3.1:{port}");
     nft_apply(
         &cli,
@@ -285,7 +279,7 @@ fn enobufs_backoff_skips_nothing_and_matches_qdisc_drops() {
         ],
     );
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
-    let target = format!("10.61.5.1:{}", port_of(&server.addr));
+    let target = format!("10.61.5.1:{}", server.port());
     let drops_before = tc_drops(&cli, &cli_dev);
     let report = client_in(
         &cli,
@@ -323,43 +317,14 @@ fn enobufs_backoff_skips_nothing_and_matches_qdisc_drops() {
 
 #[test]
 fn receive_buffer_overflow_equals_rcvbuf_errors() {
-    require_nft();
-    let srv = Netns::new("f6srv");
-    let cli = Netns::new("f6cli");
-    veth_pair(&srv, "10.61.6.1/24", &cli, "10.61.6.2/24");
-    let server = Server::start_in(
-        &srv,
-        "0.0.0.0:0",
-        &["--recv-buffer-size", "64K", "--no-gro"],
-    );
-    let port = port_of(&server.addr);
-    // Count the control messages (Hello, End) that reach the server host:
-    // one can be dropped by the full socket buffer too (and is then
-    // retried), which the socket's drop counter includes but which is not
-    // data.
-    nft_apply(
-        &srv,
-        &format!(
-            "table inet ends {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
-             udp dport {port} udp length {{ {}, {} }} counter\n  }}\n}}\n",
-            8 + netspeed::wire::HELLO_LEN,
-            8 + netspeed::wire::END_LEN
-        ),
-    );
-    let target = format!("10.61.6.1:{port}");
-    let before = srv.read_snmp_udp();
-    let report = client_in(&cli, &["-s", &target, "-b", "1400", "-n", "20000"]);
-    let after = srv.read_snmp_udp();
-    let (ends_arrived, _) = nft_counter(&srv, "inet", "ends");
+    let run = overflow(6, "64K", "-b 1400 -n 20000");
+    let (server, report, ends_arrived) = (&run.server, &run.report, run.control);
+    let (rcvbuf, read) = (run.rcvbuf_errors, run.read);
     let c = &report["clients"][0];
     let done = server.done_for(session(c));
     let sent = u(c, "sent_packets");
     let received = u(&done, "packets");
     let kdrops = u(&done, "kernel_drops");
-    let rcvbuf = delta(&before, &after, "RcvbufErrors");
-    // InDatagrams counts what the server read: its data, and the control
-    // messages that made it into the socket.
-    let read = delta(&before, &after, "InDatagrams");
     let ends_dropped = ends_arrived - (read - received);
     figure!(
         "rcvbuf: sent {sent}, received {received}, kernel_drops {kdrops}, RcvbufErrors +{rcvbuf}, \
@@ -428,13 +393,16 @@ fn rx_queue(pid: u32, port: u16) -> Option<u64> {
 /// On a shared 2-core machine the flooder (which also pays for delivery in
 /// softirq) can starve the server; the pause keeps that CPU contention from
 /// turning into kernel drops of the real session, which is not what this
-/// test is about. Returns (sent, seconds, pauses, peak queue seen).
+/// test is about. `progress` follows the count sent, so that the test can
+/// wait until the flood is under way. Returns (sent, seconds, pauses, peak
+/// queue seen).
 fn raw_flood(
     srcs: [Ipv4Addr; 2],
     dst: Ipv4Addr,
     dst_port: u16,
     server_pid: u32,
     max_queue: u64,
+    progress: &AtomicU64,
 ) -> (u64, f64, u64, u64) {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
     let socks: Vec<Socket> = srcs
@@ -457,7 +425,10 @@ fn raw_flood(
         let src_port = 10_000 + (k / 2) as u16 % per_ip as u16;
         let pkt = garbage(src_port, dst_port);
         match socks[(k % 2) as usize].send_to(&pkt, &to) {
-            Ok(_) => sent += 1,
+            Ok(_) => {
+                sent += 1;
+                progress.store(sent, Ordering::Relaxed);
+            }
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                 std::thread::sleep(Duration::from_micros(50))
             }
@@ -493,7 +464,7 @@ fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
     let (fdev, _) = bridge.attach(&flooder, "10.61.7.3/24");
     flooder.ip(&["addr", "add", "10.61.7.4/24", "dev", &fdev]);
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "16M"]);
-    let port = port_of(&server.addr);
+    let port = server.port();
     let pid = server.guard.id();
     let rss_idle = vm_rss_kib(pid);
     let granted = u(&server.events.borrow()[0]["recv_buffer"], "granted");
@@ -502,6 +473,8 @@ fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
         "server socket not in /proc/{pid}/net/udp"
     );
 
+    let progress = Arc::new(AtomicU64::new(0));
+    let flooded = Arc::clone(&progress);
     let flood = spawn_in(&flooder, move || {
         raw_flood(
             [Ipv4Addr::new(10, 61, 7, 3), Ipv4Addr::new(10, 61, 7, 4)],
@@ -509,24 +482,27 @@ fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
             port,
             pid,
             granted / 4,
+            &flooded,
         )
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // The session starts once the flood is under way: half a second's worth
+    // of garbage sent.
+    let t0 = Instant::now();
+    while progress.load(Ordering::Relaxed) < FLOOD_PPS / 2 {
+        assert!(
+            !flood.is_finished() && t0.elapsed() < Duration::from_secs(20),
+            "the flooder sent only {} datagrams in {:?}",
+            progress.load(Ordering::Relaxed),
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let target = format!("10.61.7.1:{port}");
     let session_run = std::thread::scope(|s| {
         let h = s.spawn(|| {
             client_in(
                 &cli,
-                &[
-                    "-s",
-                    &target,
-                    "-b",
-                    "1000",
-                    "--rate",
-                    "10Mbit",
-                    "--duration",
-                    "4s",
-                ],
+                &args_to(&target, "-b 1000 --rate 10Mbit --duration 4s"),
             )
         });
         let mut rss_max = rss_idle;
@@ -578,11 +554,9 @@ fn garbage_flood_from_100k_sources_leaves_a_session_exact() {
 
 #[test]
 fn jumbo_datagrams_fragment_and_reassemble_exactly() {
-    let srv = Netns::new("f8srv");
-    let cli = Netns::new("f8cli");
-    veth_pair(&srv, "10.61.8.1/24", &cli, "10.61.8.2/24");
+    let (srv, cli, _) = two_hosts("f8", "10.61.8");
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
-    let target = format!("10.61.8.1:{}", port_of(&server.addr));
+    let target = format!("10.61.8.1:{}", server.port());
     let (srv_before, cli_before) = (read_snmp(&srv, "Ip"), read_snmp(&cli, "Ip"));
     let report = client_in(
         &cli,
@@ -703,9 +677,7 @@ fn end_flood(server: SocketAddr) -> (u64, f64, Vec<Duration>, u64) {
 
 #[test]
 fn end_flood_is_not_amplified_and_is_rate_limited() {
-    let srv = Netns::new("f9srv");
-    let cli = Netns::new("f9cli");
-    veth_pair(&srv, "10.61.9.1/24", &cli, "10.61.9.2/24");
+    let (srv, cli, _) = two_hosts("f9", "10.61.9");
     // Room for every forged session, so that only the rate limiter decides
     // which End is answered (with the default 4096 the full session table
     // refuses the rest, see docs/testing.md).
@@ -714,9 +686,7 @@ fn end_flood_is_not_amplified_and_is_rate_limited() {
         "0.0.0.0:0",
         &["--recv-buffer-size", "4M", "--max-peers", "32768"],
     );
-    let dst: SocketAddr = format!("10.61.9.1:{}", port_of(&server.addr))
-        .parse()
-        .unwrap();
+    let dst: SocketAddr = format!("10.61.9.1:{}", server.port()).parse().unwrap();
     let before = srv.read_snmp_udp();
     let (sent, sending, answers, answer_bytes) = spawn_in(&cli, move || end_flood(dst))
         .join()
@@ -791,6 +761,52 @@ fn end_flood_is_not_amplified_and_is_rate_limited() {
 //     header, and several clients sharing the server's socket.
 // ---------------------------------------------------------------------------
 
+/// A run against a server whose receive buffer overflows, with the growth
+/// of the server host's counters over it. Fields drop in order: the
+/// server before its namespace.
+struct Overflow {
+    server: Server,
+    report: Value,
+    /// `RcvbufErrors`: datagrams the full socket buffer dropped.
+    rcvbuf_errors: u64,
+    /// `InDatagrams`: what the server read, its data and the control
+    /// messages that made it into the socket.
+    read: u64,
+    /// Control messages (Hello, End) that reached the server host.
+    control: u64,
+    _hosts: (Netns, Netns),
+}
+
+/// Test `n`, on 10.61.`n`.0/24: a server with `--recv-buffer-size rcvbuf
+/// --no-gro` (GRO off, so that drops count datagrams), its control
+/// messages counted, and one `udp_client` run with `client_args`.
+fn overflow(n: u8, rcvbuf: &str, client_args: &str) -> Overflow {
+    require_nft();
+    let (srv, cli, _) = two_hosts(&format!("f{n}"), &format!("10.61.{n}"));
+    let server = Server::start_in(
+        &srv,
+        "0.0.0.0:0",
+        &["--recv-buffer-size", rcvbuf, "--no-gro"],
+    );
+    // One control message can be dropped by the full socket buffer too
+    // (and is then retried), which the socket's drop counter includes but
+    // which is not data.
+    count_control(&srv, server.port());
+    let target = format!("10.61.{n}.1:{}", server.port());
+    let before = srv.read_snmp_udp();
+    let report = client_in(&cli, &args_to(&target, client_args));
+    let after = srv.read_snmp_udp();
+    let (control, _) = nft_counter(&srv, "inet", "ctl");
+    Overflow {
+        server,
+        report,
+        rcvbuf_errors: delta(&before, &after, "RcvbufErrors"),
+        read: delta(&before, &after, "InDatagrams"),
+        control,
+        _hosts: (srv, cli),
+    }
+}
+
 /// Counts the control messages (Hello, End) that reach the server host in
 /// an nft table `inet ctl`: one can be dropped by a full socket buffer too.
 fn count_control(srv: &Netns, port: u16) {
@@ -809,28 +825,13 @@ fn count_control(srv: &Netns, port: u16) {
 fn short_datagrams_have_their_kernel_drops_counted() {
     // -b 10: every datagram is too short for a header. The drops of its
     // datagrams are the session's, counted from its first datagram.
-    require_nft();
-    let srv = Netns::new("f10srv");
-    let cli = Netns::new("f10cli");
-    veth_pair(&srv, "10.61.10.1/24", &cli, "10.61.10.2/24");
-    let server = Server::start_in(
-        &srv,
-        "0.0.0.0:0",
-        &["--recv-buffer-size", "16K", "--no-gro"],
-    );
-    let port = port_of(&server.addr);
-    count_control(&srv, port);
-    let target = format!("10.61.10.1:{port}");
-    let before = srv.read_snmp_udp();
-    let report = client_in(&cli, &["-s", &target, "-b", "10", "-n", "20000"]);
-    let after = srv.read_snmp_udp();
-    let (control, _) = nft_counter(&srv, "inet", "ctl");
+    let run = overflow(10, "16K", "-b 10 -n 20000");
+    let (server, report, control) = (&run.server, &run.report, run.control);
     let c = &report["clients"][0];
     let done = server.done_for(session(c));
     let sent = u(c, "sent_packets");
     let received = u(&done, "packets");
-    let rcvbuf = delta(&before, &after, "RcvbufErrors");
-    let read = delta(&before, &after, "InDatagrams");
+    let (rcvbuf, read) = (run.rcvbuf_errors, run.read);
     let control_dropped = control - (read - received);
     let kdrops = u(&done, "kernel_drops");
     figure!(
@@ -846,34 +847,16 @@ fn short_datagrams_have_their_kernel_drops_counted() {
 
 #[test]
 fn clients_sharing_a_socket_get_its_drops_once() {
-    require_nft();
-    let srv = Netns::new("f11srv");
-    let cli = Netns::new("f11cli");
-    veth_pair(&srv, "10.61.11.1/24", &cli, "10.61.11.2/24");
-    let server = Server::start_in(
-        &srv,
-        "0.0.0.0:0",
-        &["--recv-buffer-size", "64K", "--no-gro"],
-    );
-    let port = port_of(&server.addr);
-    count_control(&srv, port);
-    let target = format!("10.61.11.1:{port}");
-    let before = srv.read_snmp_udp();
-    let report = client_in(
-        &cli,
-        &["-s", &target, "-b", "1400", "-n", "8000", "--clients", "3"],
-    );
-    let after = srv.read_snmp_udp();
-    let (control, _) = nft_counter(&srv, "inet", "ctl");
-    let rcvbuf = delta(&before, &after, "RcvbufErrors");
-    let read = delta(&before, &after, "InDatagrams");
+    let run = overflow(11, "64K", "-b 1400 -n 8000 --clients 3");
+    let (report, control) = (&run.report, run.control);
+    let (rcvbuf, read) = (run.rcvbuf_errors, run.read);
     let total = &report["server"];
     let received = u(total, "received_packets");
     let lost = u(total, "lost_packets");
     let control_dropped = control - (read - received);
     figure!(
         "3 clients, one socket: sent {}, received {received}, lost {lost}, socket drops {}, RcvbufErrors +{rcvbuf}, control dropped {control_dropped}",
-        u(&report, "sent_packets"),
+        u(report, "sent_packets"),
         total["socket_kernel_drops"]
     );
     assert!(rcvbuf > 0, "64K never overflowed: {report}");

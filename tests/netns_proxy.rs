@@ -33,9 +33,9 @@ use common::impair::{
     nft_apply, nft_counter, read_snmp, require_nft, require_tc, spawn_in, tc, tc_drops,
 };
 use common::netns::{veth_pair, Netns};
+use common::proxy::{receive_all, send_pattern, timeouts, Pattern, Proxy, MODES};
 use common::{ChildGuard, LineReader};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::Stdio;
@@ -49,14 +49,6 @@ const PROXY: &str = env!("CARGO_BIN_EXE_tcp_proxy");
 const WAIT: Duration = Duration::from_secs(20);
 /// Bytes each way in a byte-exact transfer.
 const TRANSFER: u64 = 8 << 20;
-const MODES: [&str; 6] = [
-    "tokio",
-    "tokio-copy",
-    "copy-bidirectional",
-    "std",
-    "std-copy",
-    "splice",
-];
 
 /// Prints a figure for docs/testing.md (visible with `--nocapture`).
 macro_rules! figure {
@@ -176,128 +168,14 @@ impl Topo {
     /// Runs `tcp_proxy --json` inside the proxy host, listening on the
     /// client link, forwarding to `upstream`.
     fn start_proxy(&self, upstream: SocketAddr, mode: &str, extra: &[&str]) -> Proxy {
-        let mut cmd = self.proxy.cmd(PROXY);
-        cmd.arg("--listen")
-            .arg(format!("{}:0", self.proxy_front))
-            .arg("--upstream")
-            .arg(upstream.to_string())
-            .args(["--mode", mode, "--json", "--threads", "2"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut guard = ChildGuard::spawn(&mut cmd, &format!("tcp_proxy --mode {mode}"));
-        let events = guard.stdout_lines();
-        let listening = events
-            .wait_for_json(WAIT, |v| v["event"] == "listening")
-            .unwrap_or_else(|| panic!("no listening event:\n{}", events.transcript()));
-        assert_eq!(listening["mode"], mode, "{listening}");
-        let addr = listening["addr"].as_str().unwrap().parse().unwrap();
-        Proxy {
-            guard,
-            events,
-            addr,
-        }
-    }
-}
-
-/// A running `tcp_proxy --json` (its pid is the proxy's: `ip netns exec`
-/// execs) and the address it bound.
-struct Proxy {
-    guard: ChildGuard,
-    events: LineReader,
-    addr: SocketAddr,
-}
-
-impl Proxy {
-    /// The first event, already seen or arriving within `timeout`, matching
-    /// `pred`.
-    fn event(&self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
-        for line in self.events.seen() {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                if pred(&v) {
-                    return Some(v);
-                }
-            }
-        }
-        self.events.wait_for_json(timeout, &pred)
-    }
-
-    fn fd_count(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.guard.id()))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
-
-    fn assert_running(&mut self) {
-        let status = self.guard.child_mut().try_wait().expect("try_wait");
-        assert!(
-            status.is_none(),
-            "PRODUCT BUG? tcp_proxy exited ({status:?}):\n{}",
-            self.events.transcript()
-        );
+        let cmd = self.proxy.cmd(PROXY);
+        Proxy::start_with(cmd, &self.proxy_front, upstream, mode, extra, WAIT)
     }
 }
 
 // ---------------------------------------------------------------------------
 // Byte streams.
 // ---------------------------------------------------------------------------
-
-/// Deterministic, incompressible-looking bytes (xorshift64).
-struct Pattern(u64);
-
-impl Pattern {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            chunk.copy_from_slice(&self.0.to_le_bytes()[..chunk.len()]);
-        }
-    }
-}
-
-fn hex(d: &[u8]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Sends `total` pattern bytes, then shuts down writing; returns their
-/// sha256 (hex). Every write is bounded by the socket's write time-out.
-fn send_pattern(mut s: &TcpStream, seed: u64, total: u64) -> Result<String, String> {
-    let mut p = Pattern(seed);
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut left = total;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        p.fill(&mut buf[..n]);
-        h.update(&buf[..n]);
-        s.write_all(&buf[..n])
-            .map_err(|e| format!("write after {} B: {e}", total - left))?;
-        left -= n as u64;
-    }
-    s.shutdown(Shutdown::Write)
-        .map_err(|e| format!("shutdown(Write): {e}"))?;
-    Ok(hex(&h.finalize()))
-}
-
-/// Reads to EOF; returns the byte count and sha256 (hex). Every read is
-/// bounded by the socket's read time-out.
-fn receive_all(mut s: &TcpStream) -> Result<(u64, String), String> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return Ok((total, hex(&h.finalize()))),
-            Ok(n) => {
-                h.update(&buf[..n]);
-                total += n as u64;
-            }
-            Err(e) => return Err(format!("read after {total} B: {e}")),
-        }
-    }
-}
 
 /// (sha256 of what was sent, (bytes received, their sha256)), or an error.
 type Duplex = Result<(String, (u64, String)), String>;
@@ -313,9 +191,16 @@ fn duplex(s: &TcpStream, seed: u64) -> Duplex {
     })
 }
 
-fn timeouts(s: &TcpStream, t: Duration) {
-    s.set_read_timeout(Some(t)).unwrap();
-    s.set_write_timeout(Some(t)).unwrap();
+/// From the client host: connects to `target` and runs [`duplex`] with
+/// pattern `seed`.
+fn client_duplex(t: &Topo, target: SocketAddr, seed: u64) -> Duplex {
+    spawn_in(&t.client, move || {
+        let s = TcpStream::connect_timeout(&target, WAIT).map_err(|e| format!("connect: {e}"))?;
+        timeouts(&s, WAIT);
+        duplex(&s, seed)
+    })
+    .join()
+    .expect("client thread")
 }
 
 // ---------------------------------------------------------------------------
@@ -356,13 +241,7 @@ fn exact_transfer(t: &Topo, mode: &str) -> Duration {
     let mut proxy = t.start_proxy(up_addr, mode, &[]);
     let target = proxy.addr;
     let start = Instant::now();
-    let client = spawn_in(&t.client, move || {
-        let s = TcpStream::connect_timeout(&target, WAIT).map_err(|e| format!("connect: {e}"))?;
-        timeouts(&s, WAIT);
-        duplex(&s, 1)
-    })
-    .join()
-    .expect("client thread");
+    let client = client_duplex(t, target, 1);
     let elapsed = start.elapsed();
     let up = up.join().expect("upstream thread");
     let ctx = || format!("mode {mode}; proxy events:\n{}", proxy.events.transcript());
@@ -375,7 +254,7 @@ fn exact_transfer(t: &Topo, mode: &str) -> Duration {
     assert_eq!(c_got, TRANSFER, "upstream -> client bytes; {}", ctx());
     assert_eq!(c_sha, u_sent, "upstream -> client sha256; {}", ctx());
     let closed = proxy
-        .event(WAIT, |v| v["event"] == "conn_closed")
+        .event_within(WAIT, |v| v["event"] == "conn_closed")
         .unwrap_or_else(|| panic!("no conn_closed; {}", ctx()));
     assert_eq!(closed["client_to_upstream"], TRANSFER, "{closed}");
     assert_eq!(closed["upstream_to_client"], TRANSFER, "{closed}");
@@ -597,7 +476,7 @@ fn upstream_dies(t: &Topo, mode: &str, port: u16) {
         .wait_timeout(WAIT)
         .expect("killed upstream reaped");
     let end = client.join().expect("client thread");
-    let closed = proxy.event(WAIT, |v| v["event"] == "conn_closed");
+    let closed = proxy.event_within(WAIT, |v| v["event"] == "conn_closed");
     figure!("mode {mode}: upstream killed mid-transfer -> client {end:?}; proxy {closed:?}");
     match &end {
         End::Hang { received } => panic!(
@@ -622,13 +501,7 @@ fn upstream_dies(t: &Topo, mode: &str, port: u16) {
     // The proxy keeps serving: a new upstream process on the same address,
     // a new connection, an exact transfer both ways.
     let fresh = py_upstream(t, port, TRANSFER, 6);
-    let client = spawn_in(&t.client, move || {
-        let s = TcpStream::connect_timeout(&target, WAIT).map_err(|e| format!("connect: {e}"))?;
-        timeouts(&s, WAIT);
-        duplex(&s, 3)
-    })
-    .join()
-    .expect("client thread");
+    let client = client_duplex(t, target, 3);
     let (c_sent, (c_got, c_sha)) = client.unwrap_or_else(|e| {
         panic!(
             "PRODUCT BUG? mode {mode}: the transfer after the upstream restart failed: {e}\n{}",
@@ -650,7 +523,7 @@ fn upstream_dies(t: &Topo, mode: &str, port: u16) {
     assert_eq!(c_got, TRANSFER);
     assert_eq!(report["sent_sha256"], c_sha.as_str(), "{report}");
     let second = proxy
-        .event(WAIT, |v| {
+        .event_within(WAIT, |v| {
             v["event"] == "conn_closed" && v["client_to_upstream"] == TRANSFER
         })
         .unwrap_or_else(|| panic!("no second conn_closed:\n{}", proxy.events.transcript()));

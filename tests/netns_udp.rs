@@ -3,33 +3,15 @@
 
 mod common;
 
-use common::netns::{veth_pair, Netns};
-use common::udp::{assert_exact, client_in, u, Server};
-
-fn port_of(addr: &str) -> &str {
-    addr.rsplit(':').next().unwrap()
-}
+use common::netns::two_hosts;
+use common::udp::{args_to, assert_exact, client_in, u, Server};
 
 #[test]
 fn gso_falls_back_when_segments_exceed_the_mtu() {
-    let srv = Netns::new("gsos");
-    let cli = Netns::new("gsoc");
-    veth_pair(&srv, "10.77.2.1/24", &cli, "10.77.2.2/24");
+    let (srv, cli, _) = two_hosts("gso", "10.77.2");
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
-    let target = format!("10.77.2.1:{}", port_of(&server.addr));
-    let args = [
-        "-s",
-        target.as_str(),
-        "-b",
-        "1400",
-        "-t",
-        "1400000",
-        "--rate",
-        "100Mbit",
-        "--gso",
-        "--batch",
-        "4",
-    ];
+    let target = format!("10.77.2.1:{}", server.port());
+    let args = args_to(&target, "-b 1400 -t 1400000 --rate 100Mbit --gso --batch 4");
 
     // Segments that fit the 1500-byte MTU: the veth takes GSO buffers.
     let report = client_in(&cli, &args);
@@ -40,19 +22,7 @@ fn gso_falls_back_when_segments_exceed_the_mtu() {
     // 2000-byte segments do not fit: the kernel answers EMSGSIZE, and the
     // client falls back to plain (fragmented) sends, loses nothing, and
     // says so.
-    let args = [
-        "-s",
-        target.as_str(),
-        "-b",
-        "2000",
-        "-t",
-        "2000000",
-        "--rate",
-        "100Mbit",
-        "--gso",
-        "--batch",
-        "4",
-    ];
+    let args = args_to(&target, "-b 2000 -t 2000000 --rate 100Mbit --gso --batch 4");
     let report = client_in(&cli, &args);
     let c = &report["clients"][0];
     let path = &c["send_path"];
@@ -73,20 +43,13 @@ fn a_multi_homed_server_answers_from_the_address_it_was_asked_on() {
     // second. The client accepts answers only from the address it sent to
     // (a forged answer from elsewhere must not count), so the server must
     // answer from that address, not the one routing would pick (the first).
-    let srv = Netns::new("mhs");
-    let cli = Netns::new("mhc");
-    let (srv_dev, cli_dev) = veth_pair(&srv, "10.77.3.1/24", &cli, "10.77.3.2/24");
+    let (srv, cli, (srv_dev, cli_dev)) = two_hosts("mh", "10.77.3");
     srv.ip(&["addr", "add", "10.77.3.9/24", "dev", &srv_dev]);
     cli.pin_neighbor(&cli_dev, "10.77.3.9", &srv.mac(&srv_dev));
     for listen in ["0.0.0.0:0", "[::]:0"] {
         let server = Server::start_in(&srv, listen, &["--recv-buffer-size", "4M"]);
-        let target = format!("10.77.3.9:{}", port_of(&server.addr));
-        let report = client_in(
-            &cli,
-            &[
-                "-s", &target, "-b", "1000", "-t", "100K", "--rate", "50Mbit",
-            ],
-        );
+        let target = format!("10.77.3.9:{}", server.port());
+        let report = client_in(&cli, &args_to(&target, "-b 1000 -t 100K --rate 50Mbit"));
         let c = &report["clients"][0];
         assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
     }

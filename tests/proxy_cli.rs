@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{run_bounded, ChildGuard};
+use common::{args, run_bounded, ChildGuard, TempDir};
 use netspeed::config::parse_args;
 use netspeed::proxy::{ProxyArgs, ProxyConfig};
 use serde_json::Value;
@@ -21,62 +21,13 @@ fn bad_input_is_one_line_and_exit_2() {
         &["--upstream", "127.0.0.1:9"],
         &["--listen", "nope", "--upstream", "127.0.0.1:9"],
         &["--listen", "127.0.0.1:0", "--upstream", "nope"],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--mode",
-            "fast",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--buffer-size",
-            "0",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--buffer-size",
-            "8Q",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--threads",
-            "0",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--idle-timeout",
-            "soon",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--config",
-            "/nonexistent.toml",
-        ],
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            "127.0.0.1:9",
-            "--congestion",
-            "no-such-algo",
-        ],
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --mode fast"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --buffer-size 0"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --buffer-size 8Q"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --threads 0"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --idle-timeout soon"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --config /nonexistent.toml"),
+        &args("--listen 127.0.0.1:0 --upstream 127.0.0.1:9 --congestion no-such-algo"),
         &["--bogus"],
         &["bench", "--duration", "x"],
         &["bench", "--modes", "nope"],
@@ -96,19 +47,15 @@ fn bad_input_is_one_line_and_exit_2() {
 
 #[test]
 fn unknown_config_key_is_named() {
-    let dir = std::env::temp_dir().join(format!("tcp_proxy-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("bad.toml");
-    std::fs::write(
-        &path,
+    let dir = TempDir::new("tcp_proxy-cli");
+    let path = dir.file(
+        "bad.toml",
         "listen = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:9\"\nbufer_size = 1\n",
-    )
-    .unwrap();
+    );
     let out = run_bounded(Command::new(PROXY).arg("--config").arg(&path), WAIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("bufer_size"), "{stderr}");
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -120,15 +67,9 @@ fn docs_example_config_is_valid() {
         .expect("docs/proxy.md has a toml example")
         + 8;
     let len = doc[start..].find("```").unwrap();
-    let dir = std::env::temp_dir().join(format!("tcp_proxy-doc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tcp_proxy.toml");
-    std::fs::write(&path, &doc[start..start + len]).unwrap();
-    let argv = [
-        "tcp_proxy".into(),
-        "--config".into(),
-        path.clone().into_os_string(),
-    ];
+    let dir = TempDir::new("tcp_proxy-doc");
+    let path = dir.file("tcp_proxy.toml", &doc[start..start + len]);
+    let argv = ["tcp_proxy".into(), "--config".into(), path.into_os_string()];
     let args: ProxyArgs = parse_args(argv).unwrap();
     let cfg = ProxyConfig::from_args(args).unwrap();
     assert!(cfg.nodelay);
@@ -136,7 +77,6 @@ fn docs_example_config_is_valid() {
         cfg.congestion.map(|c| c.to_string()).as_deref(),
         Some("cubic")
     );
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -179,9 +119,7 @@ fn congestion_is_set_on_both_legs() {
         .stderr(Stdio::null());
     let mut guard = ChildGuard::spawn(&mut cmd, "tcp_proxy");
     let out = guard.stdout_lines();
-    let listening = out
-        .wait_for_json(WAIT, |v| v["event"] == "listening")
-        .expect("a listening event");
+    let listening = out.listening(WAIT, "tcp_proxy");
     assert_eq!(listening["congestion"], algo, "{listening}");
     let addr = listening["addr"].as_str().unwrap().to_string();
     let proxy_port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
@@ -234,16 +172,9 @@ fn bench_rows(args: &[&str]) -> Vec<Value> {
 
 #[test]
 fn bench_runs_and_has_no_stall_by_default() {
-    let rows = bench_rows(&[
-        "--modes",
-        "tokio,std",
-        "--buffer-sizes",
-        "8KiB",
-        "--threads",
-        "1",
-        "--duration",
-        "200ms",
-    ]);
+    let rows = bench_rows(&args(
+        "--modes tokio,std --buffer-sizes 8KiB --threads 1 --duration 200ms",
+    ));
     assert!(rows.iter().any(|r| r["kind"] == "direct"), "{rows:?}");
     let ours: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "proxy").collect();
     assert_eq!(ours.len(), 4, "two cases x two tests: {rows:?}");
@@ -260,22 +191,7 @@ fn bench_runs_and_has_no_stall_by_default() {
 fn no_nodelay_reproduces_the_seed_stall() {
     // Seed 004's 20 ms rows: Nagle on the proxy's client leg holds the
     // second piece of each response until the client's delayed ACK.
-    let rows = bench_rows(&[
-        "--no-peers",
-        "--no-nodelay",
-        "--modes",
-        "tokio",
-        "--buffer-sizes",
-        "8KiB",
-        "--threads",
-        "1",
-        "--tests",
-        "test1",
-        "--warmup",
-        "2",
-        "--requests",
-        "30",
-    ]);
+    let rows = bench_rows(&args("--no-peers --no-nodelay --modes tokio --buffer-sizes 8KiB --threads 1 --tests test1 --warmup 2 --requests 30"));
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["nodelay"], false);
     // Whether a given request stalls depends on how the pieces line up

@@ -13,82 +13,18 @@
 
 mod common;
 
-use common::{ChildGuard, LineReader};
+use common::proxy::{receive_all, send_pattern, Pattern, Proxy, WAIT};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn proxy_bin() -> String {
-    std::env::var("NETSPEED_TCP_PROXY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tcp_proxy").into())
-}
-const WAIT: Duration = Duration::from_secs(20);
 /// Bytes each way in the transfer test: enough to cross many buffers and
 /// pipe refills, small enough for CI.
 const TRANSFER: u64 = 32 << 20;
-
-/// A running `tcp_proxy --json` and the address it really bound.
-struct Proxy {
-    guard: ChildGuard,
-    events: LineReader,
-    addr: SocketAddr,
-}
-
-impl Proxy {
-    fn start(upstream: SocketAddr, mode: &str, extra: &[&str]) -> Proxy {
-        let mut cmd = Command::new(proxy_bin());
-        cmd.args(["--listen", "127.0.0.1:0", "--upstream"])
-            .arg(upstream.to_string())
-            .args(["--mode", mode, "--json", "--threads", "2"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut guard = ChildGuard::spawn(&mut cmd, "tcp_proxy");
-        let events = guard.stdout_lines();
-        let listening = events
-            .wait_for_json(WAIT, |v| v["event"] == "listening")
-            .unwrap_or_else(|| panic!("no listening event:\n{}", events.transcript()));
-        assert_eq!(listening["mode"], mode);
-        let addr = listening["addr"].as_str().unwrap().parse().unwrap();
-        Proxy {
-            guard,
-            events,
-            addr,
-        }
-    }
-
-    /// The first event (already seen or arriving within `WAIT`) matching `pred`.
-    fn event(&self, pred: impl Fn(&Value) -> bool) -> Value {
-        for line in self.events.seen() {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                if pred(&v) {
-                    return v;
-                }
-            }
-        }
-        self.events
-            .wait_for_json(WAIT, &pred)
-            .unwrap_or_else(|| panic!("event not seen:\n{}", self.events.transcript()))
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect_timeout(&self.addr, WAIT).expect("connect to the proxy");
-        s.set_read_timeout(Some(WAIT)).unwrap();
-        s.set_write_timeout(Some(WAIT)).unwrap();
-        s
-    }
-
-    fn fd_count(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.guard.id()))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
-}
 
 /// An upstream on 127.0.0.1:0 running `handler` for each connection.
 fn upstream(handler: impl Fn(TcpStream) + Send + Sync + Clone + 'static) -> SocketAddr {
@@ -125,6 +61,18 @@ fn echo(mut s: TcpStream) {
     let _ = s.shutdown(Shutdown::Write);
 }
 
+/// `tcp_proxy` in `mode` in front of an [`echo`] upstream.
+fn echo_proxy(mode: &str, extra: &[&str]) -> Proxy {
+    Proxy::start(upstream(echo), mode, extra)
+}
+
+/// A connection through `proxy` to an echo upstream that has echoed `what`.
+fn echoed(proxy: &Proxy, what: &[u8]) -> TcpStream {
+    let mut s = proxy.connect();
+    echo_once(&mut s, what);
+    s
+}
+
 fn echo_once(s: &mut TcpStream, what: &[u8]) {
     s.write_all(what).unwrap();
     let mut got = vec![0u8; what.len()];
@@ -132,58 +80,12 @@ fn echo_once(s: &mut TcpStream, what: &[u8]) {
     assert_eq!(got, what);
 }
 
-/// Deterministic, incompressible-looking bytes (xorshift64), in chunks.
-struct Pattern(u64);
-
-impl Pattern {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            chunk.copy_from_slice(&self.0.to_le_bytes()[..chunk.len()]);
-        }
-    }
-}
-
-/// Sends `total` pattern bytes then shuts down writing; returns their sha256.
-fn send_pattern(mut s: &TcpStream, seed: u64, total: u64) -> Vec<u8> {
-    let mut p = Pattern(seed);
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut left = total;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        p.fill(&mut buf[..n]);
-        h.update(&buf[..n]);
-        s.write_all(&buf[..n]).unwrap();
-        left -= n as u64;
-    }
-    s.shutdown(Shutdown::Write).unwrap();
-    h.finalize().to_vec()
-}
-
-/// Reads to EOF; returns the byte count and sha256.
-fn receive_all(mut s: &TcpStream) -> (u64, Vec<u8>) {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        if n == 0 {
-            return (total, h.finalize().to_vec());
-        }
-        h.update(&buf[..n]);
-        total += n as u64;
-    }
-}
-
 fn transfer(mode: &str) {
     let (tx, rx) = mpsc::channel();
     let up = upstream(move |s| {
         let recv = thread::scope(|sc| {
-            let r = sc.spawn(|| receive_all(&s));
-            let sent = send_pattern(&s, 2, TRANSFER);
+            let r = sc.spawn(|| receive_all(&s).unwrap());
+            let sent = send_pattern(&s, 2, TRANSFER).unwrap();
             (sent, r.join().unwrap())
         });
         let _ = tx.send(recv);
@@ -191,8 +93,8 @@ fn transfer(mode: &str) {
     let proxy = Proxy::start(up, mode, &[]);
     let s = proxy.connect();
     let (client_sent, client_got) = thread::scope(|sc| {
-        let r = sc.spawn(|| receive_all(&s));
-        let sent = send_pattern(&s, 1, TRANSFER);
+        let r = sc.spawn(|| receive_all(&s).unwrap());
+        let sent = send_pattern(&s, 1, TRANSFER).unwrap();
         (sent, r.join().unwrap())
     });
     let (up_sent, up_got) = rx.recv_timeout(WAIT).expect("upstream finished");
@@ -214,7 +116,7 @@ fn half_close(mode: &str) {
         s.read_to_end(&mut req).unwrap();
         let answer = format!("got {} bytes", req.len());
         s.write_all(answer.as_bytes()).unwrap();
-        send_pattern(&s, 7, 1 << 20);
+        send_pattern(&s, 7, 1 << 20).unwrap();
     });
     let proxy = Proxy::start(up, mode, &[]);
     let mut s = proxy.connect();
@@ -254,17 +156,13 @@ fn upstream_refused(mode: &str) {
     // The proxy keeps serving: bring the upstream up and try again.
     let listener = TcpListener::bind(addr).expect("rebind the upstream port");
     serve_on(listener, echo);
-    let mut s = proxy.connect();
-    echo_once(&mut s, b"still serving");
+    echoed(&proxy, b"still serving");
 }
 
 fn max_conns(mode: &str) {
-    let up = upstream(echo);
-    let proxy = Proxy::start(up, mode, &["--max-conns", "2"]);
-    let mut a = proxy.connect();
-    let mut b = proxy.connect();
-    echo_once(&mut a, b"a");
-    echo_once(&mut b, b"b");
+    let proxy = echo_proxy(mode, &["--max-conns", "2"]);
+    let a = echoed(&proxy, b"a");
+    let mut b = echoed(&proxy, b"b");
     // The third is accepted by the kernel, then closed by the proxy.
     let mut c = proxy.connect();
     let mut buf = [0u8; 4];
@@ -273,17 +171,14 @@ fn max_conns(mode: &str) {
     // A slot frees once a connection has ended on both legs.
     drop(a);
     proxy.event(|v| v["event"] == "conn_closed");
-    let mut d = proxy.connect();
-    echo_once(&mut d, b"d");
+    let _d = echoed(&proxy, b"d");
     echo_once(&mut b, b"b again");
 }
 
 fn idle_timeout(mode: &str) {
-    let up = upstream(echo);
-    let proxy = Proxy::start(up, mode, &["--idle-timeout", "400ms"]);
+    let proxy = echo_proxy(mode, &["--idle-timeout", "400ms"]);
     let mut busy = proxy.connect();
-    let mut quiet = proxy.connect();
-    echo_once(&mut quiet, b"once");
+    let mut quiet = echoed(&proxy, b"once");
     // A connection that keeps moving bytes is not idle; one that stops is
     // closed after about --idle-timeout.
     let start = Instant::now();
@@ -302,11 +197,18 @@ fn idle_timeout(mode: &str) {
     echo_once(&mut busy, b"busy still works");
 }
 
+/// The proxy exits, with status 0, within 10 s.
+fn exits_cleanly(proxy: &mut Proxy, when: &str) {
+    let status = proxy
+        .guard
+        .wait_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("the proxy did not exit {when}"));
+    assert!(status.success(), "{status}");
+}
+
 fn drain(mode: &str) {
-    let up = upstream(echo);
-    let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "20s"]);
-    let mut s = proxy.connect();
-    echo_once(&mut s, b"before");
+    let mut proxy = echo_proxy(mode, &["--drain-timeout", "20s"]);
+    let mut s = echoed(&proxy, b"before");
     proxy.guard.signal(libc::SIGTERM);
     let draining = proxy.event(|v| v["event"] == "draining");
     assert_eq!(draining["open"], 1, "{draining}");
@@ -320,28 +222,18 @@ fn drain(mode: &str) {
     // long before the deadline.
     echo_once(&mut s, b"while draining");
     drop(s);
-    let status = proxy
-        .guard
-        .wait_timeout(Duration::from_secs(10))
-        .expect("proxy exits after its last connection");
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut proxy, "after its last connection");
     let stopped = proxy.event(|v| v["event"] == "stopped");
     assert_eq!(stopped["cut_at_deadline"], 0, "{stopped}");
     assert_eq!(stopped["accepted"], 1, "{stopped}");
 }
 
 fn drain_deadline(mode: &str) {
-    let up = upstream(echo);
-    let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "300ms"]);
-    let mut s = proxy.connect();
-    echo_once(&mut s, b"held open");
+    let mut proxy = echo_proxy(mode, &["--drain-timeout", "300ms"]);
+    let _held = echoed(&proxy, b"held open");
     let t = Instant::now();
     proxy.guard.signal(libc::SIGTERM);
-    let status = proxy
-        .guard
-        .wait_timeout(Duration::from_secs(10))
-        .expect("proxy exits at the drain deadline");
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut proxy, "at the drain deadline");
     assert!(
         t.elapsed() >= Duration::from_millis(250),
         "{:?}",
@@ -352,25 +244,27 @@ fn drain_deadline(mode: &str) {
 }
 
 /// Writes `CHUNK` bytes every `PACE` on one thread and counts what it reads
-/// on another, until the connection ends (or `WAIT`); returns (sent, read).
+/// on another (in `got` as well, as it arrives), until the connection ends
+/// (or `WAIT`); returns (sent, read).
 /// The pace is slow enough that the reader never falls behind, so each
 /// byte the proxy writes is in our receive queue at once, where it can
 /// still be read after the proxy's exit resets the connection.
-fn trickle(s: &TcpStream) -> (u64, u64) {
+fn trickle(s: &TcpStream, got: &AtomicU64) -> (u64, u64) {
     const CHUNK: usize = 4096;
     const PACE: Duration = Duration::from_millis(5);
     let start = Instant::now();
     thread::scope(|sc| {
         let reader = sc.spawn(|| {
             let mut buf = vec![0u8; 64 * 1024];
-            let mut got = 0u64;
+            let mut total = 0u64;
             while let Ok(n) = (&*s).read(&mut buf) {
                 if n == 0 {
                     break;
                 }
-                got += n as u64;
+                total += n as u64;
+                got.store(total, Ordering::Relaxed);
             }
-            got
+            total
         });
         let mut sent = 0u64;
         while start.elapsed() < WAIT && (&*s).write_all(&[b't'; CHUNK]).is_ok() {
@@ -383,21 +277,22 @@ fn trickle(s: &TcpStream) -> (u64, u64) {
 
 fn drain_deadline_counts_every_byte(mode: &str) {
     let (tx, rx) = mpsc::channel();
+    let (client_got, upstream_got) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let up_got = Arc::clone(&upstream_got);
     let up = upstream(move |s| {
-        let _ = tx.send(trickle(&s));
+        let _ = tx.send(trickle(&s, &up_got));
     });
     let mut proxy = Proxy::start(up, mode, &["--drain-timeout", "500ms"]);
     let s = proxy.connect();
-    let client = thread::spawn(move || trickle(&s));
+    let got = Arc::clone(&client_got);
+    let client = thread::spawn(move || trickle(&s, &got));
     // Data flows both ways before the signal and all through the drain,
     // until the deadline cuts the connection and the proxy exits.
-    thread::sleep(Duration::from_millis(300));
+    common::wait_until(WAIT, "bytes to arrive at both ends", || {
+        client_got.load(Ordering::Relaxed) > 0 && upstream_got.load(Ordering::Relaxed) > 0
+    });
     proxy.guard.signal(libc::SIGTERM);
-    let status = proxy
-        .guard
-        .wait_timeout(Duration::from_secs(10))
-        .expect("proxy exits at the drain deadline");
-    assert!(status.success(), "{status}");
+    exits_cleanly(&mut proxy, "at the drain deadline");
     // Each side's own count of what it received, read to the end.
     let (_, client_got) = client.join().expect("client");
     let (_, upstream_got) = rx.recv_timeout(WAIT).expect("upstream finished");
@@ -458,8 +353,7 @@ fn drain_deadline_counts_every_byte(mode: &str) {
 }
 
 fn no_fd_leak(mode: &str) {
-    let up = upstream(echo);
-    let proxy = Proxy::start(up, mode, &[]);
+    let proxy = echo_proxy(mode, &[]);
     let baseline = proxy.fd_count();
     assert!(baseline > 0);
     let mut conns: Vec<TcpStream> = (0..100).map(|_| proxy.connect()).collect();
@@ -476,44 +370,30 @@ fn no_fd_leak(mode: &str) {
     assert_eq!(proxy.fd_count(), baseline, "fds leaked");
 }
 
+/// One `#[test]` per scenario above, for the mode `$mode`.
+macro_rules! scenario_tests {
+    ($mode:literal; $($test:ident => $scenario:ident),* $(,)?) => {$(
+        #[test]
+        fn $test() {
+            super::$scenario($mode);
+        }
+    )*};
+}
+
+/// A module per mode, named after it, holding every scenario's test.
 macro_rules! mode_tests {
     ($($module:ident => $mode:literal),* $(,)?) => {$(
         mod $module {
-            #[test]
-            fn transfer_both_ways_exact() {
-                super::transfer($mode);
-            }
-            #[test]
-            fn half_close_gets_whole_response() {
-                super::half_close($mode);
-            }
-            #[test]
-            fn upstream_refused_closes_client_and_keeps_serving() {
-                super::upstream_refused($mode);
-            }
-            #[test]
-            fn max_conns_honoured() {
-                super::max_conns($mode);
-            }
-            #[test]
-            fn idle_timeout_closes_only_idle() {
-                super::idle_timeout($mode);
-            }
-            #[test]
-            fn sigterm_drains_open_connections() {
-                super::drain($mode);
-            }
-            #[test]
-            fn sigterm_cuts_at_drain_deadline() {
-                super::drain_deadline($mode);
-            }
-            #[test]
-            fn sigterm_deadline_counts_every_byte() {
-                super::drain_deadline_counts_every_byte($mode);
-            }
-            #[test]
-            fn no_fd_leak_after_100_connections() {
-                super::no_fd_leak($mode);
+            scenario_tests! { $mode;
+                transfer_both_ways_exact => transfer,
+                half_close_gets_whole_response => half_close,
+                upstream_refused_closes_client_and_keeps_serving => upstream_refused,
+                max_conns_honoured => max_conns,
+                idle_timeout_closes_only_idle => idle_timeout,
+                sigterm_drains_open_connections => drain,
+                sigterm_cuts_at_drain_deadline => drain_deadline,
+                sigterm_deadline_counts_every_byte => drain_deadline_counts_every_byte,
+                no_fd_leak_after_100_connections => no_fd_leak,
             }
         }
     )*};
@@ -537,8 +417,7 @@ mode_tests! {
 fn reset_by_client_is_logged_not_fatal() {
     // A client that resets mid-stream ends its connection with an error
     // line; the proxy keeps serving.
-    let up = upstream(echo);
-    let proxy = Proxy::start(up, "splice", &[]);
+    let proxy = echo_proxy("splice", &[]);
     let s = proxy.connect();
     socket2::SockRef::from(&s)
         .set_linger(Some(Duration::ZERO))
@@ -546,6 +425,5 @@ fn reset_by_client_is_logged_not_fatal() {
     (&s).write_all(b"x").unwrap();
     drop(s);
     proxy.event(|v| v["event"] == "conn_closed");
-    let mut s = proxy.connect();
-    echo_once(&mut s, b"fine");
+    echoed(&proxy, b"fine");
 }

@@ -16,13 +16,13 @@
 
 mod common;
 
-use common::{ChildGuard, LineReader};
+use common::proxy::{bin, Proxy, MODES};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex, Once};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
 /// Idle connections per round: enough that a per-connection buffer would
@@ -57,10 +57,6 @@ fn idle_budget(mode: &str) -> usize {
 /// its mmap threshold has risen). The bound is 3.5 × std's figure and a
 /// fifth of that.
 const RETURN_BOUND: usize = 24 << 20;
-
-fn proxy_bin() -> String {
-    std::env::var("NETSPEED_TCP_PROXY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tcp_proxy").into())
-}
 
 /// The soft and hard RLIMIT_NOFILE of this process, from /proc.
 fn nofile_limits() -> (u64, u64) {
@@ -151,68 +147,48 @@ impl Upstream {
     }
 }
 
-struct Proxy {
-    guard: ChildGuard,
-    _events: LineReader,
-    addr: SocketAddr,
+/// `tcp_proxy` in `mode` with `BUFFER`-byte buffers and room for twice
+/// `CONNS` connections.
+fn start_proxy(upstream: SocketAddr, mode: &str) -> Proxy {
+    let extra = [
+        "--buffer-size",
+        &BUFFER.to_string(),
+        "--max-conns",
+        &(2 * CONNS).to_string(),
+    ];
+    Proxy::start_with(
+        Command::new(bin()),
+        "127.0.0.1",
+        upstream,
+        mode,
+        &extra,
+        WAIT,
+    )
 }
 
-impl Proxy {
-    fn start(upstream: SocketAddr, mode: &str) -> Proxy {
-        let mut cmd = Command::new(proxy_bin());
-        cmd.args(["--listen", "127.0.0.1:0", "--upstream"])
-            .arg(upstream.to_string())
-            .args(["--mode", mode, "--json", "--threads", "2"])
-            .args(["--buffer-size", &BUFFER.to_string()])
-            .args(["--max-conns", &(2 * CONNS).to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut guard = ChildGuard::spawn(&mut cmd, "tcp_proxy");
-        // Read every event, so that the proxy never blocks on a full pipe.
-        let events = guard.stdout_lines();
-        let listening = events
-            .wait_for_json(WAIT, |v| v["event"] == "listening")
-            .unwrap_or_else(|| panic!("no listening event:\n{}", events.transcript()));
-        let addr = listening["addr"].as_str().unwrap().parse().unwrap();
-        Proxy {
-            guard,
-            _events: events,
-            addr,
-        }
-    }
-
-    /// VmRSS in bytes.
-    fn rss(&self) -> usize {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.guard.id()))
-            .expect("the proxy is running");
-        let kib: usize = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .expect("VmRSS in /proc/PID/status");
-        kib * 1024
-    }
-
-    fn fd_count(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.guard.id()))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
+/// The proxy's VmRSS in bytes.
+fn rss(proxy: &Proxy) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.guard.id()))
+        .expect("the proxy is running");
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kib * 1024
 }
 
-/// Polls `done` every 10 ms until it holds or `WAIT` has passed.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(10));
-    }
+/// Polls `done` until it holds, for up to `WAIT`.
+fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    common::wait_until(WAIT, what, done)
 }
 
 /// Lets the proxy's tasks and threads finish what they were doing before
-/// its RSS is read.
+/// its RSS is read. A fixed pause on purpose: nothing the proxy shows marks
+/// the moment its allocator has handed memory back, and the callers have
+/// already waited for every event that can be seen (connections reaching
+/// the upstream, fds closed).
 fn settle() {
     thread::sleep(Duration::from_millis(300));
 }
@@ -249,10 +225,10 @@ fn close_through(proxy: &Proxy, upstream: &Upstream, clients: Vec<TcpStream>, fd
 fn idle_connections_cost_no_buffers_and_memory_returns(mode: &str) {
     ensure_fds();
     let upstream = Upstream::start();
-    let proxy = Proxy::start(upstream.addr, mode);
+    let proxy = start_proxy(upstream.addr, mode);
     settle();
     let fds_before = proxy.fd_count();
-    let before = proxy.rss();
+    let before = rss(&proxy);
     let mut log = vec![format!(
         "{mode}: {:.1} MiB before the first round",
         mib(before)
@@ -260,7 +236,7 @@ fn idle_connections_cost_no_buffers_and_memory_returns(mode: &str) {
     let mut most_open = 0;
     for round in 0..ROUNDS {
         let clients = open_through(&proxy, &upstream, CONNS);
-        let open = proxy.rss();
+        let open = rss(&proxy);
         most_open = most_open.max(open);
         log.push(format!(
             "round {round}: {:.1} MiB with {CONNS} idle connections open",
@@ -269,10 +245,10 @@ fn idle_connections_cost_no_buffers_and_memory_returns(mode: &str) {
         close_through(&proxy, &upstream, clients, fds_before);
         log.push(format!(
             "round {round}: {:.1} MiB after they closed",
-            mib(proxy.rss())
+            mib(rss(&proxy))
         ));
     }
-    let after = proxy.rss();
+    let after = rss(&proxy);
     // Printed in full (with --nocapture, or under a failure) for the record.
     eprintln!("{}", log.join("\n"));
     // Both checks come after every round: the first round can look cheaper
@@ -358,40 +334,33 @@ fn memory_per_connection_in_every_mode() {
         ),
         "| --- | ---: | ---: | ---: |".to_string(),
     ];
-    for mode in [
-        "tokio",
-        "tokio-copy",
-        "copy-bidirectional",
-        "std",
-        "std-copy",
-        "splice",
-    ] {
+    for mode in MODES {
         // Idle: two rounds, the figure from the second (the first can look
         // cheaper: never-touched pages), then what stays after they close.
         let upstream = Upstream::start();
-        let proxy = Proxy::start(upstream.addr, mode);
+        let proxy = start_proxy(upstream.addr, mode);
         settle();
         let fds_before = proxy.fd_count();
-        let before = proxy.rss();
+        let before = rss(&proxy);
         let mut idle = 0;
         for _ in 0..2 {
             let clients = open_through(&proxy, &upstream, CONNS);
-            idle = proxy.rss().saturating_sub(before) / CONNS;
+            idle = rss(&proxy).saturating_sub(before) / CONNS;
             close_through(&proxy, &upstream, clients, fds_before);
         }
-        let kept = proxy.rss().saturating_sub(before);
+        let kept = rss(&proxy).saturating_sub(before);
         drop(proxy);
         // Busy, in a fresh proxy: what it holds while both directions of
         // every connection are stalled on a peer that does not read.
         let upstream = Upstream::start();
-        let proxy = Proxy::start(upstream.addr, mode);
+        let proxy = start_proxy(upstream.addr, mode);
         settle();
-        let before = proxy.rss();
+        let before = rss(&proxy);
         let clients = open_through(&proxy, &upstream, BUSY);
         stall_both_ways(&clients);
         stall_both_ways(&upstream.held.lock().unwrap());
         settle();
-        let busy = proxy.rss().saturating_sub(before) / BUSY;
+        let busy = rss(&proxy).saturating_sub(before) / BUSY;
         assert!(
             idle <= idle_budget(mode) && busy <= 2 * BUFFER + 48 * 1024 && kept <= RETURN_BOUND,
             "{mode}: idle {idle} B (budget {}), busy {busy} B, kept {kept} B",
@@ -406,7 +375,7 @@ fn memory_per_connection_in_every_mode() {
     }
     eprintln!(
         "{} ({}, --buffer-size {BUFFER}, --threads 2)\n{}",
-        proxy_bin(),
+        bin(),
         std::env::consts::OS,
         rows.join("\n")
     );

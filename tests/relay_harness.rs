@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::impair::{data_seq, kind, kind_of, Action, Dir, Pick, Relay, CAPTURE_MAX};
+use common::impair::{data_seq, kind, kind_of, Action, Dir, Pick, Relay, RelayCounts, CAPTURE_MAX};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -138,14 +138,15 @@ fn server_addr(server: &UdpSocket) -> SocketAddr {
     server.local_addr().unwrap()
 }
 
+/// A relay in front of `server` applying `rules`, for at most `LIFE`.
+fn relay_to(server: &UdpSocket, rules: &[(Pick, Action)]) -> Relay {
+    Relay::start(server_addr(server), rules, LIFE)
+}
+
 #[test]
 fn drop_of_the_nth_data_datagram() {
     let server = socket();
-    let relay = Relay::start(
-        server_addr(&server),
-        &[(Pick::to_server(kind::DATA, 3), Action::Drop)],
-        LIFE,
-    );
+    let relay = relay_to(&server, &[(Pick::to_server(kind::DATA, 3), Action::Drop)]);
     let back = relay.back_addr();
     let client = client_of(&relay);
     // Seqs differ from the arrival indices, so the counts must have read
@@ -183,10 +184,9 @@ fn drop_of_the_nth_data_datagram() {
 #[test]
 fn drop_of_the_nth_answer() {
     let server = socket();
-    let relay = Relay::start(
-        server_addr(&server),
+    let relay = relay_to(
+        &server,
         &[(Pick::to_client(kind::END_ACK, 1), Action::Drop)],
-        LIFE,
     );
     let client = client_of(&relay);
     for nonce in 0..3 {
@@ -223,10 +223,9 @@ fn drop_of_the_nth_answer() {
 fn delay_of_one_data_datagram() {
     let delay = Duration::from_millis(200);
     let server = socket();
-    let relay = Relay::start(
-        server_addr(&server),
+    let relay = relay_to(
+        &server,
         &[(Pick::to_server(kind::DATA, 2), Action::Delay(delay))],
-        LIFE,
     );
     let client = client_of(&relay);
     let t0 = Instant::now();
@@ -266,10 +265,9 @@ fn delay_of_one_data_datagram() {
 #[test]
 fn repeat_after_k_later_datagrams() {
     let server = socket();
-    let relay = Relay::start(
-        server_addr(&server),
+    let relay = relay_to(
+        &server,
         &[(Pick::to_server(kind::DATA, 1), Action::RepeatAfter(3))],
-        LIFE,
     );
     let client = client_of(&relay);
     send_data(&client, 0..8);
@@ -290,11 +288,18 @@ fn repeat_after_k_later_datagrams() {
     assert_eq!(d.forwarded, d.seen - d.dropped + d.repeated);
 }
 
+/// (seen, forwarded, delayed, repeated) of the Data datagrams toward the
+/// server.
+fn held_and_repeated(counts: &RelayCounts) -> (u64, u64, u64, u64) {
+    let d = counts.class(Dir::ToServer, kind::DATA);
+    (d.seen, d.forwarded, d.delayed, d.repeated)
+}
+
 #[test]
 fn finish_flushes_what_is_held_back_or_owed() {
     let server = socket();
-    let relay = Relay::start(
-        server_addr(&server),
+    let relay = relay_to(
+        &server,
         &[
             (
                 Pick::to_server(kind::DATA, 0),
@@ -302,7 +307,6 @@ fn finish_flushes_what_is_held_back_or_owed() {
             ),
             (Pick::to_server(kind::DATA, 2), Action::RepeatAfter(5)),
         ],
-        LIFE,
     );
     let client = client_of(&relay);
     send_data(&client, 0..4);
@@ -312,12 +316,7 @@ fn finish_flushes_what_is_held_back_or_owed() {
     assert_eq!(data_seqs(&recv_n(&server, 3)), [1, 2, 3]);
     assert_silent(&server, "before finish");
     let mid = relay.stats();
-    let d = mid.class(Dir::ToServer, kind::DATA);
-    assert_eq!(
-        (d.seen, d.forwarded, d.delayed, d.repeated),
-        (4, 3, 1, 0),
-        "{mid:?}"
-    );
+    assert_eq!(held_and_repeated(&mid), (4, 3, 1, 0), "{mid:?}");
     assert_eq!(mid.delayed_seqs(), &[0]);
     assert!(mid.repeated_seqs().is_empty());
 
@@ -328,12 +327,7 @@ fn finish_flushes_what_is_held_back_or_owed() {
         "held one, then the copy"
     );
     assert_silent(&server, "after finish");
-    let d = counts.class(Dir::ToServer, kind::DATA);
-    assert_eq!(
-        (d.seen, d.forwarded, d.delayed, d.repeated),
-        (4, 5, 1, 1),
-        "{counts:?}"
-    );
+    assert_eq!(held_and_repeated(&counts), (4, 5, 1, 1), "{counts:?}");
     assert_eq!(counts.repeated_seqs(), &[2]);
 }
 
@@ -368,7 +362,7 @@ fn max_life_ends_the_relay_and_flushes() {
 #[test]
 fn inject_comes_from_the_relayed_addresses() {
     let server = socket();
-    let relay = Relay::start(server_addr(&server), &[], LIFE);
+    let relay = relay_to(&server, &[]);
     let client = client_of(&relay);
     client.send(&dgram(3, SESSION, 7, &[0; 32])).unwrap();
     let hello = recv_n(&server, 1).remove(0);
@@ -412,7 +406,7 @@ fn inject_comes_from_the_relayed_addresses() {
 #[test]
 fn captures_control_datagrams_classified_by_magic_and_kind() {
     let server = socket();
-    let relay = Relay::start(server_addr(&server), &[], LIFE);
+    let relay = relay_to(&server, &[]);
     let client = client_of(&relay);
     let t0 = Instant::now();
     let hello = dgram(3, SESSION, 1, &[0; 32]);
@@ -463,7 +457,7 @@ fn captures_control_datagrams_classified_by_magic_and_kind() {
 #[test]
 fn capture_keeps_the_first_64_per_direction() {
     let server = socket();
-    let relay = Relay::start(server_addr(&server), &[], LIFE);
+    let relay = relay_to(&server, &[]);
     let client = client_of(&relay);
     let n = CAPTURE_MAX as u64 + 6;
     for i in 0..n {
@@ -486,9 +480,8 @@ fn capture_keeps_the_first_64_per_direction() {
 fn two_rules_for_one_datagram_are_refused() {
     let server = socket();
     let pick = Pick::to_server(kind::DATA, 0);
-    Relay::start(
-        server_addr(&server),
+    relay_to(
+        &server,
         &[(pick, Action::Drop), (pick, Action::RepeatAfter(1))],
-        LIFE,
     );
 }

@@ -7,8 +7,8 @@
 mod common;
 
 use common::impair::{kind, Action, Dir, Pick, Relay};
-use common::udp::{client, client_outcome, u, Server, CLIENT, SERVER, WAIT};
-use common::{run_bounded, ChildGuard};
+use common::udp::{args_to, client, client_outcome, u, Server, CLIENT, SERVER, WAIT};
+use common::{args, run_bounded, ChildGuard, TempDir};
 use netspeed::wire;
 use serde_json::Value;
 use std::net::UdpSocket;
@@ -20,10 +20,6 @@ fn session_of(report: &Value) -> String {
         .as_str()
         .expect("session")
         .to_string()
-}
-
-fn relay_to(server: &Server, rules: &[(Pick, Action)]) -> Relay {
-    Relay::start(server.addr.parse().unwrap(), rules, Duration::from_secs(60))
 }
 
 /// Waits (bounded) until the relay has seen a datagram of `kind` going
@@ -62,19 +58,10 @@ fn forged_answers_are_ignored() {
     let rules: Vec<(Pick, Action)> = (0..10)
         .map(|n| (Pick::to_client(kind::END_ACK, n), Action::Drop))
         .collect();
-    let relay = relay_to(&server, &rules);
+    let relay = server.relay(&rules);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {
-        client_outcome(&[
-            "-s",
-            &target,
-            "-b",
-            "1000",
-            "-n",
-            "200",
-            "--end-timeout",
-            "2s",
-        ])
+        client_outcome(&args_to(&target, "-b 1000 -n 200 --end-timeout 2s"))
     });
     let end = wait_captured(&relay, Dir::ToServer, kind::END);
     let Ok(wire::Message::End(end)) = wire::decode(&end) else {
@@ -106,7 +93,7 @@ fn forged_answers_are_ignored() {
 /// A client run through a relay, with an End forged in the client's name
 /// (its address and session) injected after `after` data datagrams.
 fn run_with_a_spoofed_end(server: &Server, client_args: &[&str]) -> (common::udp::Outcome, Relay) {
-    let relay = relay_to(server, &[]);
+    let relay = server.relay(&[]);
     let target = relay.addr().to_string();
     let mut args: Vec<String> = vec!["-s".into(), target];
     args.extend(client_args.iter().map(|s| s.to_string()));
@@ -167,10 +154,8 @@ fn a_spoofed_end_is_reported_as_a_dispute() {
 
 #[test]
 fn with_a_pre_shared_key_a_spoofed_end_changes_nothing() {
-    let dir = std::env::temp_dir().join(format!("netspeed-psk-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = dir.join("key");
-    std::fs::write(&key, "correct horse battery staple\n").unwrap();
+    let dir = TempDir::new("netspeed-psk");
+    let key = dir.file("key", "correct horse battery staple\n");
     let key = key.to_str().unwrap();
     let server = Server::start(
         "127.0.0.1:0",
@@ -200,7 +185,6 @@ fn with_a_pre_shared_key_a_spoofed_end_changes_nothing() {
     let events = server.stop();
     let down = events.last().unwrap();
     assert_eq!(u(down, "ends_rejected"), 1, "{down}");
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -249,7 +233,10 @@ fn a_key_on_one_side_only_is_a_clear_error() {
 fn a_slowly_paced_client_stops_at_once_on_a_signal() {
     // --rate 1bit: the second datagram is due in 800 s. Before, SIGTERM and
     // SIGINT were ignored until then.
-    let server = Server::start("127.0.0.1:0", &[]);
+    // Interval lines on, so that the server says when each client's first
+    // datagram has arrived: the client is then waiting for the second.
+    let server = Server::start_args(&args("--listen 127.0.0.1:0 --interval 50ms"));
+    let mut peers_seen = Vec::new();
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let mut cmd = Command::new(CLIENT);
         cmd.args(["-s", &server.addr, "-b", "100", "-n", "2", "--rate", "1bit"])
@@ -258,7 +245,10 @@ fn a_slowly_paced_client_stops_at_once_on_a_signal() {
             .stderr(Stdio::piped());
         let mut child = ChildGuard::spawn(&mut cmd, "udp_client");
         let out = child.stdout_lines();
-        std::thread::sleep(Duration::from_millis(500));
+        let first = server.find("an interval line for a new client", |v| {
+            v["event"] == "interval" && !peers_seen.contains(&v["peer"])
+        });
+        peers_seen.push(first["peer"].clone());
         let asked = Instant::now();
         child.signal(signal);
         let status = child
@@ -282,16 +272,10 @@ fn duration_bounds_a_paced_run() {
     // still end after about a second (before: 4 s).
     let server = Server::start("127.0.0.1:0", &[]);
     let started = Instant::now();
-    let report = client(&[
-        "-s",
+    let report = client(&args_to(
         &server.addr,
-        "-b",
-        "5000",
-        "--rate",
-        "10kbit",
-        "--duration",
-        "1s",
-    ]);
+        "-b 5000 --rate 10kbit --duration 1s",
+    ));
     let took = started.elapsed();
     assert!(took < Duration::from_millis(1800), "took {took:?}");
     assert_eq!(u(&report, "sent_packets"), 1, "{report}");
@@ -301,13 +285,10 @@ fn duration_bounds_a_paced_run() {
 
 #[test]
 fn config_files_that_are_not_small_regular_files_are_refused() {
-    let dir = std::env::temp_dir().join(format!("netspeed-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let big = dir.join("big.toml");
-    std::fs::write(&big, vec![b'#'; 2 << 20]).unwrap();
-    let long_key = dir.join("long.toml");
+    let dir = TempDir::new("netspeed-cfg");
+    let big = dir.file("big.toml", vec![b'#'; 2 << 20]);
     // An unknown key of 100 KB (under the size bound): its echo is cut.
-    std::fs::write(&long_key, format!("{} = 1\n", "K".repeat(100_000))).unwrap();
+    let long_key = dir.file("long.toml", format!("{} = 1\n", "K".repeat(100_000)));
     let proxy = env!("CARGO_BIN_EXE_tcp_proxy");
     let sockbench = env!("CARGO_BIN_EXE_sockbench");
     let cases: Vec<(&str, Vec<String>, &str)> = vec![
@@ -338,7 +319,7 @@ fn config_files_that_are_not_small_regular_files_are_refused() {
         ),
         (
             CLIENT,
-            vec!["--config".into(), dir.display().to_string()],
+            vec!["--config".into(), dir.path().display().to_string()],
             "not a regular file",
         ),
         (
@@ -361,7 +342,6 @@ fn config_files_that_are_not_small_regular_files_are_refused() {
             "{bin}: should mention {mention}: {err}"
         );
     }
-    std::fs::remove_dir_all(dir).ok();
 }
 
 // ---------------------------------------------------------------- 7
@@ -382,14 +362,7 @@ fn a_flood_of_forged_sessions_does_not_lock_out_a_real_client() {
     // "server": null (and exit 0).
     let server = Server::start(
         "127.0.0.1:0",
-        &[
-            "--recv-buffer-size",
-            "4M",
-            "--max-peers",
-            "64",
-            "--idle-timeout",
-            "30s",
-        ],
+        &args("--recv-buffer-size 4M --max-peers 64 --idle-timeout 30s"),
     );
     let target = server.addr.clone();
     let sockets: Vec<UdpSocket> = (0..500)
@@ -407,16 +380,7 @@ fn a_flood_of_forged_sessions_does_not_lock_out_a_real_client() {
         );
         s.send_to(&d, &target).unwrap();
     }
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1000",
-        "-n",
-        "2000",
-        "--rate",
-        "100Mbit",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1000 -n 2000 --rate 100Mbit"));
     let answer = &report["server"];
     assert_eq!(u(answer, "received_packets"), 2000, "{report}");
     assert_eq!(u(answer, "lost_packets"), 0);
@@ -532,14 +496,7 @@ fn small_fd_limits_give_one_line_errors_never_panics() {
         ];
         under_fd_limit(SERVER, &threads, limit, short);
         under_fd_limit(CLIENT, &["--local", "-t", "100K"], limit, long);
-        for mode in [
-            "tokio",
-            "tokio-copy",
-            "copy-bidirectional",
-            "std",
-            "std-copy",
-            "splice",
-        ] {
+        for mode in common::proxy::MODES {
             let args = [
                 "--listen",
                 "127.0.0.1:0",
@@ -561,7 +518,7 @@ fn small_fd_limits_give_one_line_errors_never_panics() {
 fn forged_send_times_cannot_blow_up_jitter() {
     // Before: random send_time_ns values pushed jitter to 1.7e12 ms.
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let relay = relay_to(&server, &[]);
+    let relay = server.relay(&[]);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {
         client(&[
@@ -619,21 +576,7 @@ fn every_binary_stops_soon_after_sigterm() {
         ),
         (
             sockbench,
-            &[
-                "udp",
-                "--socket",
-                "std",
-                "--threads",
-                "2",
-                "--conn",
-                "unconnected",
-                "--ip",
-                "v4",
-                "--payload",
-                "1460",
-                "--duration",
-                "30s",
-            ],
+            &args("udp --socket std --threads 2 --conn unconnected --ip v4 --payload 1460 --duration 30s"),
         ),
     ];
     for (bin, args) in cases {
@@ -643,6 +586,9 @@ fn every_binary_stops_soon_after_sigterm() {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = ChildGuard::spawn(&mut cmd, bin);
+        // A pause on purpose: it is the time each binary must keep running
+        // by itself, and sockbench writes nothing before it ends, so there
+        // is no line to wait for; 0.8 s puts every one inside its wait.
         std::thread::sleep(Duration::from_millis(800));
         assert!(
             child.wait_timeout(Duration::ZERO).is_none(),

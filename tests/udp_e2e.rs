@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::udp::{assert_exact, client, u, Server, CLIENT, SERVER, WAIT};
-use common::{run_bounded, ChildGuard};
+use common::udp::{args_to, assert_exact, client, u, Server, CLIENT, SERVER, WAIT};
+use common::{args, run_bounded, TempDir};
 use std::net::UdpSocket;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 #[test]
@@ -14,16 +14,7 @@ fn one_client_exact_counts_on_both_sides() {
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
     // 1000003 bytes in 1000-byte datagrams: 1000 full ones and a 3-byte
     // tail too short for a header, which the server merges at end of test.
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1000",
-        "-t",
-        "1000003",
-        "--rate",
-        "400Mbit",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1000 -t 1000003 --rate 400Mbit"));
     assert_eq!(u(&report, "sent_bytes"), 1_000_003);
     assert_eq!(u(&report, "sent_packets"), 1001);
     let c = &report["clients"][0];
@@ -43,18 +34,10 @@ fn one_client_exact_counts_on_both_sides() {
 #[test]
 fn three_clients_are_three_exact_peers() {
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let report = client(&[
-        "-s",
+    let report = client(&args_to(
         &server.addr,
-        "-b",
-        "1400",
-        "-t",
-        "2M",
-        "--clients",
-        "3",
-        "--rate",
-        "150Mbit",
-    ]);
+        "-b 1400 -t 2M --clients 3 --rate 150Mbit",
+    ));
     let clients = report["clients"].as_array().unwrap();
     assert_eq!(clients.len(), 3);
     let mut sessions: Vec<&str> = clients
@@ -84,16 +67,7 @@ fn three_clients_are_three_exact_peers() {
 fn ipv6_loopback() {
     let server = Server::start("[::1]:0", &["--recv-buffer-size", "4M"]);
     assert!(server.addr.starts_with("[::1]:"), "{}", server.addr);
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1200",
-        "-t",
-        "600K",
-        "--rate",
-        "200Mbit",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1200 -t 600K --rate 200Mbit"));
     let c = &report["clients"][0];
     let done = server.done_for(c["session"].as_str().unwrap());
     assert_exact(&report, c, &done);
@@ -175,16 +149,7 @@ fn garbage_during_a_session_changes_nothing() {
         }
         sent
     });
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1000",
-        "-t",
-        "3M",
-        "--rate",
-        "200Mbit",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1000 -t 3M --rate 200Mbit"));
     assert_eq!(flood.join().unwrap(), 10_000);
     let c = &report["clients"][0];
     let done = server.done_for(c["session"].as_str().unwrap());
@@ -225,16 +190,9 @@ fn receive_buffer_overflow_is_reported_as_kernel_drops() {
 
 #[test]
 fn interval_lines_while_traffic_flows() {
-    let mut cmd = Command::new(SERVER);
-    cmd.args(["--listen", "127.0.0.1:0", "--json", "--interval", "100ms"])
-        .stdout(Stdio::piped());
-    let mut guard = ChildGuard::spawn(&mut cmd, "udp_server");
-    let lines = guard.stdout_lines();
-    let listening = lines
-        .wait_for_json(WAIT, |v| v["event"] == "listening")
-        .unwrap();
-    let addr = listening["addr"].as_str().unwrap().to_string();
-    let report = client(&["-s", &addr, "-b", "1000", "-t", "5M", "--rate", "100Mbit"]);
+    let server = Server::start_args(&args("--listen 127.0.0.1:0 --interval 100ms"));
+    let lines = &server.lines;
+    let report = client(&args_to(&server.addr, "-b 1000 -t 5M --rate 100Mbit"));
     let session = report["clients"][0]["session"]
         .as_str()
         .unwrap()
@@ -262,15 +220,21 @@ fn interval_lines_while_traffic_flows() {
 
 #[test]
 fn sigterm_summarises_unfinished_peers_and_exits_zero() {
-    let mut server = Server::start("127.0.0.1:0", &["--idle-timeout", "60s"]);
+    // Interval lines on, so that the server says when it has the datagrams.
+    let mut server = Server::start_args(&args(
+        "--listen 127.0.0.1:0 --interval 50ms --idle-timeout 60s",
+    ));
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     for _ in 0..3 {
         s.send_to(b"abc", &server.addr).unwrap();
     }
+    let peer = s.local_addr().unwrap().to_string();
     // Make sure they were received before stopping.
-    std::thread::sleep(Duration::from_millis(300));
+    server.find("an interval line with the 3 datagrams", |v| {
+        v["event"] == "interval" && v["peer"] == peer.as_str() && v["total_packets"] == 3
+    });
     server.guard.signal(libc::SIGTERM);
-    let done = server.done_for_peer(&s.local_addr().unwrap().to_string());
+    let done = server.done_for_peer(&peer);
     assert_eq!(done["reason"], "shutdown");
     assert_eq!(u(&done, "packets"), 3);
     let last = server.find("shutdown event", |v| v["event"] == "shutdown");
@@ -329,12 +293,9 @@ fn no_server_is_a_runtime_error() {
 
 #[test]
 fn bad_input_exits_2_with_one_line() {
-    let dir = std::env::temp_dir().join(format!("netspeed-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bad_key = dir.join("bad.toml");
-    std::fs::write(&bad_key, "buffer_size = 100\ntotal_sned = 5\n").unwrap();
-    let bad_syntax = dir.join("syntax.toml");
-    std::fs::write(&bad_syntax, "buffer_size = = 1\n").unwrap();
+    let dir = TempDir::new("netspeed-e2e");
+    let bad_key = dir.file("bad.toml", "buffer_size = 100\ntotal_sned = 5\n");
+    let bad_syntax = dir.file("syntax.toml", "buffer_size = = 1\n");
     let bad_key = bad_key.to_str().unwrap();
     let bad_syntax = bad_syntax.to_str().unwrap();
     let cases: &[(&str, &[&str], &str)] = &[
@@ -380,7 +341,6 @@ fn bad_input_exits_2_with_one_line() {
         assert!(!err.contains("panicked"), "{err}");
         assert!(out.stdout.is_empty(), "errors go to stderr only");
     }
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -418,25 +378,9 @@ fn small_datagrams_still_get_an_exact_answer() {
 
 #[test]
 fn sweep_prints_seed_001s_table_from_the_servers_answers() {
-    let out = run_bounded(
-        Command::new(CLIENT).args([
-            "--local",
-            "--sweep",
-            "1000,8000",
-            "--clients",
-            "1,2",
-            "--duration",
-            "200ms",
-            "--json",
-        ]),
-        WAIT,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = client(&args(
+        "--local --sweep 1000,8000 --clients 1,2 --duration 200ms",
+    ));
     let cells = report["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 4, "{report}");
     for cell in cells {

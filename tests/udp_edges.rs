@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::impair::{Action, Dir, Pick, Relay};
-use common::run_bounded;
-use common::udp::{client, client_outcome, u, Server, CLIENT};
+use common::impair::{Action, Dir, Pick};
+use common::udp::{args_to, client, client_outcome, u, Server, CLIENT};
+use common::{args, run_bounded};
 use serde_json::Value;
 use std::net::UdpSocket;
 use std::process::Command;
@@ -30,14 +30,6 @@ fn peer_dones<'a>(events: &'a [Value], session: &str) -> Vec<&'a Value> {
         .iter()
         .filter(|v| v["event"] == "peer_done" && v["session"] == session)
         .collect()
-}
-
-fn relay_to(server: &Server, rules: &[(Pick, Action)]) -> Relay {
-    Relay::start(
-        server.addr.parse().expect("server address"),
-        rules,
-        Duration::from_secs(60),
-    )
 }
 
 fn pick(dir: Dir, kind: Option<u8>, nth: u64) -> Pick {
@@ -78,21 +70,15 @@ fn a_silent_server_is_found_before_any_data_is_sent() {
 
 #[test]
 fn a_server_that_dies_mid_test_is_reported_with_the_sender_side() {
-    let server = Server::start("127.0.0.1:0", &[]);
+    // Interval lines on, so that the server says when the test is under way.
+    let server = Server::start_args(&args("--listen 127.0.0.1:0 --interval 100ms"));
     let addr = server.addr.clone();
     let run = std::thread::spawn(move || {
-        client_outcome(&[
-            "-s",
-            &addr,
-            "-b",
-            "1000",
-            "--duration",
-            "8s",
-            "--rate",
-            "20Mbit",
-        ])
+        client_outcome(&args_to(&addr, "-b 1000 --duration 8s --rate 20Mbit"))
     });
-    std::thread::sleep(Duration::from_millis(800));
+    server.find("an interval line: data is arriving", |v| {
+        v["event"] == "interval"
+    });
     drop(server); // SIGKILL: it vanishes without a word
     let out = run.join().unwrap();
     assert_eq!(out.code, Some(3), "{}", out.stderr);
@@ -140,16 +126,7 @@ fn rates_count_the_gaps_not_the_datagrams() {
     // the first to the last. Counting all 10 over 9 gaps reads 111 kbit/s.
     // (Gaps this long keep scheduling noise far below the 3 % allowed.)
     let server = Server::start("127.0.0.1:0", &[]);
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1250",
-        "-n",
-        "10",
-        "--rate",
-        "100kbit",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1250 -n 10 --rate 100kbit"));
     let done = server.done_for(&session(&report));
     for (side, gbps) in [
         ("receiver", done["gbps"].as_f64()),
@@ -192,16 +169,7 @@ fn a_burst_too_short_for_a_rate_has_none() {
 #[test]
 fn totals_are_total_bytes_over_the_time_they_span() {
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let report = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1400",
-        "-t",
-        "5M",
-        "--clients",
-        "3",
-    ]);
+    let report = client(&args_to(&server.addr, "-b 1400 -t 5M --clients 3"));
     let total = &report["server"];
     let received = u(total, "received_bytes");
     let seconds = total["seconds"].as_f64().unwrap();
@@ -243,24 +211,13 @@ fn totals_are_total_bytes_over_the_time_they_span() {
 
 #[test]
 fn interval_lines_add_up_to_the_summary() {
-    let server = Server::start_args(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--interval",
-        "300ms",
-        "--recv-buffer-size",
-        "4M",
-    ]);
-    let report = client(&[
-        "-s",
+    let server = Server::start_args(&args(
+        "--listen 127.0.0.1:0 --interval 300ms --recv-buffer-size 4M",
+    ));
+    let report = client(&args_to(
         &server.addr,
-        "-b",
-        "1000",
-        "--duration",
-        "1s",
-        "--rate",
-        "50Mbit",
-    ]);
+        "-b 1000 --duration 1s --rate 50Mbit",
+    ));
     let session = session(&report);
     let done = server.done_for(&session);
     let events = server.stop();
@@ -282,32 +239,16 @@ fn the_gro_label_says_what_was_observed() {
     // GRO is on (the default), but a sender without GSO sends datagrams the
     // kernel never coalesces: its drops are datagrams.
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let plain = client(&[
-        "-s",
-        &server.addr,
-        "-b",
-        "1400",
-        "-n",
-        "2000",
-        "--rate",
-        "200Mbit",
-    ]);
+    let plain = client(&args_to(&server.addr, "-b 1400 -n 2000 --rate 200Mbit"));
     let done = server.done_for(&session(&plain));
     assert_eq!(u(&done, "gro_buffers"), 0, "{done}");
     assert_eq!(done["kernel_drops_unit"], "datagrams", "{done}");
     assert_eq!(plain["server"]["kernel_drops_unit"], "datagrams");
     // A GSO sender's buffers arrive whole: its drops are buffers.
-    let gso = client(&[
-        "-s",
+    let gso = client(&args_to(
         &server.addr,
-        "-b",
-        "1400",
-        "-n",
-        "2000",
-        "--rate",
-        "200Mbit",
-        "--gso",
-    ]);
+        "-b 1400 -n 2000 --rate 200Mbit --gso",
+    ));
     let done = server.done_for(&session(&gso));
     assert!(u(&done, "gro_buffers") > 0, "{done}");
     assert_eq!(done["kernel_drops_unit"], "buffers", "{done}");
@@ -322,27 +263,15 @@ fn a_lost_first_answer_is_answered_again_from_the_record() {
     // the retry comes 3 s later (--end-timeout 15s). Before, the session
     // had been forgotten after 2 s and the retry read "received 0".
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let relay = relay_to(
-        &server,
-        &[
-            (pick(Dir::ToClient, END_ACK, 0), Action::Drop),
-            (
-                pick(Dir::ToServer, DATA, 100),
-                Action::Delay(Duration::from_millis(400)),
-            ),
-        ],
-    );
-    let target = relay.addr().to_string();
-    let report = client(&[
-        "-s",
-        &target,
-        "-b",
-        "1000",
-        "-n",
-        "200",
-        "--end-timeout",
-        "15s",
+    let relay = server.relay(&[
+        (pick(Dir::ToClient, END_ACK, 0), Action::Drop),
+        (
+            pick(Dir::ToServer, DATA, 100),
+            Action::Delay(Duration::from_millis(400)),
+        ),
     ]);
+    let target = relay.addr().to_string();
+    let report = client(&args_to(&target, "-b 1000 -n 200 --end-timeout 15s"));
     let counts = relay.finish();
     let session = session(&report);
     let events = server.stop();
@@ -374,13 +303,10 @@ fn a_lost_first_answer_is_answered_again_from_the_record() {
 #[test]
 fn a_straggler_after_the_end_is_late_not_a_new_peer() {
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let relay = relay_to(
-        &server,
-        &[(
-            pick(Dir::ToServer, DATA, 50),
-            Action::Delay(Duration::from_secs(3)),
-        )],
-    );
+    let relay = server.relay(&[(
+        pick(Dir::ToServer, DATA, 50),
+        Action::Delay(Duration::from_secs(3)),
+    )]);
     let report = client(&["-s", &relay.addr().to_string(), "-b", "1000", "-n", "150"]);
     let deadline = Instant::now() + Duration::from_secs(10);
     while relay.stats().forwarded(Dir::ToServer, DATA) < 150 && Instant::now() < deadline {
@@ -410,23 +336,14 @@ fn a_late_duplicate_cannot_hide_a_loss() {
     // The relay drops seq 10 and repeats seq 20 after 4980 more datagrams:
     // a 4096-datagram window took the copy for the lost one.
     let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let relay = relay_to(
-        &server,
-        &[
-            (pick(Dir::ToServer, DATA, 10), Action::Drop),
-            (pick(Dir::ToServer, DATA, 20), Action::RepeatAfter(4980)),
-        ],
-    );
-    let report = client(&[
-        "-s",
-        &relay.addr().to_string(),
-        "-b",
-        "200",
-        "-n",
-        "6000",
-        "--rate",
-        "100Mbit",
+    let relay = server.relay(&[
+        (pick(Dir::ToServer, DATA, 10), Action::Drop),
+        (pick(Dir::ToServer, DATA, 20), Action::RepeatAfter(4980)),
     ]);
+    let report = client(&args_to(
+        &relay.addr().to_string(),
+        "-b 200 -n 6000 --rate 100Mbit",
+    ));
     let counts = relay.finish();
     assert_eq!(counts.dropped_seqs(), [10]);
     assert_eq!(counts.repeated_seqs(), [20]);
@@ -449,13 +366,10 @@ fn data_just_behind_the_end_is_counted() {
         "127.0.0.1:0",
         &["--recv-buffer-size", "4M", "--end-grace", "1s"],
     );
-    let relay = relay_to(
-        &server,
-        &[(
-            pick(Dir::ToServer, DATA, 199),
-            Action::Delay(Duration::from_millis(50)),
-        )],
-    );
+    let relay = server.relay(&[(
+        pick(Dir::ToServer, DATA, 199),
+        Action::Delay(Duration::from_millis(50)),
+    )]);
     let report = client(&["-s", &relay.addr().to_string(), "-b", "1000", "-n", "200"]);
     let counts = relay.finish();
     assert_eq!(counts.delayed_seqs(), [199]);
@@ -472,17 +386,11 @@ fn a_test_without_an_answer_exits_3_with_the_sender_side() {
     let rules: Vec<(Pick, Action)> = (0..10)
         .map(|n| (pick(Dir::ToClient, END_ACK, n), Action::Drop))
         .collect();
-    let relay = relay_to(&server, &rules);
-    let out = client_outcome(&[
-        "-s",
+    let relay = server.relay(&rules);
+    let out = client_outcome(&args_to(
         &relay.addr().to_string(),
-        "-b",
-        "1000",
-        "-n",
-        "100",
-        "--end-timeout",
-        "500ms",
-    ]);
+        "-b 1000 -n 100 --end-timeout 500ms",
+    ));
     let counts = relay.finish();
     assert_eq!(out.code, Some(3), "{}", out.stderr);
     let report = out.report.expect("a report");
@@ -497,15 +405,10 @@ fn a_test_without_an_answer_exits_3_with_the_sender_side() {
 fn a_forged_far_sequence_number_cannot_wrap_the_loss() {
     // One datagram with seq 2^64 - 1 in the client's session, sent from its
     // address (through the relay) in the middle of the run.
-    let server = Server::start_args(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--interval",
-        "100ms",
-        "--recv-buffer-size",
-        "4M",
-    ]);
-    let relay = relay_to(&server, &[]);
+    let server = Server::start_args(&args(
+        "--listen 127.0.0.1:0 --interval 100ms --recv-buffer-size 4M",
+    ));
+    let relay = server.relay(&[]);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {
         client(&[

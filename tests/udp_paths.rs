@@ -4,7 +4,7 @@
 mod common;
 
 use common::run_bounded;
-use common::udp::{assert_exact, client, u, Server, CLIENT, SERVER, WAIT};
+use common::udp::{args_to, assert_exact, client, u, Server, CLIENT, SERVER, WAIT};
 use std::process::Command;
 
 /// The send paths: plain, sendmmsg, GSO, GSO in sendmmsg batches.
@@ -104,17 +104,10 @@ fn method_mmsg() {
 fn gso_at_64_bytes_counts_each_segment() {
     // 128 segments per GSO buffer, coalesced again by GRO at the server.
     let server = Server::start("127.0.0.1:0", &["--gro", "--recv-buffer-size", "8M"]);
-    let report = client(&[
-        "-s",
+    let report = client(&args_to(
         &server.addr,
-        "-b",
-        "64",
-        "-n",
-        "20000",
-        "--gso",
-        "--rate",
-        "100Mbit",
-    ]);
+        "-b 64 -n 20000 --gso --rate 100Mbit",
+    ));
     let c = &report["clients"][0];
     assert_eq!(u(c, "sent_packets"), 20_000);
     assert_eq!(u(&c["send_path"], "gso_segments"), 128);
@@ -129,24 +122,18 @@ fn threads_share_one_table() {
     );
     let listening = server.find("listening", |v| v["event"] == "listening");
     assert_eq!(listening["threads"], 2);
-    let report = client(&[
-        "-s",
+    let report = client(&args_to(
         &server.addr,
-        "-b",
-        "1000",
-        "-t",
-        "1M",
-        "--clients",
-        "4",
-        "--rate",
-        "100Mbit",
-    ]);
+        "-b 1000 -t 1M --clients 4 --rate 100Mbit",
+    ));
     for c in report["clients"].as_array().unwrap() {
         let session = c["session"].as_str().unwrap();
         assert_exact(&report, c, &server.done_for(session));
     }
     // Each peer is reported once, whichever socket its traffic reached.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // No pause before the signal: the four peer_done lines above are the
+    // event to wait for, and a peer that a second socket still held would
+    // be summarised at shutdown, before the shutdown line, and counted.
     server.guard.signal(libc::SIGTERM);
     let summary = server.find("shutdown", |v| v["event"] == "shutdown");
     assert_eq!(u(&summary, "peers"), 4, "{summary}");

@@ -219,17 +219,25 @@ fn big_buffers(s: &UdpSocket) {
     let _ = s.set_send_buffer_size(4 << 20);
 }
 
+/// A relay's two non-blocking loopback sockets with big buffers: the front
+/// that clients send to (and its address), and the back, connected to
+/// `server`.
+fn relay_sockets(server: SocketAddr) -> (UdpSocket, UdpSocket, SocketAddr) {
+    let front = UdpSocket::bind("127.0.0.1:0").expect("bind relay front");
+    let back = UdpSocket::bind("127.0.0.1:0").expect("bind relay back");
+    back.connect(server).expect("connect relay back");
+    big_buffers(&front);
+    big_buffers(&back);
+    front.set_nonblocking(true).unwrap();
+    back.set_nonblocking(true).unwrap();
+    let addr = front.local_addr().unwrap();
+    (front, back, addr)
+}
+
 impl SwapRelay {
     pub fn start(server: SocketAddr, every: u64, max_life: Duration) -> SwapRelay {
         assert!(every >= 2);
-        let front = UdpSocket::bind("127.0.0.1:0").expect("bind relay front");
-        let back = UdpSocket::bind("127.0.0.1:0").expect("bind relay back");
-        back.connect(server).expect("connect relay back");
-        big_buffers(&front);
-        big_buffers(&back);
-        front.set_nonblocking(true).unwrap();
-        back.set_nonblocking(true).unwrap();
-        let addr = front.local_addr().unwrap();
+        let (front, back, addr) = relay_sockets(server);
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let handle = std::thread::spawn(move || {
@@ -456,6 +464,30 @@ pub struct ClassCounts {
     pub failed: u64,
 }
 
+/// The counters of [`ClassCounts`], listed once: their sum (for
+/// [`RelayCounts::total`]) and one [`RelayCounts`] accessor per counter,
+/// e.g. `counts.dropped(dir, kind)`, are generated from the list.
+macro_rules! class_counters {
+    ($($counter:ident),*) => {
+        impl std::ops::AddAssign for ClassCounts {
+            fn add_assign(&mut self, other: ClassCounts) {
+                $(self.$counter += other.$counter;)*
+            }
+        }
+
+        impl RelayCounts {
+            $(
+                #[doc = concat!("`", stringify!($counter), "` of one class.")]
+                pub fn $counter(&self, dir: Dir, kind: Option<u8>) -> u64 {
+                    self.class(dir, kind).$counter
+                }
+            )*
+        }
+    };
+}
+
+class_counters!(seen, forwarded, dropped, delayed, repeated, failed);
+
 /// How many non-Data datagrams per direction a [`Relay`] keeps.
 pub const CAPTURE_MAX: usize = 64;
 
@@ -493,38 +525,9 @@ impl RelayCounts {
     pub fn total(&self, dir: Dir) -> ClassCounts {
         let mut t = ClassCounts::default();
         for (_, _, c) in self.classes().filter(|(d, _, _)| *d == dir) {
-            t.seen += c.seen;
-            t.forwarded += c.forwarded;
-            t.dropped += c.dropped;
-            t.delayed += c.delayed;
-            t.repeated += c.repeated;
-            t.failed += c.failed;
+            t += c;
         }
         t
-    }
-
-    pub fn seen(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).seen
-    }
-
-    pub fn forwarded(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).forwarded
-    }
-
-    pub fn dropped(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).dropped
-    }
-
-    pub fn delayed(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).delayed
-    }
-
-    pub fn repeated(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).repeated
-    }
-
-    pub fn failed(&self, dir: Dir, kind: Option<u8>) -> u64 {
-        self.class(dir, kind).failed
     }
 
     /// Sequence numbers of the client → server Data datagrams dropped, in
@@ -881,14 +884,7 @@ impl Relay {
                 panic!("relay: two rules for {pick:?}: {old:?} and {action:?}");
             }
         }
-        let front = UdpSocket::bind("127.0.0.1:0").expect("bind relay front");
-        let back = UdpSocket::bind("127.0.0.1:0").expect("bind relay back");
-        back.connect(server).expect("connect relay back");
-        big_buffers(&front);
-        big_buffers(&back);
-        front.set_nonblocking(true).unwrap();
-        back.set_nonblocking(true).unwrap();
-        let addr = front.local_addr().unwrap();
+        let (front, back, addr) = relay_sockets(server);
         let front = Arc::new(front);
         let back = Arc::new(back);
         let shared = Arc::new(Mutex::new(Shared::default()));

@@ -13,7 +13,8 @@
 //!   both pipes so the child can never block on a full pipe.
 //!
 //! Everything here is generic (used by loopback tests as well); the network
-//! namespace harness lives in [`netns`].
+//! namespace harness lives in [`netns`], the UDP pair's in [`udp`] and
+//! `tcp_proxy`'s in [`proxy`].
 
 // Each test binary includes this module with `mod common;` and uses only a
 // part of it.
@@ -21,9 +22,11 @@
 
 pub mod impair;
 pub mod netns;
+pub mod proxy;
 pub mod udp;
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
@@ -120,6 +123,13 @@ impl LineReader {
             }
         })?;
         found
+    }
+
+    /// The `listening` event that every role writes first with `--json`,
+    /// within `timeout`; panics with what `what` said instead.
+    pub fn listening(&self, timeout: Duration, what: &str) -> serde_json::Value {
+        self.wait_for_json(timeout, |v| v["event"] == "listening")
+            .unwrap_or_else(|| panic!("no listening event; {what} said:\n{}", self.transcript()))
     }
 
     /// Collects the remaining lines until EOF or until `timeout` has passed.
@@ -307,6 +317,56 @@ pub fn run_ok(cmd: &mut Command, timeout: Duration) -> String {
         String::from_utf8_lossy(&out.stdout)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `"-b 1000 -n 1"` as `["-b", "1000", "-n", "1"]`: a command line written
+/// as one string, so that a test reads as the command it runs. For
+/// arguments without spaces only.
+pub fn args(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// Polls `done` every 10 ms until it holds; panics, naming `what`, once
+/// `timeout` has passed.
+pub fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A directory for the files a test writes (configuration files, keys),
+/// named after the test and this process so that parallel runs do not
+/// collide, and removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `contents` to `name` in the directory; returns its path.
+    pub fn file(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
 }
 
 /// Reads a pipe to EOF on a background thread.

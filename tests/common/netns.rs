@@ -275,18 +275,10 @@ pub fn veth_pair(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> (String, S
     let (ia, ib) = (ifname(n, 'a'), ifname(n, 'b'));
     // Created directly in the namespaces, so the names never exist in (and
     // can't collide in) the host namespace.
-    a.ip(&[
-        "link",
-        "add",
-        &ia,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        &ib,
-        "netns",
-        b.name(),
-    ]);
+    let netns = b.name();
+    a.ip(&super::args(&format!(
+        "link add {ia} type veth peer name {ib} netns {netns}"
+    )));
     a.ip(&["addr", "add", a_addr, "dev", &ia]);
     b.ip(&["addr", "add", b_addr, "dev", &ib]);
     a.ip(&["link", "set", &ia, "up"]);
@@ -294,6 +286,22 @@ pub fn veth_pair(a: &Netns, a_addr: &str, b: &Netns, b_addr: &str) -> (String, S
     a.pin_neighbor(&ia, host_addr(b_addr), &b.mac(&ib));
     b.pin_neighbor(&ib, host_addr(a_addr), &a.mac(&ia));
     (ia, ib)
+}
+
+/// A server host and a client host joined by one veth link on
+/// `subnet`.0/24 (e.g. `"10.61.2"`): the server is `subnet`.1 and the
+/// client `subnet`.2. The namespaces are tagged `{tag}srv` and `{tag}cli`.
+/// Returns them and the link's interfaces, (server side, client side).
+pub fn two_hosts(tag: &str, subnet: &str) -> (Netns, Netns, (String, String)) {
+    let srv = Netns::new(&format!("{tag}srv"));
+    let cli = Netns::new(&format!("{tag}cli"));
+    let devs = veth_pair(
+        &srv,
+        &format!("{subnet}.1/24"),
+        &cli,
+        &format!("{subnet}.2/24"),
+    );
+    (srv, cli, devs)
 }
 
 /// One host attached to a [`Bridge`].
@@ -339,18 +347,10 @@ impl Bridge {
     pub fn attach(&self, host: &Netns, addr: &str) -> (String, String) {
         let n = next_id();
         let (dev, port) = (ifname(n, 'h'), ifname(n, 's'));
-        host.ip(&[
-            "link",
-            "add",
-            &dev,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &port,
-            "netns",
-            self.switch.name(),
-        ]);
+        let switch = self.switch.name();
+        host.ip(&super::args(&format!(
+            "link add {dev} type veth peer name {port} netns {switch}"
+        )));
         self.switch.ip(&["link", "set", &port, "master", "br0"]);
         self.switch.ip(&["link", "set", &port, "up"]);
         host.ip(&["addr", "add", addr, "dev", &dev]);

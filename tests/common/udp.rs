@@ -2,6 +2,7 @@
 //! on port 0 and read its events, run a client and parse its JSON, and
 //! check that counts are exact at both ends.
 
+use super::impair::{Action, Pick, Relay};
 use super::netns::Netns;
 use super::{run_bounded, ChildGuard, LineReader};
 use serde_json::Value;
@@ -52,9 +53,7 @@ impl Server {
             .stderr(Stdio::inherit());
         let mut guard = ChildGuard::spawn(&mut cmd, "udp_server");
         let lines = guard.stdout_lines();
-        let listening = lines
-            .wait_for_json(WAIT, |v| v["event"] == "listening")
-            .unwrap_or_else(|| panic!("no listening event; server said:\n{}", lines.transcript()));
+        let listening = lines.listening(WAIT, "udp_server");
         let addr = listening["addr"].as_str().expect("addr").to_string();
         Server {
             guard,
@@ -62,6 +61,12 @@ impl Server {
             addr,
             events: RefCell::new(vec![listening]),
         }
+    }
+
+    /// The port the server bound.
+    pub fn port(&self) -> u16 {
+        let port = self.addr.rsplit(':').next().expect("addr has a port");
+        port.parse().expect("a port number")
     }
 
     /// The first event, read so far or arriving within [`WAIT`], that
@@ -110,11 +115,26 @@ impl Server {
         events
     }
 
+    /// A relay in front of this server applying `rules`, for at most a
+    /// minute; clients send to its [`Relay::addr`].
+    pub fn relay(&self, rules: &[(Pick, Action)]) -> Relay {
+        let addr = self.addr.parse().expect("server address");
+        Relay::start(addr, rules, Duration::from_secs(60))
+    }
+
     pub fn done_for_peer(&self, peer: &str) -> Value {
         self.find(&format!("peer_done for {peer}"), |v| {
             v["event"] == "peer_done" && v["peer"] == peer
         })
     }
+}
+
+/// `udp_client` arguments for a run against `server`: `-s server`, then
+/// `rest` split at whitespace (see [`super::args`]).
+pub fn args_to<'a>(server: &'a str, rest: &'a str) -> Vec<&'a str> {
+    let mut all = vec!["-s", server];
+    all.extend(super::args(rest));
+    all
 }
 
 /// Runs `udp_client --json` with `args`; returns its JSON report.
