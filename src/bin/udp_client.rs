@@ -20,7 +20,7 @@ fn run() -> Result<()> {
     let shutdown = Shutdown::on_signals()
         .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
     if let Some(sched) = cfg.sched {
-        netspeed::sys::apply_scheduler(sched.policy, sched.priority).map_err(Error::runtime)?;
+        netspeed::sys::apply_scheduler(sched.policy, sched.priority)?;
     }
     if !cfg.sweep.is_empty() {
         return sweep(&cfg, &shutdown);

@@ -154,7 +154,7 @@ impl MuxMatrix {
             }
         }
         for &m in &a.method {
-            m.check_available().map_err(Error::usage)?;
+            m.check_available()?;
         }
         // --priority applies to the realtime policies only; the others
         // run at 0 whatever it says.
@@ -207,8 +207,7 @@ pub fn check_schedulers(cases: &[MuxCase]) -> Result<()> {
         let (p, prio) = (c.scheduler, c.priority);
         std::thread::spawn(move || sys::apply_scheduler(p, prio))
             .join()
-            .unwrap_or_else(|_| Err("scheduler check panicked".into()))
-            .map_err(Error::runtime)?;
+            .unwrap_or_else(|_| Err(Error::runtime("scheduler check panicked")))?;
     }
     Ok(())
 }
@@ -340,7 +339,7 @@ pub fn run_case(case: &MuxCase, shutdown: &Shutdown) -> Result<MuxRow> {
     let stop = Shutdown::new();
     let (sent, received) = std::thread::scope(|scope| {
         let receiver = scope.spawn(|| {
-            sys::apply_scheduler(case.scheduler, case.priority).map_err(Error::runtime)?;
+            sys::apply_scheduler(case.scheduler, case.priority)?;
             let refs: Vec<&Socket> = sockets.iter().collect();
             run_method(case.method, &refs, 0, &counter, &stop)
                 .map_err(|e| Error::io(format!("mux: method {}", case.method.name()), e))

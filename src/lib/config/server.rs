@@ -68,16 +68,16 @@ impl Method {
     ];
 
     /// An error naming the platform when this method does not exist on it.
-    pub fn check_available(self) -> std::result::Result<(), String> {
+    pub fn check_available(self) -> Result<()> {
         let linux_only = matches!(
             self,
             Method::Select | Method::Poll | Method::Epoll | Method::Mmsg
         );
         if linux_only && !crate::sys::LINUX_SOCKETS {
-            return Err(format!(
+            return Err(Error::usage(format!(
                 "--method {} is not available on this platform (built for Linux); use thread or tokio",
                 self.name()
-            ));
+            )));
         }
         Ok(())
     }
@@ -316,7 +316,7 @@ impl ServerConfig {
             )));
         }
         let method = l.method.unwrap_or_else(Method::default_for_platform);
-        method.check_available().map_err(Error::usage)?;
+        method.check_available()?;
         let psk = psk_from(
             &PskArgs {
                 psk,

@@ -55,7 +55,7 @@ pub fn run_method(
 ) -> io::Result<()> {
     method
         .check_available()
-        .map_err(|e| io::Error::new(io::ErrorKind::Unsupported, e))?;
+        .map_err(|e| io::Error::new(io::ErrorKind::Unsupported, e.to_string()))?;
     match method {
         Method::Thread | Method::Mmsg if sockets.len() > 1 => {
             // One blocking thread per socket.

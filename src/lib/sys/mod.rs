@@ -108,15 +108,16 @@ impl SchedPolicy {
 /// Applies a scheduling policy to the calling thread (threads it starts
 /// later inherit it), with an error that says what grants the right. The
 /// priority is the caller's to check ([`SchedPolicy::priority_range`]).
-pub fn apply_scheduler(policy: SchedPolicy, priority: i32) -> Result<(), String> {
+pub fn apply_scheduler(policy: SchedPolicy, priority: i32) -> crate::error::Result<()> {
+    use crate::error::Error;
     let name = policy.name();
     imp::set_scheduler(policy, priority).map_err(|e| {
         if e.raw_os_error() == Some(libc::EPERM) {
-            format!(
+            Error::runtime(format!(
                 "not permitted to use scheduler {name} with priority {priority}: run as root, grant CAP_SYS_NICE (setcap cap_sys_nice+ep BINARY), or raise the realtime limit (ulimit -r {priority})"
-            )
+            ))
         } else {
-            format!("cannot set scheduler {name}: {e}")
+            Error::io(format!("cannot set scheduler {name}"), e)
         }
     })
 }
