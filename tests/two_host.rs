@@ -327,7 +327,11 @@ fn udp_client_and_server_in_two_namespaces_count_exactly() {
         cli_ns
             .cmd(env!("CARGO_BIN_EXE_udp_client"))
             .args(["-s", &format!("{SERVER_IP}:{}", addr.port())])
-            .args(["-b", "1400", "-t", "20M", "--rate", "200Mbit", "--json"]),
+            // --no-gso: compared below with the kernel's per-datagram
+            // counters (a GSO buffer is one packet until the receiver).
+            .args([
+                "-b", "1400", "-t", "20M", "--rate", "200Mbit", "--json", "--no-gso",
+            ]),
         Duration::from_secs(60),
     );
     let stdout = String::from_utf8_lossy(&client.stdout);

@@ -7,13 +7,25 @@ use common::run_bounded;
 use common::udp::{args_to, assert_exact, client, u, Server, CLIENT, SERVER, WAIT};
 use std::process::Command;
 
-/// The send paths: plain, sendmmsg, GSO, GSO in sendmmsg batches.
-const SEND_PATHS: [&[&str]; 4] = [
+/// The send paths: seed 001's plain sendto, sendmmsg without GSO, the
+/// default (connected, sendmmsg and GSO), GSO alone, GSO in small batches.
+const SEND_PATHS: [&[&str]; 5] = [
+    &["--plain-send"],
+    &["--batch", "16", "--no-gso"],
     &[],
-    &["--batch", "16"],
-    &["--gso"],
+    &["--gso", "--batch", "1"],
     &["--gso", "--batch", "4"],
 ];
+
+/// The `send_path.name` a path reports at 1460 bytes on Linux.
+fn path_name(path: &[&str]) -> &'static str {
+    match path {
+        ["--plain-send"] => "sendto",
+        ["--gso", "--batch", "1"] => "send+gso",
+        [.., "--no-gso"] => "sendmmsg",
+        _ => "sendmmsg+gso",
+    }
+}
 
 /// Runs every send path against `udp_server --method METHOD`, with GRO on
 /// and off, and checks exact counts at both ends.
@@ -47,22 +59,30 @@ fn method_delivers_exact_counts(method: &str) {
             let done = server.done_for(c["session"].as_str().unwrap());
             assert_exact(&report, c, &done);
             let send_path = &c["send_path"];
-            let gso_asked = path.contains(&"--gso");
+            assert_eq!(send_path["name"], path_name(path), "{send_path}");
+            let plain = path.contains(&"--plain-send") || path.contains(&"--no-gso");
             assert_eq!(
                 send_path["gso"],
-                if gso_asked { "on" } else { "not requested" },
+                if plain { "not requested" } else { "on" },
                 "{send_path}"
             );
+            assert_eq!(report["connected"], !path.contains(&"--plain-send"));
+            if path.contains(&"--plain-send") {
+                // Seed 001's path: one sendto per datagram, paced or not.
+                assert_eq!(u(send_path, "batch"), 1, "{send_path}");
+                assert_eq!(u(send_path, "calls"), 2001, "{send_path}");
+                continue;
+            }
             let batch: u64 = path
                 .iter()
                 .skip_while(|a| **a != "--batch")
                 .nth(1)
-                .map_or(1, |b| b.parse().unwrap());
+                .map_or(32, |b| b.parse().unwrap());
             // Paced, what is due goes out as one batch: at least --batch
             // per call, and far fewer calls than datagrams.
             assert!(u(send_path, "batch") >= batch, "{send_path}");
             assert!(u(send_path, "calls") < 2001 / 2, "{send_path}");
-            if gso_asked {
+            if !plain {
                 // 2001 datagrams in GSO buffers of up to 44 segments (64 KiB).
                 assert!(u(send_path, "calls") < 2001 / 10, "{send_path}");
             }
@@ -243,4 +263,152 @@ fn scheduler_batch_is_applied() {
     // SCHED_BATCH needs no privilege; the run works under it.
     let report = client(&["--local", "--scheduler", "batch", "-t", "100K"]);
     assert_eq!(u(&report["server"], "received_bytes"), 100_000);
+}
+
+/// The default send path (connected, sendmmsg, GSO where a buffer holds two
+/// datagrams) with every flag a user can combine with it: counts are exact
+/// at both ends, and the report names the path that was really used.
+#[test]
+fn the_default_path_is_exact_under_every_flag_combination() {
+    let v4 = Server::start("127.0.0.1:0", &["--recv-buffer-size", "16M"]);
+    let v6 = Server::start("[::1]:0", &["--recv-buffer-size", "16M"]);
+    // (server, flags, sent packets, sent bytes, send_path.name)
+    type Case<'a> = (&'a Server, &'a str, Option<u64>, Option<u64>, &'a str);
+    let cases: [Case; 12] = [
+        (
+            &v4,
+            "-n 3000 -b 1460 --rate 400Mbit",
+            Some(3000),
+            Some(4_380_000),
+            "sendmmsg+gso",
+        ),
+        // A short tail: the last GSO buffer ends with a 7-byte segment.
+        (
+            &v4,
+            "-t 1000007 -b 1000 --rate 400Mbit",
+            Some(1001),
+            Some(1_000_007),
+            "sendmmsg+gso",
+        ),
+        (
+            &v4,
+            "-n 5000 -b 64 --rate 50Mbit",
+            Some(5000),
+            Some(320_000),
+            "sendmmsg+gso",
+        ),
+        // Zero-byte datagrams: nothing to segment.
+        (
+            &v4,
+            "-n 2000 -b 0 --rate 10Mbit",
+            Some(2000),
+            Some(0),
+            "sendmmsg",
+        ),
+        // The largest IPv4 and IPv6 datagrams: one fills a GSO buffer.
+        (
+            &v4,
+            "-n 200 -b 65507 --rate 400Mbit",
+            Some(200),
+            Some(200 * 65_507),
+            "sendmmsg",
+        ),
+        (
+            &v6,
+            "-n 200 -b 65527 --rate 400Mbit",
+            Some(200),
+            Some(200 * 65_527),
+            "sendmmsg",
+        ),
+        (
+            &v6,
+            "-n 3000 -b 1440 --rate 400Mbit",
+            Some(3000),
+            Some(4_320_000),
+            "sendmmsg+gso",
+        ),
+        (
+            &v4,
+            "--duration 300ms -b 1460 --rate 200Mbit",
+            None,
+            None,
+            "sendmmsg+gso",
+        ),
+        (
+            &v4,
+            "-n 1000 -b 1460 --clients 3 --rate 100Mbit",
+            Some(1000),
+            Some(1_460_000),
+            "sendmmsg+gso",
+        ),
+        // Precise pacing sends each datagram at its own time: no GSO.
+        (
+            &v4,
+            "-n 500 -b 1460 --rate 50Mbit --precise-pacing",
+            Some(500),
+            Some(730_000),
+            "sendmmsg",
+        ),
+        (
+            &v4,
+            "-n 3000 -b 1460 --rate 400Mbit --dont-fragment --sndbuf 1M",
+            Some(3000),
+            Some(4_380_000),
+            "sendmmsg+gso",
+        ),
+        (
+            &v4,
+            "-n 3000 -b 1460 --rate 400Mbit --batch 1",
+            Some(3000),
+            Some(4_380_000),
+            "send+gso",
+        ),
+    ];
+    for (server, flags, packets, bytes, name) in cases {
+        let report = client(&args_to(&server.addr, flags));
+        assert_eq!(report["connected"], true, "{flags}");
+        for c in report["clients"].as_array().unwrap() {
+            if let Some(p) = packets {
+                assert_eq!(u(c, "sent_packets"), p, "{flags}");
+            }
+            if let Some(b) = bytes {
+                assert_eq!(u(c, "sent_bytes"), b, "{flags}");
+            }
+            assert_eq!(c["send_path"]["name"], name, "{flags}: {}", c["send_path"]);
+            assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
+        }
+    }
+}
+
+/// `--plain-send` is seed 001's path: one sendto per datagram on an
+/// unconnected socket, whatever else is asked, and it cannot be combined
+/// with the flags that would change that.
+#[test]
+fn plain_send_is_one_sendto_per_datagram() {
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "8M"]);
+    for flags in [
+        "-n 3000 -b 1460 --plain-send --rate 200Mbit",
+        "-n 3000 -b 64 --plain-send",
+    ] {
+        let report = client(&args_to(&server.addr, flags));
+        let c = &report["clients"][0];
+        assert_eq!(report["connected"], false);
+        let path = &c["send_path"];
+        assert_eq!(path["name"], "sendto", "{path}");
+        assert_eq!(u(path, "batch"), 1, "{path}");
+        assert_eq!(u(path, "calls"), 3000, "{flags}: {path}");
+        assert_eq!(u(c, "sent_packets"), 3000);
+        let answer = &c["server"];
+        assert_eq!(
+            u(answer, "received_packets") + u(answer, "lost_packets"),
+            3000,
+            "{report}"
+        );
+    }
+    for bad in ["--batch 4", "--gso", "--connected"] {
+        let mut args = args_to(&server.addr, "-n 10 --plain-send");
+        args.extend(bad.split(' '));
+        let out = run_bounded(Command::new(CLIENT).args(&args), WAIT);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+    }
 }

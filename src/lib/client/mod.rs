@@ -21,7 +21,7 @@ use crate::stats::{self, percent, CpuCost, CpuTime};
 use crate::sys;
 use crate::wire::{self, End, EndAck, Header, Hello, Message};
 use pacing::{Pacer, Release};
-use send::{SendPath, Transmitter};
+use send::{GsoChoice, SendPath, Transmitter};
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::BTreeMap;
@@ -633,27 +633,34 @@ pub fn run_one(
     let info = if cfg.no_server {
         None
     } else {
-        let mut plain = Transmitter::new(&socket, cfg.server, cfg.connected, size, 1, false);
+        let mut plain =
+            Transmitter::new(&socket, cfg.server, cfg.connected, size, 1, GsoChoice::OFF);
         Some(probe(&socket, &mut plain, cfg, session, shutdown)?)
     };
     if !ticket.ready(true) {
         return Err(Error::runtime(HELD_BACK));
     }
     let mut pacer = cfg.rate_bps.map(|r| Pacer::new(r, cfg.precise_pacing));
-    // A paced sender hands each release to the kernel as one batch.
+    // A paced sender on the sendmmsg path hands each release to the kernel
+    // as one batch; `--batch 1` and `--plain-send` keep one per call.
     let batch = match &pacer {
-        Some(p) if !cfg.precise_pacing => cfg
+        Some(p) if !cfg.precise_pacing && cfg.batch > 1 => cfg
             .batch
             .max(p.burst_bound(size).min(PACED_BATCH as u64) as usize),
         _ => cfg.batch,
     };
-    let mut tx = Transmitter::new(&socket, cfg.server, cfg.connected, size, batch, cfg.gso);
-    tx.dont_fragment = cfg.dont_fragment;
     let max_payload = if cfg.server.is_ipv4() {
         sys::MAX_UDP_PAYLOAD_V4
     } else {
         sys::MAX_UDP_PAYLOAD_V6
     };
+    let gso = GsoChoice {
+        request: cfg.gso,
+        max_payload,
+        precise_pacing: cfg.precise_pacing,
+    };
+    let mut tx = Transmitter::new(&socket, cfg.server, cfg.connected, size, batch, gso);
+    tx.dont_fragment = cfg.dont_fragment;
     // One region per message of a call, each room for a full GSO buffer.
     let region = size.max(1) * tx.segments_per_message(max_payload);
     let mut staging = vec![0u8; region * tx.batch()];

@@ -3,6 +3,11 @@
 //! or both. Whatever the path, a datagram is never skipped: a full queue
 //! (ENOBUFS, EAGAIN) means back off and send the same message again.
 //!
+//! The default is the fastest exact path the platform has: on Linux a
+//! connected socket, sendmmsg batches and GSO wherever a buffer holds two
+//! or more datagrams ([`GsoRequest::Auto`]). `--plain-send` restores seed
+//! 001's one `sendto` per datagram, for comparisons.
+//!
 //! GSO is probed on the first real send: 128 segments per call (newer
 //! kernels), then 64 on EINVAL, then plain sends on EINVAL (an old
 //! kernel), EMSGSIZE (a segment larger than the path MTU) or EIO (IPsec, or a device
@@ -11,6 +16,7 @@
 //! path was really used.
 
 use super::pacing::Backoff;
+pub use crate::config::GsoRequest;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use crate::sys::{self, SendFailure};
@@ -28,6 +34,28 @@ pub const GSO_SEGMENTS_NEW: usize = 128;
 /// The count older kernels accept.
 pub const GSO_SEGMENTS_OLD: usize = 64;
 
+/// Whether to try UDP_SEGMENT for `size`-byte datagrams, or why not.
+fn decide_gso(choice: GsoChoice, size: usize) -> std::result::Result<(), Gso> {
+    let GsoChoice {
+        request,
+        max_payload,
+        precise_pacing,
+    } = choice;
+    match request {
+        GsoRequest::Off => Err(Gso::NotRequested),
+        GsoRequest::On => Ok(()),
+        GsoRequest::Auto if !sys::LINUX_SOCKETS => Err(Gso::Off("UDP GSO is Linux-only".into())),
+        GsoRequest::Auto if size == 0 => Err(Gso::Off("0-byte datagrams".into())),
+        GsoRequest::Auto if size.saturating_mul(2) > max_payload => Err(Gso::Off(format!(
+            "one {size}-byte datagram fills a buffer; GSO would not save a call"
+        ))),
+        GsoRequest::Auto if precise_pacing => Err(Gso::Off(
+            "--precise-pacing sends each datagram at its own time".into(),
+        )),
+        GsoRequest::Auto => Ok(()),
+    }
+}
+
 /// What the GSO path is doing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gso {
@@ -41,6 +69,9 @@ pub enum Gso {
 /// How the datagrams were really sent, for the report.
 #[derive(Debug, Clone, Serialize)]
 pub struct SendPath {
+    /// The system call and offload, in a word: `sendto`, `send`,
+    /// `sendmmsg`, `send+gso` or `sendmmsg+gso`.
+    pub name: String,
     /// Datagrams (or GSO buffers) handed to the kernel per call.
     pub batch: usize,
     /// "on", "off" or "not requested".
@@ -51,8 +82,27 @@ pub struct SendPath {
     /// Why a requested feature is off.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-    /// sendmsg/sendto/sendmmsg calls that the kernel accepted.
+    /// Data send calls (sendmsg/sendto/sendmmsg) that the kernel accepted;
+    /// the start probe and the End are not data.
     pub calls: u64,
+}
+
+/// The GSO part of a send path: what was asked, and what decides `Auto`.
+#[derive(Debug, Clone, Copy)]
+pub struct GsoChoice {
+    pub request: GsoRequest,
+    /// The largest UDP payload of the address family.
+    pub max_payload: usize,
+    pub precise_pacing: bool,
+}
+
+impl GsoChoice {
+    /// No GSO: control messages and the start probe.
+    pub const OFF: GsoChoice = GsoChoice {
+        request: GsoRequest::Off,
+        max_payload: 0,
+        precise_pacing: false,
+    };
 }
 
 /// Sends messages (datagrams or GSO buffers) with retries and fallbacks.
@@ -95,14 +145,15 @@ fn is_gso_refusal(e: &io::Error) -> bool {
 
 impl<'a> Transmitter<'a> {
     /// `size` is the datagram payload size; `batch` messages per call;
-    /// `gso` asks for UDP_SEGMENT.
+    /// `gso` says whether to use UDP_SEGMENT; `max_payload` is the largest
+    /// UDP payload of the address family.
     pub fn new(
         socket: &'a UdpSocket,
         server: SocketAddr,
         connected: bool,
         size: usize,
         batch: usize,
-        gso: bool,
+        gso: GsoChoice,
     ) -> Self {
         let mut notes = Vec::new();
         let mut batch = batch.max(1);
@@ -110,10 +161,9 @@ impl<'a> Transmitter<'a> {
             notes.push("sendmmsg is Linux-only: one call per datagram".to_string());
             batch = 1;
         }
-        let gso = if !gso {
-            Gso::NotRequested
-        } else {
-            enable_gso(socket, size)
+        let gso = match decide_gso(gso, size) {
+            Ok(()) => enable_gso(socket, size),
+            Err(off) => off,
         };
         let mmsg = (batch > 1).then(|| sys::SendBatch::new(batch, (!connected).then_some(server)));
         Transmitter {
@@ -159,7 +209,19 @@ impl<'a> Transmitter<'a> {
         if let Gso::Off(why) = &self.gso {
             notes.push(format!("gso: off ({why})"));
         }
+        let call = match (self.batch > 1, self.connected) {
+            (true, _) => "sendmmsg",
+            (false, true) => "send",
+            (false, false) => "sendto",
+        };
+        let name = match (&self.gso, call) {
+            (Gso::On(_), "sendto") => "sendto+gso".to_string(),
+            (Gso::On(_), "send") => "send+gso".to_string(),
+            (Gso::On(_), _) => "sendmmsg+gso".to_string(),
+            _ => call.to_string(),
+        };
         SendPath {
+            name,
             batch: self.batch,
             gso,
             gso_segments: segments,
@@ -195,22 +257,21 @@ impl<'a> Transmitter<'a> {
         }
     }
 
-    /// One call: returns how many of `messages` the kernel took (at least 1).
-    fn try_send(&mut self, messages: &[&[u8]]) -> io::Result<usize> {
+    /// One call: returns how many of `messages` the kernel took (at least
+    /// 1), and whether it stopped short of what it was given.
+    fn try_send(&mut self, messages: &[&[u8]]) -> io::Result<(usize, bool)> {
         if let Some(mmsg) = &mut self.mmsg {
             if messages.len() > 1 {
-                let n = mmsg.send(
-                    &SockRef::from(self.socket),
-                    &messages[..messages.len().min(self.batch)],
-                )?;
+                let given = messages.len().min(self.batch);
+                let n = mmsg.send(&SockRef::from(self.socket), &messages[..given])?;
                 return if n == 0 {
                     Err(io::ErrorKind::WouldBlock.into())
                 } else {
-                    Ok(n)
+                    Ok((n, n < given))
                 };
             }
         }
-        self.send_one(messages[0]).map(|_| 1)
+        self.send_one(messages[0]).map(|_| (1, false))
     }
 
     /// The longest message the current send path takes in one piece.
@@ -261,10 +322,27 @@ impl<'a> Transmitter<'a> {
         let mut sent = 0;
         while sent < messages.len() {
             match self.try_send(&messages[sent..]) {
-                Ok(n) => {
+                Ok((n, stopped_short)) => {
                     sent += n;
-                    self.calls += 1;
-                    self.backoff.reset();
+                    if mode != Mode::Control {
+                        self.calls += 1;
+                    }
+                    if stopped_short {
+                        // sendmmsg stopped at a message the kernel refused,
+                        // and Linux drops that errno when earlier messages
+                        // went out. On this blocking socket the refusal is a
+                        // full queue (ENOBUFS) but for rare ICMP errors,
+                        // which the next call reports as its own: count it
+                        // and back off as for ENOBUFS, so retries still
+                        // equal the queue's drops.
+                        self.enobufs_retries += 1;
+                        self.backoff_time += self.backoff.wait();
+                        if mode == Mode::Data && shutdown.is_triggered() {
+                            return Ok(sent);
+                        }
+                    } else {
+                        self.backoff.reset();
+                    }
                 }
                 Err(e) => {
                     if let (Gso::On(max), Mode::Data | Mode::Piece) = (&self.gso, mode) {

@@ -55,9 +55,15 @@ pub struct ClientArgs {
     /// whole core; the report says so.
     #[arg(long, requires = "rate")]
     pub precise_pacing: bool,
-    /// Send on a connected socket (send) instead of sendto.
+    /// Send on a connected socket (send, sendmmsg). The default; kept for
+    /// scripts that name it.
     #[arg(long)]
     pub connected: bool,
+    /// Send like seed 001, for comparisons: one sendto per datagram on an
+    /// unconnected socket, no sendmmsg and no GSO. The report counts the
+    /// calls.
+    #[arg(long, conflicts_with_all = ["connected", "batch", "gso"])]
+    pub plain_send: bool,
     /// Run N independent client sockets at once; each is its own peer.
     /// With --sweep, a list: one column per value (e.g. 1,2).
     #[arg(long, value_name = "N[,N...]", value_delimiter = ',')]
@@ -73,14 +79,20 @@ pub struct ClientArgs {
     /// How long to wait for the server's end-of-test answer [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub end_timeout: Option<Duration>,
-    /// Datagrams per sendmmsg call (Linux; elsewhere one call per datagram).
+    /// Datagrams (or GSO buffers) per sendmmsg call [default: 32 on Linux;
+    /// elsewhere one call per datagram].
     #[arg(long, value_name = "N")]
     pub batch: Option<usize>,
     /// UDP GSO: hand the kernel buffers of up to 64 KiB that it cuts into
     /// --buffer-size datagrams (UDP_SEGMENT). Falls back to plain sends if
     /// the kernel or the path refuses; the report says which path was used.
-    #[arg(long)]
+    /// On by default on Linux wherever a buffer holds two or more
+    /// datagrams (--buffer-size up to half the largest UDP payload).
+    #[arg(long, overrides_with = "no_gso")]
     pub gso: bool,
+    /// No UDP GSO: one datagram per message.
+    #[arg(long, overrides_with = "gso")]
+    pub no_gso: bool,
     /// SO_SNDBUF to ask for (e.g. 4M); the granted size is reported.
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub sndbuf: Option<u64>,
@@ -127,6 +139,7 @@ pub struct ClientFile {
     pub rate: Option<RateValue>,
     pub precise_pacing: Option<bool>,
     pub connected: Option<bool>,
+    pub plain_send: Option<bool>,
     pub clients: Option<usize>,
     pub end_timeout: Option<DurationValue>,
     pub batch: Option<usize>,
@@ -143,7 +156,7 @@ pub struct ClientFile {
 
 crate::impl_layer!(ClientFile {
     option: [
-        server_addr, buffer_size, rate, precise_pacing, connected, clients, end_timeout, batch,
+        server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, batch,
         gso, sndbuf, dont_fragment, no_server, scheduler, priority, psk_file, json, quiet,
     ]
     group: [[packets, total_send, duration]]
@@ -158,7 +171,6 @@ impl ClientFile {
             total_send: Some(SizeValue::Number(DEFAULT_TOTAL)),
             clients: Some(1),
             end_timeout: Some(DurationValue::Parsed(Duration::from_secs(1))),
-            batch: Some(1),
             ..ClientFile::default()
         }
     }
@@ -174,10 +186,17 @@ impl ClientFile {
             rate: args.rate.map(RateValue::Parsed),
             precise_pacing: args.precise_pacing.then_some(true),
             connected: args.connected.then_some(true),
+            plain_send: args.plain_send.then_some(true),
             clients: args.clients.first().copied(),
             end_timeout: args.end_timeout.map(DurationValue::Parsed),
             batch: args.batch,
-            gso: args.gso.then_some(true),
+            gso: if args.gso {
+                Some(true)
+            } else if args.no_gso {
+                Some(false)
+            } else {
+                None
+            },
             sndbuf: args.sndbuf.map(SizeValue::Number),
             dont_fragment: args.dont_fragment.then_some(true),
             no_server: args.no_server.then_some(true),
@@ -244,7 +263,7 @@ pub struct ClientConfig {
     pub clients: usize,
     pub end_timeout: Duration,
     pub batch: usize,
-    pub gso: bool,
+    pub gso: GsoRequest,
     pub sndbuf: Option<usize>,
     pub dont_fragment: bool,
     pub sched: Option<Sched>,
@@ -261,6 +280,22 @@ pub struct ClientConfig {
 
 /// Most datagrams per sendmmsg call (the kernel's UIO_MAXIOV is 1024).
 pub const MAX_BATCH: usize = 1024;
+/// Datagrams per sendmmsg call by default: where sendmmsg exists, enough
+/// to spread a call's entry cost thin; elsewhere one call per datagram.
+pub const DEFAULT_BATCH: usize = if crate::sys::LINUX_SOCKETS { 32 } else { 1 };
+
+/// What the user asked of UDP GSO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GsoRequest {
+    /// The default: on where the platform has it and a buffer holds two
+    /// or more datagrams; off, with the reason in the report, elsewhere.
+    #[default]
+    Auto,
+    /// `--gso`: on, or off with the kernel's reason.
+    On,
+    /// `--no-gso` or `--plain-send`.
+    Off,
+}
 
 /// Seed 001's defaults.
 pub const DEFAULT_SERVER: &str = "127.0.0.1:35000";
@@ -332,14 +367,31 @@ impl ClientConfig {
                 "--clients {bad}: must be between 1 and {MAX_CLIENTS}"
             )));
         }
-        let batch = l.batch.unwrap_or(1);
+        let plain_send = l.plain_send.unwrap_or(false);
+        if plain_send
+            && (l.connected == Some(true) || l.batch.is_some_and(|b| b > 1) || l.gso == Some(true))
+        {
+            return Err(Error::usage(
+                "plain_send sends one sendto per datagram: it cannot be combined with connected, batch or gso",
+            ));
+        }
+        let batch = match l.batch {
+            Some(b) => b,
+            None if plain_send => 1,
+            None => DEFAULT_BATCH,
+        };
         if batch == 0 || batch > MAX_BATCH {
             return Err(Error::usage(format!(
                 "--batch {batch}: must be between 1 and {MAX_BATCH}"
             )));
         }
-        let gso = l.gso.unwrap_or(false);
-        if gso && buffer_size == 0 {
+        let gso = match l.gso {
+            Some(true) => GsoRequest::On,
+            Some(false) => GsoRequest::Off,
+            None if plain_send => GsoRequest::Off,
+            None => GsoRequest::Auto,
+        };
+        if gso == GsoRequest::On && buffer_size == 0 {
             return Err(Error::usage("--gso needs --buffer-size of at least 1 byte"));
         }
         let sndbuf = size(l.sndbuf, "sndbuf")?;
@@ -367,7 +419,7 @@ impl ClientConfig {
             volume,
             rate_bps: l.rate.map(|r| r.bps("rate")).transpose()?,
             precise_pacing: l.precise_pacing.unwrap_or(false),
-            connected: l.connected.unwrap_or(false),
+            connected: l.connected.unwrap_or(!plain_send),
             clients: client_list[0],
             end_timeout: duration(l.end_timeout, "end_timeout")?.unwrap_or(Duration::from_secs(1)),
             batch,

@@ -388,8 +388,25 @@ mod tests {
         assert_eq!(cfg.server, "127.0.0.1:35000".parse().unwrap());
         assert_eq!(cfg.buffer_size, 5000);
         assert_eq!(cfg.volume, Volume::Bytes(1_000_000));
-        assert!(!cfg.connected);
         assert_eq!(cfg.clients, 1);
+        // The send path is the platform's fastest; --plain-send is seed 001's.
+        assert!(cfg.connected);
+        assert_eq!(cfg.batch, DEFAULT_BATCH);
+        assert_eq!(cfg.gso, GsoRequest::Auto);
+        let plain = client(&["--plain-send"]).unwrap();
+        assert!(!plain.connected);
+        assert_eq!((plain.batch, plain.gso), (1, GsoRequest::Off));
+        // A file cannot combine what the flags cannot.
+        let dir = std::env::temp_dir().join(format!("netspeed-plain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "plain_send = true\nbatch = 8\n").unwrap();
+        let err = client(&["--config", file.to_str().unwrap()]).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        std::fs::write(&file, "plain_send = true\n").unwrap();
+        let from_file = client(&["--config", file.to_str().unwrap(), "--no-gso"]).unwrap();
+        assert!(!from_file.connected);
+        std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]

@@ -375,7 +375,10 @@ fn client_lines(c: &ClientReport) -> String {
         Some(n) => format!("gso: on (up to {n} datagrams per buffer)"),
         None => format!("gso: {}", p.gso),
     };
-    out += &format!("\npath      {} per call, {gso}, {} calls", p.batch, p.calls);
+    out += &format!(
+        "\npath      {}: {} per call, {gso}, {} calls",
+        p.name, p.batch, p.calls
+    );
     if let Some(pace) = &c.pacing {
         let mode = match pace.mode {
             "precise" => "each datagram at its time (spinning: costs up to a core)".to_string(),
