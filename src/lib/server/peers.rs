@@ -919,7 +919,7 @@ pub struct PeerTable {
     flags: TableFlags,
     ranges_per_session: usize,
     /// Events that arise as datagrams arrive (a conflict, an eviction),
-    /// handed on at the next `expire` or `tick_intervals`.
+    /// handed on at the next `expire` (or `finish_all`).
     queued: Vec<Event>,
     /// Something arrived that the thread calling `expire` should see
     /// before its next regular look: a queued event or a new grace period.
@@ -1935,40 +1935,31 @@ fn merge(peer: &mut Peer, m: Peer) {
     peer.total.add(m.total);
     // Interval lines already written under the source address count for
     // the session: its lines go on from where both left off.
-    peer.mark = match (peer.mark, m.mark) {
-        (None, None) => None,
-        (Some(a), None) => Some(a),
-        (None, Some(b)) => Some(b),
-        (Some(a), Some(b)) => {
-            let mut total = a.total;
-            total.add(b.total);
-            Some(Mark {
-                at: a.at.max(b.at),
-                total,
-                cpu: a.cpu.or(b.cpu),
-            })
+    peer.mark = either(peer.mark, m.mark, |a, b| {
+        let mut total = a.total;
+        total.add(b.total);
+        Mark {
+            at: a.at.max(b.at),
+            total,
+            cpu: a.cpu.or(b.cpu),
         }
-    };
-    peer.drops_start = match (peer.drops_start, m.drops_start) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    peer.drops_end = match (peer.drops_end, m.drops_end) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    peer.cpu_start = match (peer.cpu_start, m.cpu_start) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    peer.cpu_end = match (peer.cpu_end, m.cpu_end) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
+    });
+    peer.drops_start = either(peer.drops_start, m.drops_start, Ord::min);
+    peer.drops_end = either(peer.drops_end, m.drops_end, Ord::max);
+    peer.cpu_start = either(peer.cpu_start, m.cpu_start, Ord::min);
+    peer.cpu_end = either(peer.cpu_end, m.cpu_end, Ord::max);
     peer.first_seen = peer.first_seen.min(m.first_seen);
     peer.shared |= m.shared;
     peer.gro_buffers += m.gro_buffers;
     peer.truncated += m.truncated;
+}
+
+/// Both combined with `both`, or whichever is known.
+fn either<T>(a: Option<T>, b: Option<T>, both: impl FnOnce(T, T) -> T) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(both(a, b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The session's late datagrams, if some are not reported yet.
