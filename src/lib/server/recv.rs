@@ -69,14 +69,7 @@ pub fn run_method(
                         })
                     })
                     .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(io::Error::other("receive thread panicked")))
-                    })
-                    .collect::<io::Result<Vec<()>>>()
-                    .map(|_| ())
+                join_receive_threads(handles)
             })
         }
         Method::Thread | Method::Mmsg => {
@@ -87,6 +80,17 @@ pub fn run_method(
         }
         Method::Tokio => tokio_loop(sockets, first_index, deliver, shutdown),
     }
+}
+
+/// Waits for the receive threads in turn: the first error (or panic) it
+/// meets is the result.
+pub(crate) fn join_receive_threads(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, io::Result<()>>>,
+) -> io::Result<()> {
+    handles.into_iter().try_for_each(|h| {
+        h.join()
+            .unwrap_or_else(|_| Err(io::Error::other("receive thread panicked")))
+    })
 }
 
 fn blocking_loop(
