@@ -394,6 +394,12 @@ mod tests {
 
     const US: Duration = Duration::from_micros(1);
 
+    /// Asleep, it is woken by a read of `n` datagrams (of at most 32).
+    fn woken_by(w: &mut Waiter, n: usize) {
+        assert_eq!(w.next, Wait::Block);
+        w.after_read(n, 32, Polled::No);
+    }
+
     #[test]
     fn it_sleeps_after_a_gap_and_polls_only_while_datagrams_keep_coming() {
         let mut w = Waiter::default();
@@ -427,8 +433,7 @@ mod tests {
         let mut w = Waiter::default();
         for _ in 0..100 {
             // Woken by a burst, read it whole, the look finds nothing.
-            assert_eq!(w.next, Wait::Block);
-            w.after_read(5, 32, Polled::No);
+            woken_by(&mut w, 5);
             assert_eq!(w.next, Wait::Probe, "never polls an idle socket");
             w.after_nothing();
         }
@@ -440,8 +445,7 @@ mod tests {
         for _ in 0..100 {
             // Woken by one datagram, nothing queued behind it: sleep again
             // at once, with no look in between.
-            assert_eq!(w.next, Wait::Block);
-            w.after_read(1, 32, Polled::No);
+            woken_by(&mut w, 1);
         }
         assert_eq!(w.next, Wait::Block);
         // A poll that timed out and then slept for a lone one: the same.
