@@ -422,13 +422,7 @@ pub fn run(
                 break;
             }
         }
-        receivers
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("receive thread panicked")))
-            })
-            .collect::<io::Result<Vec<()>>>()
+        recv::join_receive_threads(receivers)
     });
     let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
     let Shared {

@@ -69,14 +69,7 @@ pub fn run_method(
                         })
                     })
                     .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(io::Error::other("receive thread panicked")))
-                    })
-                    .collect::<io::Result<Vec<()>>>()
-                    .map(|_| ())
+                join_receive_threads(handles)
             })
         }
         Method::Thread | Method::Mmsg => {
@@ -87,6 +80,17 @@ pub fn run_method(
         }
         Method::Tokio => tokio_loop(sockets, first_index, deliver, shutdown),
     }
+}
+
+/// Waits for the receive threads in turn: the first error (or panic) it
+/// meets is the result.
+pub(crate) fn join_receive_threads(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, io::Result<()>>>,
+) -> io::Result<()> {
+    handles.into_iter().try_for_each(|h| {
+        h.join()
+            .unwrap_or_else(|_| Err(io::Error::other("receive thread panicked")))
+    })
 }
 
 fn blocking_loop(
@@ -390,6 +394,12 @@ mod tests {
 
     const US: Duration = Duration::from_micros(1);
 
+    /// Asleep, it is woken by a read of `n` datagrams (of at most 32).
+    fn woken_by(w: &mut Waiter, n: usize) {
+        assert_eq!(w.next, Wait::Block);
+        w.after_read(n, 32, Polled::No);
+    }
+
     #[test]
     fn it_sleeps_after_a_gap_and_polls_only_while_datagrams_keep_coming() {
         let mut w = Waiter::default();
@@ -423,8 +433,7 @@ mod tests {
         let mut w = Waiter::default();
         for _ in 0..100 {
             // Woken by a burst, read it whole, the look finds nothing.
-            assert_eq!(w.next, Wait::Block);
-            w.after_read(5, 32, Polled::No);
+            woken_by(&mut w, 5);
             assert_eq!(w.next, Wait::Probe, "never polls an idle socket");
             w.after_nothing();
         }
@@ -436,8 +445,7 @@ mod tests {
         for _ in 0..100 {
             // Woken by one datagram, nothing queued behind it: sleep again
             // at once, with no look in between.
-            assert_eq!(w.next, Wait::Block);
-            w.after_read(1, 32, Polled::No);
+            woken_by(&mut w, 1);
         }
         assert_eq!(w.next, Wait::Block);
         // A poll that timed out and then slept for a lone one: the same.
