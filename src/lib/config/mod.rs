@@ -366,21 +366,82 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
     }
 }
 
+/// What the config tests of every role share: a command line parsed the
+/// way the binaries parse it, and a config file to point `--config` at.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::proxy::{BenchConfig, ProxyConfig};
+    use super::{parse_args, ClientConfig, Result, ServerConfig};
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// `program args...` through [`parse_args`].
+    pub(crate) fn parse<T: clap::Parser>(program: &str, args: &[&str]) -> Result<T> {
+        let argv = std::iter::once(program).chain(args.iter().copied());
+        parse_args(argv.map(Into::into))
+    }
+
+    /// `fn NAME(args)`: the program's flags `args`, validated into its
+    /// config the way its binary does it.
+    macro_rules! config_from_flags {
+        ($($name:ident: $config:ty = $program:literal),* $(,)?) => {$(
+            pub(crate) fn $name(args: &[&str]) -> Result<$config> {
+                <$config>::from_args(parse($program, args)?)
+            }
+        )*};
+    }
+
+    config_from_flags! {
+        client: ClientConfig = "udp_client",
+        server: ServerConfig = "udp_server",
+        proxy: ProxyConfig = "tcp_proxy",
+        bench: BenchConfig = "tcp_proxy bench",
+    }
+
+    /// A config file in a directory of its own, removed on drop.
+    pub(crate) struct TempConfig {
+        dir: PathBuf,
+        pub path: PathBuf,
+    }
+
+    impl TempConfig {
+        /// A file holding `text`, in a fresh directory (one per file, so
+        /// that tests running at once never share one).
+        pub(crate) fn new(text: &str) -> TempConfig {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("netspeed-cfg-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let config = TempConfig {
+                path: dir.join("config.toml"),
+                dir,
+            };
+            config.write(text);
+            config
+        }
+
+        /// Replaces the file's text.
+        pub(crate) fn write(&self, text: &str) {
+            std::fs::write(&self.path, text).unwrap();
+        }
+
+        /// The path, as a flag's value.
+        pub(crate) fn arg(&self) -> &str {
+            self.path.to_str().unwrap()
+        }
+    }
+
+    impl Drop for TempConfig {
+        fn drop(&mut self) {
+            std::fs::remove_dir_all(&self.dir).ok();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::testing::{client, server, TempConfig};
     use super::*;
-
-    fn client(args: &[&str]) -> Result<ClientConfig> {
-        let mut argv = vec!["udp_client"];
-        argv.extend_from_slice(args);
-        ClientConfig::from_args(parse_args(argv.into_iter().map(Into::into))?)
-    }
-
-    fn server(args: &[&str]) -> Result<ServerConfig> {
-        let mut argv = vec!["udp_server"];
-        argv.extend_from_slice(args);
-        ServerConfig::from_args(parse_args(argv.into_iter().map(Into::into))?)
-    }
 
     #[test]
     fn client_defaults_are_seed_001s() {
@@ -453,15 +514,8 @@ mod tests {
 
     #[test]
     fn flags_override_file() {
-        let dir = std::env::temp_dir().join(format!("netspeed-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("c.toml");
-        std::fs::write(
-            &path,
-            "buffer_size = \"1K\"\ntotal_send = 5000\nrate = \"1Gbit\"\n",
-        )
-        .unwrap();
-        let p = path.to_str().unwrap();
+        let file = TempConfig::new("buffer_size = \"1K\"\ntotal_send = 5000\nrate = \"1Gbit\"\n");
+        let p = file.arg();
         let cfg = client(&["--config", p]).unwrap();
         assert_eq!((cfg.buffer_size, cfg.volume), (1000, Volume::Bytes(5000)));
         let cfg = client(&["--config", p, "-b", "200", "--duration", "1s"]).unwrap();
@@ -469,16 +523,12 @@ mod tests {
             (cfg.buffer_size, cfg.volume),
             (200, Volume::Time(Duration::from_secs(1)))
         );
-        std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]
     fn a_layer_that_names_one_of_a_group_replaces_the_group() {
-        let dir = std::env::temp_dir().join(format!("netspeed-cfg-s-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("s.toml");
-        std::fs::write(&path, "listen = \"127.0.0.1:7\"\ninterval = \"250ms\"\n").unwrap();
-        let p = path.to_str().unwrap();
+        let file = TempConfig::new("listen = \"127.0.0.1:7\"\ninterval = \"250ms\"\n");
+        let p = file.arg();
         // The file's listen and interval beat the defaults.
         let cfg = server(&["--config", p]).unwrap();
         assert_eq!(cfg.listen, "127.0.0.1:7".parse().unwrap());
@@ -490,7 +540,6 @@ mod tests {
         assert_eq!(cfg.listen, "[::]:9".parse().unwrap());
         assert!(cfg.listen_is_default);
         assert_eq!(cfg.interval, Some(Duration::from_millis(250)));
-        std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]
