@@ -339,9 +339,22 @@ pub const MAX_PROXY_THREADS: usize = 256;
 
 /// `--threads N`, checked the same way by every binary.
 pub fn check_threads(n: usize, max: usize) -> Result<usize> {
-    if n == 0 || n > max {
+    check_between("--threads", n, max)
+}
+
+/// The largest socket buffer size to ask for (`--recv-buffer-size`,
+/// `--sndbuf`): the kernel takes an `int`.
+pub const MAX_SOCKET_BUFFER: u64 = i32::MAX as u64;
+
+/// `FLAG N` checked to be between 1 and `max`, with the one wording every
+/// count and size limit uses.
+pub fn check_between<T>(flag: &str, n: T, max: T) -> Result<T>
+where
+    T: Copy + PartialOrd + From<u8> + std::fmt::Display,
+{
+    if n < T::from(1) || n > max {
         return Err(Error::usage(format!(
-            "--threads {n}: must be between 1 and {max}"
+            "{flag} {n}: must be between 1 and {max}"
         )));
     }
     Ok(n)
