@@ -534,26 +534,17 @@ impl MuxArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::testing::{self, TempConfig};
 
     fn parse(args: &[&str]) -> Suite {
-        let mut argv = vec!["sockbench"];
-        argv.extend_from_slice(args);
-        super::super::parse_args::<Cli>(argv.into_iter().map(Into::into))
-            .unwrap()
-            .suite
+        testing::parse::<Cli>("sockbench", args).unwrap().suite
     }
 
     #[test]
     fn defaults_file_and_flags_layer() {
-        let dir = std::env::temp_dir().join(format!("sockbench-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("b.toml");
-        std::fs::write(
-            &path,
-            "payload = [64, \"8K\"]\nduration = \"50ms\"\nsocket = [\"nix\"]\n",
-        )
-        .unwrap();
-        let p = path.to_str().unwrap();
+        let file =
+            TempConfig::new("payload = [64, \"8K\"]\nduration = \"50ms\"\nsocket = [\"nix\"]\n");
+        let p = file.arg();
         let Suite::Udp(a) = parse(&["udp", "--config", p, "--socket", "std,tokio"]) else {
             panic!()
         };
@@ -562,7 +553,7 @@ mod tests {
         assert_eq!(s.duration, Duration::from_millis(50));
         assert_eq!(s.warmup, Duration::from_millis(100));
         assert_eq!(s.socket, [SocketKind::Std, SocketKind::Tokio]);
-        std::fs::write(&path, "impl = [\"std\"]\nbytes = \"1K\"\nnodelay = true\n").unwrap();
+        file.write("impl = [\"std\"]\nbytes = \"1K\"\nnodelay = true\n");
         let Suite::Tcp(a) = parse(&["tcp", "--config", p]) else {
             panic!()
         };
@@ -571,17 +562,16 @@ mod tests {
             (s.implementation, s.bytes, s.nodelay),
             (vec![Impl::Std], 1000, true)
         );
-        std::fs::write(&path, "rate = 0\nrcvbuf = [\"64K\"]\n").unwrap();
+        file.write("rate = 0\nrcvbuf = [\"64K\"]\n");
         let Suite::Mux(a) = parse(&["mux", "--config", p]) else {
             panic!()
         };
         let s = a.settings().unwrap();
         assert_eq!((s.rate, s.rcvbuf, s.sockets), (0, vec![64_000], 4));
-        std::fs::write(&path, "sokcet = 1\n").unwrap();
+        file.write("sokcet = 1\n");
         let Suite::Udp(a) = parse(&["udp", "--config", p]) else {
             panic!()
         };
         assert!(a.settings().unwrap_err().to_string().contains("sokcet"));
-        std::fs::remove_dir_all(dir).ok();
     }
 }

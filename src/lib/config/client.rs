@@ -5,8 +5,8 @@
 //! list and `--psk` are flags only.
 
 use super::{
-    duration_arg, file_layer, layered, psk_from, rate_arg, resolve, sched_from, size_arg,
-    DurationValue, PskArgs, Sched, SchedArgs, SizeValue,
+    check_between, duration_arg, file_layer, layered, psk_from, rate_arg, resolve, sched_from,
+    size_arg, DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER,
 };
 use crate::auth::Psk;
 use crate::error::{Error, Result};
@@ -362,10 +362,8 @@ impl ClientConfig {
                 "--clients takes one value unless --sweep is given",
             ));
         }
-        if let Some(&bad) = client_list.iter().find(|&&n| n == 0 || n > MAX_CLIENTS) {
-            return Err(Error::usage(format!(
-                "--clients {bad}: must be between 1 and {MAX_CLIENTS}"
-            )));
+        for &n in &client_list {
+            check_between("--clients", n, MAX_CLIENTS)?;
         }
         let plain_send = l.plain_send.unwrap_or(false);
         if plain_send
@@ -380,11 +378,7 @@ impl ClientConfig {
             None if plain_send => 1,
             None => DEFAULT_BATCH,
         };
-        if batch == 0 || batch > MAX_BATCH {
-            return Err(Error::usage(format!(
-                "--batch {batch}: must be between 1 and {MAX_BATCH}"
-            )));
-        }
+        let batch = check_between("--batch", batch, MAX_BATCH)?;
         let gso = match l.gso {
             Some(true) => GsoRequest::On,
             Some(false) => GsoRequest::Off,
@@ -394,15 +388,9 @@ impl ClientConfig {
         if gso == GsoRequest::On && buffer_size == 0 {
             return Err(Error::usage("--gso needs --buffer-size of at least 1 byte"));
         }
-        let sndbuf = size(l.sndbuf, "sndbuf")?;
-        if let Some(b) = sndbuf {
-            if b == 0 || b > i32::MAX as u64 {
-                return Err(Error::usage(format!(
-                    "--sndbuf {b}: must be between 1 and {}",
-                    i32::MAX
-                )));
-            }
-        }
+        let sndbuf = size(l.sndbuf, "sndbuf")?
+            .map(|b| check_between("--sndbuf", b, MAX_SOCKET_BUFFER))
+            .transpose()?;
         let sched = sched_from(l.scheduler, l.priority)?;
         let psk: Option<Psk> = psk_from(
             &PskArgs {

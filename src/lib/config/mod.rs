@@ -339,9 +339,22 @@ pub const MAX_PROXY_THREADS: usize = 256;
 
 /// `--threads N`, checked the same way by every binary.
 pub fn check_threads(n: usize, max: usize) -> Result<usize> {
-    if n == 0 || n > max {
+    check_between("--threads", n, max)
+}
+
+/// The largest socket buffer size to ask for (`--recv-buffer-size`,
+/// `--sndbuf`): the kernel takes an `int`.
+pub const MAX_SOCKET_BUFFER: u64 = i32::MAX as u64;
+
+/// `FLAG N` checked to be between 1 and `max`, with the one wording every
+/// count and size limit uses.
+pub fn check_between<T>(flag: &str, n: T, max: T) -> Result<T>
+where
+    T: Copy + PartialOrd + From<u8> + std::fmt::Display,
+{
+    if n < T::from(1) || n > max {
         return Err(Error::usage(format!(
-            "--threads {n}: must be between 1 and {max}"
+            "{flag} {n}: must be between 1 and {max}"
         )));
     }
     Ok(n)
@@ -366,21 +379,82 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
     }
 }
 
+/// What the config tests of every role share: a command line parsed the
+/// way the binaries parse it, and a config file to point `--config` at.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::proxy::{BenchConfig, ProxyConfig};
+    use super::{parse_args, ClientConfig, Result, ServerConfig};
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// `program args...` through [`parse_args`].
+    pub(crate) fn parse<T: clap::Parser>(program: &str, args: &[&str]) -> Result<T> {
+        let argv = std::iter::once(program).chain(args.iter().copied());
+        parse_args(argv.map(Into::into))
+    }
+
+    /// `fn NAME(args)`: the program's flags `args`, validated into its
+    /// config the way its binary does it.
+    macro_rules! config_from_flags {
+        ($($name:ident: $config:ty = $program:literal),* $(,)?) => {$(
+            pub(crate) fn $name(args: &[&str]) -> Result<$config> {
+                <$config>::from_args(parse($program, args)?)
+            }
+        )*};
+    }
+
+    config_from_flags! {
+        client: ClientConfig = "udp_client",
+        server: ServerConfig = "udp_server",
+        proxy: ProxyConfig = "tcp_proxy",
+        bench: BenchConfig = "tcp_proxy bench",
+    }
+
+    /// A config file in a directory of its own, removed on drop.
+    pub(crate) struct TempConfig {
+        dir: PathBuf,
+        pub path: PathBuf,
+    }
+
+    impl TempConfig {
+        /// A file holding `text`, in a fresh directory (one per file, so
+        /// that tests running at once never share one).
+        pub(crate) fn new(text: &str) -> TempConfig {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("netspeed-cfg-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let config = TempConfig {
+                path: dir.join("config.toml"),
+                dir,
+            };
+            config.write(text);
+            config
+        }
+
+        /// Replaces the file's text.
+        pub(crate) fn write(&self, text: &str) {
+            std::fs::write(&self.path, text).unwrap();
+        }
+
+        /// The path, as a flag's value.
+        pub(crate) fn arg(&self) -> &str {
+            self.path.to_str().unwrap()
+        }
+    }
+
+    impl Drop for TempConfig {
+        fn drop(&mut self) {
+            std::fs::remove_dir_all(&self.dir).ok();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::testing::{client, server, TempConfig};
     use super::*;
-
-    fn client(args: &[&str]) -> Result<ClientConfig> {
-        let mut argv = vec!["udp_client"];
-        argv.extend_from_slice(args);
-        ClientConfig::from_args(parse_args(argv.into_iter().map(Into::into))?)
-    }
-
-    fn server(args: &[&str]) -> Result<ServerConfig> {
-        let mut argv = vec!["udp_server"];
-        argv.extend_from_slice(args);
-        ServerConfig::from_args(parse_args(argv.into_iter().map(Into::into))?)
-    }
 
     #[test]
     fn client_defaults_are_seed_001s() {
@@ -397,16 +471,12 @@ mod tests {
         assert!(!plain.connected);
         assert_eq!((plain.batch, plain.gso), (1, GsoRequest::Off));
         // A file cannot combine what the flags cannot.
-        let dir = std::env::temp_dir().join(format!("netspeed-plain-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("c.toml");
-        std::fs::write(&file, "plain_send = true\nbatch = 8\n").unwrap();
-        let err = client(&["--config", file.to_str().unwrap()]).unwrap_err();
+        let file = TempConfig::new("plain_send = true\nbatch = 8\n");
+        let err = client(&["--config", file.arg()]).unwrap_err();
         assert_eq!(err.exit_code(), 2, "{err}");
-        std::fs::write(&file, "plain_send = true\n").unwrap();
-        let from_file = client(&["--config", file.to_str().unwrap(), "--no-gso"]).unwrap();
+        file.write("plain_send = true\n");
+        let from_file = client(&["--config", file.arg(), "--no-gso"]).unwrap();
         assert!(!from_file.connected);
-        std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]
@@ -470,15 +540,8 @@ mod tests {
 
     #[test]
     fn flags_override_file() {
-        let dir = std::env::temp_dir().join(format!("netspeed-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("c.toml");
-        std::fs::write(
-            &path,
-            "buffer_size = \"1K\"\ntotal_send = 5000\nrate = \"1Gbit\"\n",
-        )
-        .unwrap();
-        let p = path.to_str().unwrap();
+        let file = TempConfig::new("buffer_size = \"1K\"\ntotal_send = 5000\nrate = \"1Gbit\"\n");
+        let p = file.arg();
         let cfg = client(&["--config", p]).unwrap();
         assert_eq!((cfg.buffer_size, cfg.volume), (1000, Volume::Bytes(5000)));
         let cfg = client(&["--config", p, "-b", "200", "--duration", "1s"]).unwrap();
@@ -486,16 +549,12 @@ mod tests {
             (cfg.buffer_size, cfg.volume),
             (200, Volume::Time(Duration::from_secs(1)))
         );
-        std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]
     fn a_layer_that_names_one_of_a_group_replaces_the_group() {
-        let dir = std::env::temp_dir().join(format!("netspeed-cfg-s-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("s.toml");
-        std::fs::write(&path, "listen = \"127.0.0.1:7\"\ninterval = \"250ms\"\n").unwrap();
-        let p = path.to_str().unwrap();
+        let file = TempConfig::new("listen = \"127.0.0.1:7\"\ninterval = \"250ms\"\n");
+        let p = file.arg();
         // The file's listen and interval beat the defaults.
         let cfg = server(&["--config", p]).unwrap();
         assert_eq!(cfg.listen, "127.0.0.1:7".parse().unwrap());
@@ -507,7 +566,6 @@ mod tests {
         assert_eq!(cfg.listen, "[::]:9".parse().unwrap());
         assert!(cfg.listen_is_default);
         assert_eq!(cfg.interval, Some(Duration::from_millis(250)));
-        std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]

@@ -562,20 +562,8 @@ impl BenchConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_args;
     use crate::config::parse_toml;
-
-    fn proxy(args: &[&str]) -> Result<ProxyConfig> {
-        let mut argv = vec!["tcp_proxy"];
-        argv.extend_from_slice(args);
-        ProxyConfig::from_args(parse_args(argv.into_iter().map(Into::into))?)
-    }
-
-    fn bench(args: &[&str]) -> Result<BenchConfig> {
-        let mut argv = vec!["tcp_proxy bench"];
-        argv.extend_from_slice(args);
-        BenchConfig::from_args(parse_args(argv.into_iter().map(Into::into))?)
-    }
+    use crate::config::testing::{bench, parse, proxy};
 
     #[test]
     fn defaults_and_flags() {
@@ -665,8 +653,7 @@ mod tests {
             "listen = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:9\"\nbuffer_size = 1000\nnodelay = false\nthreads = 3\n",
         )
         .unwrap();
-        let flags: ProxyArgs =
-            parse_args(["tcp_proxy", "--buffer-size", "2K"].map(Into::into)).unwrap();
+        let flags: ProxyArgs = parse("tcp_proxy", &["--buffer-size", "2K"]).unwrap();
         let cfg =
             ProxyConfig::from_layer(layered(ProxyArgs::defaults(), Some(file), flags)).unwrap();
         assert_eq!(
@@ -675,8 +662,7 @@ mod tests {
         );
         let file: BenchArgs =
             parse_toml("duration = \"20ms\"\nmodes = [\"std\"]\nbuffer_sizes = [\"2K\", 4096]\nno_peers = true\n").unwrap();
-        let flags: BenchArgs =
-            parse_args(["tcp_proxy bench", "--requests", "5"].map(Into::into)).unwrap();
+        let flags: BenchArgs = parse("tcp_proxy bench", &["--requests", "5"]).unwrap();
         let cfg =
             BenchConfig::from_layer(layered(BenchArgs::defaults(), Some(file), flags)).unwrap();
         assert_eq!(cfg.duration, Duration::from_millis(20));

@@ -4,8 +4,8 @@
 //! into a [`ServerConfig`].
 
 use super::{
-    check_threads, duration_arg, file_layer, layered, psk_from, sched_from, size_arg,
-    DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_THREADS,
+    check_between, check_threads, duration_arg, file_layer, layered, psk_from, sched_from,
+    size_arg, DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER, MAX_THREADS,
 };
 use crate::auth::Psk;
 use crate::error::{Error, Result};
@@ -299,22 +299,10 @@ impl ServerConfig {
         let recv_buffer_size = l
             .recv_buffer_size
             .map(|v| v.bytes("recv_buffer_size"))
+            .transpose()?
+            .map(|b| check_between("--recv-buffer-size", b, MAX_SOCKET_BUFFER))
             .transpose()?;
-        if let Some(b) = recv_buffer_size {
-            if b == 0 || b > i32::MAX as u64 {
-                return Err(Error::usage(format!(
-                    "--recv-buffer-size {b}: must be between 1 and {}",
-                    i32::MAX
-                )));
-            }
-        }
-        let max_peers = l.max_peers.unwrap_or(4096);
-        let limit = MAX_PEERS_LIMIT;
-        if max_peers == 0 || max_peers > limit {
-            return Err(Error::usage(format!(
-                "--max-peers {max_peers}: must be between 1 and {limit}"
-            )));
-        }
+        let max_peers = check_between("--max-peers", l.max_peers.unwrap_or(4096), MAX_PEERS_LIMIT)?;
         let method = l.method.unwrap_or_else(Method::default_for_platform);
         method.check_available()?;
         let psk = psk_from(
