@@ -2,49 +2,27 @@
 //! every cell carries the server's receive figures.
 
 use netspeed::bench::{sweep, NoProgress};
-use netspeed::config::{ClientConfig, ServerConfig, Volume};
+use netspeed::config::{ClientConfig, Volume};
+use netspeed::local::with_local_server;
 use netspeed::output::bench::{sweep_plot, sweep_table};
 use netspeed::shutdown::Shutdown;
-use std::net::{Ipv4Addr, SocketAddr};
 
 #[test]
 fn sweep_reports_the_servers_rate_per_cell() {
-    let server_cfg = ServerConfig {
-        listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        listen_is_default: false,
-        interval: None,
-        recv_buffer_size: Some(4 << 20),
-        ..Default::default()
-    };
-    let bound = netspeed::server::bind(&server_cfg).unwrap();
-    // Built the way udp_client builds it, so new fields get their defaults.
-    let addr = bound.addr.to_string();
+    // Built the way udp_client builds it, so new fields get their defaults;
+    // the server is the one `udp_client --local --sweep` starts, which
+    // points `-s` at itself.
     let args: netspeed::config::ClientArgs = netspeed::config::parse_args(
-        [
-            "udp_client",
-            "-s",
-            &addr,
-            "-n",
-            "500",
-            "--rate",
-            "400Mbit",
-            "--quiet",
-        ]
-        .into_iter()
-        .map(Into::into),
+        ["udp_client", "-n", "500", "--rate", "400Mbit", "--quiet"]
+            .into_iter()
+            .map(Into::into),
     )
     .unwrap();
-    let base = ClientConfig::from_args(args).unwrap();
-    assert_eq!(base.volume, Volume::Packets(500));
+    let cfg = ClientConfig::from_args(args).unwrap();
+    assert_eq!(cfg.volume, Volume::Packets(500));
     let stop = Shutdown::new();
-    let server_stop = Shutdown::new();
-    let report = std::thread::scope(|s| {
-        let server =
-            s.spawn(|| netspeed::server::run(&bound, &server_cfg, &server_stop, &mut |_| {}));
-        let report = sweep::run(&base, &[500, 1460, 9000], &[1, 2], &stop, &mut NoProgress);
-        server_stop.trigger();
-        let _ = server.join();
-        report
+    let report = with_local_server(&cfg, |base| {
+        sweep::run(base, &[500, 1460, 9000], &[1, 2], &stop, &mut NoProgress)
     })
     .unwrap();
     assert_eq!(report.cells.len(), 6);
@@ -62,9 +40,9 @@ fn sweep_reports_the_servers_rate_per_cell() {
     sweep_plot(&report, &svg).unwrap();
     assert!(std::fs::read_to_string(&svg).unwrap().contains("2 clients"));
     std::fs::remove_dir_all(dir).ok();
-    // Bad sizes are usage errors.
-    let err = sweep::run(&base, &[0], &[1], &stop, &mut NoProgress).unwrap_err();
+    // Bad sizes are usage errors, refused before anything is sent.
+    let err = sweep::run(&cfg, &[0], &[1], &stop, &mut NoProgress).unwrap_err();
     assert_eq!(err.exit_code(), 2);
-    let err = sweep::run(&base, &[70_000], &[1], &stop, &mut NoProgress).unwrap_err();
+    let err = sweep::run(&cfg, &[70_000], &[1], &stop, &mut NoProgress).unwrap_err();
     assert_eq!(err.exit_code(), 2);
 }

@@ -2,10 +2,10 @@
 //! See `--help`.
 
 use netspeed::client;
-use netspeed::config::{parse_args, ClientArgs, ClientConfig};
-use netspeed::error::{Error, Result};
+use netspeed::config::ClientConfig;
+use netspeed::error::Result;
 use netspeed::output::progress::Progress;
-use netspeed::output::{exit_with, report};
+use netspeed::output::{exit_with, report, start};
 use netspeed::shutdown::Shutdown;
 
 fn main() {
@@ -15,13 +15,7 @@ fn main() {
 }
 
 fn run() -> Result<()> {
-    let args: ClientArgs = parse_args(std::env::args_os())?;
-    let cfg = ClientConfig::from_args(args)?;
-    let shutdown = Shutdown::on_signals()
-        .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
-    if let Some(sched) = cfg.sched {
-        netspeed::sys::apply_scheduler(sched.policy, sched.priority)?;
-    }
+    let (cfg, shutdown) = start(ClientConfig::from_args, |cfg| cfg.sched)?;
     if !cfg.sweep.is_empty() {
         return sweep(&cfg, &shutdown);
     }

@@ -1,10 +1,9 @@
 //! udp_server: counts what each peer sends and reports it. See `--help`.
 
-use netspeed::config::{parse_args, ServerArgs, ServerConfig};
-use netspeed::error::{Error, Result};
-use netspeed::output::{exit_with, report};
+use netspeed::config::ServerConfig;
+use netspeed::error::Result;
+use netspeed::output::{exit_with, report, start};
 use netspeed::server::{self, ServerEvent};
-use netspeed::shutdown::Shutdown;
 use std::io::Write;
 
 fn main() {
@@ -14,13 +13,7 @@ fn main() {
 }
 
 fn run() -> Result<()> {
-    let args: ServerArgs = parse_args(std::env::args_os())?;
-    let cfg = ServerConfig::from_args(args)?;
-    let shutdown = Shutdown::on_signals()
-        .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
-    if let Some(sched) = cfg.sched {
-        netspeed::sys::apply_scheduler(sched.policy, sched.priority)?;
-    }
+    let (cfg, shutdown) = start(ServerConfig::from_args, |cfg| cfg.sched)?;
     let bound = server::bind(&cfg)?;
     if bound.fell_back_to_ipv4 {
         eprintln!("udp_server: IPv6 is unavailable; listening on IPv4 only");

@@ -243,18 +243,22 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(parse_size("1000000").unwrap(), 1_000_000);
-        assert_eq!(parse_size("64K").unwrap(), 64_000);
-        assert_eq!(parse_size("64k").unwrap(), 64_000);
-        assert_eq!(parse_size("64KB").unwrap(), 64_000);
-        assert_eq!(parse_size("64KiB").unwrap(), 65_536);
-        assert_eq!(parse_size("1G").unwrap(), 1_000_000_000);
-        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
-        assert_eq!(parse_size("1Gi").unwrap(), 1 << 30);
-        assert_eq!(parse_size("1.5M").unwrap(), 1_500_000);
-        assert_eq!(parse_size(" 7 ").unwrap(), 7);
-        assert_eq!(parse_size("0").unwrap(), 0);
-        assert_eq!(parse_size("12b").unwrap(), 12);
+        for (text, bytes) in [
+            ("1000000", 1_000_000),
+            ("64K", 64_000),
+            ("64k", 64_000),
+            ("64KB", 64_000),
+            ("64KiB", 65_536),
+            ("1G", 1_000_000_000),
+            ("1GiB", 1 << 30),
+            ("1Gi", 1 << 30),
+            ("1.5M", 1_500_000),
+            (" 7 ", 7),
+            ("0", 0),
+            ("12b", 12),
+        ] {
+            assert_eq!(parse_size(text).unwrap(), bytes, "{text}");
+        }
     }
 
     #[test]
@@ -279,13 +283,17 @@ mod tests {
 
     #[test]
     fn rates() {
-        assert_eq!(parse_rate("500Mbit").unwrap(), 500_000_000);
-        assert_eq!(parse_rate("1G").unwrap(), 1_000_000_000);
-        assert_eq!(parse_rate("1Gbit/s").unwrap(), 1_000_000_000);
-        assert_eq!(parse_rate("10Gbps").unwrap(), 10_000_000_000);
-        assert_eq!(parse_rate("100MB/s").unwrap(), 800_000_000);
-        assert_eq!(parse_rate("2.5Gbit").unwrap(), 2_500_000_000);
-        assert_eq!(parse_rate("1000").unwrap(), 1000);
+        for (text, bits_per_s) in [
+            ("500Mbit", 500_000_000),
+            ("1G", 1_000_000_000),
+            ("1Gbit/s", 1_000_000_000),
+            ("10Gbps", 10_000_000_000),
+            ("100MB/s", 800_000_000),
+            ("2.5Gbit", 2_500_000_000),
+            ("1000", 1000),
+        ] {
+            assert_eq!(parse_rate(text).unwrap(), bits_per_s, "{text}");
+        }
         for bad in ["", "0", "0Mbit", "fast", "1Xbit", "-5M"] {
             assert!(parse_rate(bad).is_err(), "{bad} should fail");
         }
@@ -293,11 +301,15 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("1.5m").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
+        for (text, duration) in [
+            ("2", Duration::from_secs(2)),
+            ("2s", Duration::from_secs(2)),
+            ("250ms", Duration::from_millis(250)),
+            ("1.5m", Duration::from_secs(90)),
+            ("100us", Duration::from_micros(100)),
+        ] {
+            assert_eq!(parse_duration(text).unwrap(), duration, "{text}");
+        }
         for bad in ["", "s", "3 days", "-1s", "1e99"] {
             assert!(parse_duration(bad).is_err(), "{bad} should fail");
         }

@@ -228,6 +228,16 @@ pub fn write_data_header(buf: &mut [u8], header: &Header) -> bool {
     true
 }
 
+/// The header of a server's answer: only the session is set (an answer
+/// has no sequence number or send time of its own).
+fn put_answer_header(buf: &mut [u8], kind: u8, flags: u16, session: u64) {
+    let header = Header {
+        session,
+        ..Header::default()
+    };
+    put_header(buf, kind, flags, &header);
+}
+
 /// Encodes a start probe.
 pub fn encode_hello(hello: &Hello) -> [u8; HELLO_LEN] {
     let mut buf = [0u8; HELLO_LEN];
@@ -239,11 +249,7 @@ pub fn encode_hello(hello: &Hello) -> [u8; HELLO_LEN] {
 /// Encodes the answer to a start probe.
 pub fn encode_hello_ack(ack: &HelloAck) -> [u8; HELLO_LEN] {
     let mut buf = [0u8; HELLO_LEN];
-    let header = Header {
-        session: ack.session,
-        ..Header::default()
-    };
-    put_header(&mut buf, KIND_HELLO_ACK, ack.flags, &header);
+    put_answer_header(&mut buf, KIND_HELLO_ACK, ack.flags, ack.session);
     put_u64(&mut buf, 32, ack.nonce);
     put_u64(&mut buf, 40, ack.end_grace_ns);
     put_u64(&mut buf, 48, ack.recv_buffer);
@@ -296,11 +302,7 @@ fn end_ack_fields(ack: &EndAck) -> [u64; 24] {
 /// Encodes the server's answer to an end-of-test message.
 pub fn encode_end_ack(ack: &EndAck) -> [u8; END_LEN] {
     let mut buf = [0u8; END_LEN];
-    let header = Header {
-        session: ack.session,
-        ..Header::default()
-    };
-    put_header(&mut buf, KIND_END_ACK, ack.flags, &header);
+    put_answer_header(&mut buf, KIND_END_ACK, ack.flags, ack.session);
     for (i, value) in end_ack_fields(ack).into_iter().enumerate() {
         put_u64(&mut buf, 32 + 8 * i, value);
     }

@@ -6,13 +6,19 @@
 //! Why one place: a figure is then formatted one way wherever it appears,
 //! the roles can be tested without capturing output, and a new output
 //! (intervals, CPU figures, metrics) has one obvious home.
+//!
+//! It also holds the two ends of a binary's run that sit next to that
+//! output: [`start`] (flags, signals and scheduler, as the UDP binaries
+//! begin) and [`exit_with`] (the one-line error and the exit code).
 
 pub mod bench;
 pub mod progress;
 pub mod proxy;
 pub mod report;
 
-use crate::error::Error;
+use crate::config::{parse_args, Sched};
+use crate::error::{Error, Result};
+use crate::shutdown::Shutdown;
 
 /// Prints a one-line error to stderr and exits with its code.
 pub fn exit_with(err: &Error) -> ! {
@@ -26,4 +32,21 @@ pub fn exit_with(err: &Error) -> ! {
         .unwrap_or_else(|| "netspeed".into());
     eprintln!("{prog}: error: {err}");
     std::process::exit(err.exit_code())
+}
+
+/// The start udp_client and udp_server share: their flags parsed and
+/// validated into a config by `build`, Ctrl-C and SIGTERM wired to the
+/// returned stop flag, and `--scheduler` (what `sched` reads from the
+/// config) applied to the whole process before any socket is opened.
+pub fn start<A: clap::Parser, C>(
+    build: impl FnOnce(A) -> Result<C>,
+    sched: impl FnOnce(&C) -> Option<Sched>,
+) -> Result<(C, Shutdown)> {
+    let cfg = build(parse_args(std::env::args_os())?)?;
+    let shutdown = Shutdown::on_signals()
+        .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
+    if let Some(sched) = sched(&cfg) {
+        crate::sys::apply_scheduler(sched.policy, sched.priority)?;
+    }
+    Ok((cfg, shutdown))
 }

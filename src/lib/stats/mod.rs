@@ -453,52 +453,41 @@ mod tests {
     }
 
     #[test]
-    fn in_order_no_loss() {
-        let t = track(&[0, 1, 2, 3, 4]);
-        assert_eq!((t.unique, t.duplicates, t.reordered), (5, 0, 0));
-        assert_eq!(t.lost_range(5), (0, 0));
-        assert_eq!(t.expected_from_sequence(), 5);
-        assert_eq!(t.ranges(), 1);
+    fn counts_per_arrival_order() {
+        // Arrivals, the declared total, (unique, duplicates, reordered),
+        // the loss range against the total, and the ranges remembered.
+        for (seqs, total, counts, lost, ranges) in [
+            // In order, no loss.
+            (&[0, 1, 2, 3, 4][..], 5, (5, 0, 0), (0, 0), 1),
+            // A gap is loss, not reordering.
+            (&[0, 1, 3, 4], 5, (4, 0, 0), (1, 1), 2),
+            // Duplicates are not data.
+            (&[0, 1, 1, 2, 0, 2], 3, (3, 3, 0), (0, 0), 1),
+            // The impairment relay swaps (1,2) and (5,6): each pair counts
+            // once, and holes that fill up merge their ranges.
+            (&[0, 2, 1, 3, 4, 6, 5, 7], 8, (8, 0, 2), (0, 0), 1),
+            // Reordered, then duplicated.
+            (&[0, 3, 1, 1, 2, 2], 4, (4, 2, 2), (0, 0), 1),
+        ] {
+            let t = track(seqs);
+            assert_eq!(
+                (
+                    (t.unique, t.duplicates, t.reordered),
+                    t.lost_range(total),
+                    t.ranges()
+                ),
+                (counts, lost, ranges),
+                "{seqs:?}"
+            );
+        }
     }
 
     #[test]
-    fn loss_from_declared_total() {
+    fn trailing_losses_are_only_known_from_the_total() {
         let t = track(&[0, 1, 3, 4]);
-        assert_eq!(t.lost_range(5), (1, 1));
-        assert_eq!(
-            t.lost_range(7),
-            (3, 3),
-            "trailing losses are only known from the total"
-        );
+        assert_eq!(t.lost_range(7), (3, 3));
         assert_eq!(t.expected_from_sequence() - t.unique, 1);
-        assert_eq!(t.reordered, 0, "a gap is not reordering");
-    }
-
-    #[test]
-    fn duplicates_are_not_data() {
-        let t = track(&[0, 1, 1, 2, 0, 2]);
-        assert_eq!(t.unique, 3);
-        assert_eq!(t.duplicates, 3);
-        assert_eq!(t.lost_range(3), (0, 0));
-        assert_eq!(t.reordered, 0);
-    }
-
-    #[test]
-    fn swapped_pairs_count_once_each() {
-        // The impairment relay swaps (1,2) and (5,6).
-        let t = track(&[0, 2, 1, 3, 4, 6, 5, 7]);
-        assert_eq!(t.reordered, 2);
-        assert_eq!(t.duplicates, 0);
-        assert_eq!(t.lost_range(8), (0, 0));
-        assert_eq!(t.ranges(), 1, "holes that fill up merge their ranges");
-    }
-
-    #[test]
-    fn reordered_then_duplicated() {
-        let t = track(&[0, 3, 1, 1, 2, 2]);
-        assert_eq!(t.reordered, 2);
-        assert_eq!(t.duplicates, 2);
-        assert_eq!(t.lost_range(4), (0, 0));
+        assert_eq!(track(&[0, 1, 2, 3, 4]).expected_from_sequence(), 5);
     }
 
     #[test]

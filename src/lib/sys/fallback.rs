@@ -8,6 +8,12 @@ use std::net::SocketAddr;
 
 use super::Received;
 
+/// What every stub of a call this platform lacks returns: an `Unsupported`
+/// error that names the call, for the caller to report.
+fn unsupported<T>(what: &'static str) -> io::Result<T> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, what))
+}
+
 /// No-op here; returns false so the caller can say that ENOBUFS-style
 /// queue drops may go unreported on this platform.
 pub fn enable_send_errors(_socket: &Socket) -> io::Result<bool> {
@@ -86,7 +92,7 @@ pub fn rusage(_process: bool) -> Option<crate::stats::CpuTime> {
 
 /// Not available here: answers leave from the address the OS picks.
 pub fn enable_local_address(_socket: &Socket) -> io::Result<()> {
-    Err(io::Error::new(io::ErrorKind::Unsupported, "IP_PKTINFO"))
+    unsupported("IP_PKTINFO")
 }
 
 /// Sends `buf` to `to`; the source address is the OS's choice here.
@@ -101,10 +107,7 @@ pub fn send_from(
 
 /// Not available here.
 pub fn force_recv_buffer(_socket: &Socket, _bytes: usize) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "SO_RCVBUFFORCE is Linux-only",
-    ))
+    unsupported("SO_RCVBUFFORCE is Linux-only")
 }
 
 /// The sysctl that caps socket buffers on this platform.
@@ -117,42 +120,29 @@ pub const RCVBUF_DOUBLES: bool = false;
 
 /// Not available here.
 pub fn force_send_buffer(_socket: &Socket, _bytes: usize) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "SO_SNDBUFFORCE is Linux-only",
-    ))
+    unsupported("SO_SNDBUFFORCE is Linux-only")
 }
 
 /// Not available here: the server counts datagrams one by one.
 pub fn enable_gro(_socket: &Socket) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "UDP_GRO is Linux-only",
-    ))
+    unsupported("UDP_GRO is Linux-only")
 }
 
 /// sched_setscheduler with these policies is Linux's; say so.
 pub fn set_scheduler(_policy: super::SchedPolicy, _priority: i32) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "this platform has no sched_setscheduler with these policies (Linux only)",
-    ))
+    unsupported("this platform has no sched_setscheduler with these policies (Linux only)")
 }
 
 /// Not offered here; the caller reports it.
 pub fn set_dont_fragment(_socket: &Socket, _ipv6: bool) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "--dont-fragment is implemented for Linux only",
-    ))
+    unsupported("--dont-fragment is implemented for Linux only")
 }
 
 /// TCP_CONGESTION is set on Linux only here; say so.
 pub fn set_tcp_congestion(_socket: &Socket, _name: &str) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
+    unsupported(
         "choosing the congestion control per socket (TCP_CONGESTION) is implemented for Linux only",
-    ))
+    )
 }
 
 /// Unknown here.
@@ -167,10 +157,7 @@ pub fn available_tcp_congestion() -> Option<String> {
 
 /// Not offered here: datagrams are timed when read.
 pub fn enable_rx_timestamps(_socket: &Socket) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "kernel receive timestamps are read on Linux only",
-    ))
+    unsupported("kernel receive timestamps are read on Linux only")
 }
 
 /// sendmmsg is Linux's: here a batch is never built (the client checks
@@ -188,26 +175,17 @@ impl SendBatch {
     }
 
     pub fn send(&mut self, _socket: &Socket, _datagrams: &[&[u8]]) -> io::Result<usize> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "sendmmsg is Linux-only",
-        ))
+        unsupported("sendmmsg is Linux-only")
     }
 }
 
 /// UDP_SEGMENT is Linux's.
 pub fn set_gso_segment(_socket: &Socket, _size: u16) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "UDP GSO is Linux-only",
-    ))
+    unsupported("UDP GSO is Linux-only")
 }
 
 fn readiness_unsupported<T>() -> io::Result<T> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "select, poll and epoll receive loops are implemented for Linux only",
-    ))
+    unsupported("select, poll and epoll receive loops are implemented for Linux only")
 }
 
 /// Linux's; the server refuses `--method select` here before it gets this

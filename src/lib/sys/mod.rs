@@ -184,23 +184,22 @@ pub fn size_buffer(
     side: BufferSide,
     requested: Option<usize>,
 ) -> crate::error::Result<BufferGrant> {
-    let (option, read, set, force): (_, fn(&socket2::Socket) -> io::Result<usize>, _, _) =
-        match side {
-            BufferSide::Receive => (
-                "SO_RCVBUF",
-                socket2::Socket::recv_buffer_size,
-                socket2::Socket::set_recv_buffer_size
-                    as fn(&socket2::Socket, usize) -> io::Result<()>,
-                force_recv_buffer as fn(&socket2::Socket, usize) -> io::Result<()>,
-            ),
-            BufferSide::Send => (
-                "SO_SNDBUF",
-                socket2::Socket::send_buffer_size,
-                socket2::Socket::set_send_buffer_size
-                    as fn(&socket2::Socket, usize) -> io::Result<()>,
-                force_send_buffer as fn(&socket2::Socket, usize) -> io::Result<()>,
-            ),
-        };
+    type Get = fn(&socket2::Socket) -> io::Result<usize>;
+    type Set = fn(&socket2::Socket, usize) -> io::Result<()>;
+    let (option, read, set, force): (_, Get, Set, Set) = match side {
+        BufferSide::Receive => (
+            "SO_RCVBUF",
+            socket2::Socket::recv_buffer_size,
+            socket2::Socket::set_recv_buffer_size,
+            force_recv_buffer,
+        ),
+        BufferSide::Send => (
+            "SO_SNDBUF",
+            socket2::Socket::send_buffer_size,
+            socket2::Socket::set_send_buffer_size,
+            force_send_buffer,
+        ),
+    };
     let read =
         || read(socket).map_err(|e| crate::error::Error::io(format!("cannot read {option}"), e));
     let Some(want) = requested else {

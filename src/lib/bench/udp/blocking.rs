@@ -1,10 +1,11 @@
 //! The blocking backends: `std::net::UdpSocket`, `socket2::Socket`, and
 //! nix's `send`/`sendto`/`recv` on an `OwnedFd`. Each waits in the kernel
 //! (receive and send timeouts of [`POLL`]) and runs each loop on a thread
-//! of its own. Only the reuse options of `std` are set with socket2
-//! before binding, because std has no call for them.
+//! of its own (the [`Backend`] defaults for `pause` and `spawn`). Only the
+//! reuse options of `std` are set with socket2 before binding, because std
+//! has no call for them.
 
-use super::driver::{spawn_thread, Backend, Join, POLL};
+use super::driver::{Backend, POLL};
 use super::{Reuse, UdpCase};
 use crate::error::Result;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -38,11 +39,6 @@ pub(super) fn std_bind(addr: SocketAddr, reuse: Reuse) -> io::Result<UdpSocket> 
         Reuse::None => UdpSocket::bind(addr),
         _ => Ok(socket2_reuse_bound(addr, reuse)?.into()),
     }
-}
-
-/// Runs a loop whose futures never wait (a blocking backend's).
-fn block_on<T, F: Future<Output = T>>(task: F) -> T {
-    futures::executor::block_on(task)
 }
 
 pub(super) struct StdLib;
@@ -86,13 +82,6 @@ impl Backend for StdLib {
         buf: &'a mut [u8],
     ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
         ready(rx.recv(buf))
-    }
-    fn pause() -> impl Future<Output = ()> + Send {
-        std::thread::yield_now();
-        ready(())
-    }
-    fn spawn<T: Send + 'static>(&self, task: impl Future<Output = T> + Send + 'static) -> Join<T> {
-        spawn_thread(task, block_on)
     }
 }
 
@@ -141,13 +130,6 @@ impl Backend for Socket2Lib {
     ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
         // socket2's safe recv: `Read for &Socket` is recv(2) into `buf`.
         ready(io::Read::read(&mut &*rx, buf))
-    }
-    fn pause() -> impl Future<Output = ()> + Send {
-        std::thread::yield_now();
-        ready(())
-    }
-    fn spawn<T: Send + 'static>(&self, task: impl Future<Output = T> + Send + 'static) -> Join<T> {
-        spawn_thread(task, block_on)
     }
 }
 
@@ -251,16 +233,6 @@ mod nixlib {
             buf: &'a mut [u8],
         ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
             ready(recv(rx.as_raw_fd(), buf, MsgFlags::empty()).map_err(io::Error::from))
-        }
-        fn pause() -> impl Future<Output = ()> + Send {
-            std::thread::yield_now();
-            ready(())
-        }
-        fn spawn<T: Send + 'static>(
-            &self,
-            task: impl Future<Output = T> + Send + 'static,
-        ) -> Join<T> {
-            spawn_thread(task, block_on)
         }
     }
 }

@@ -38,7 +38,9 @@ pub(super) const DONE: u8 = 2;
 pub(super) type Join<T> = Box<dyn FnOnce() -> Option<T> + Send>;
 
 /// What a socket library contributes: making its sockets, its send and
-/// receive calls, and how it runs a task.
+/// receive calls, and how it runs a task. How to give way and run a task
+/// default to what the blocking libraries do (a thread yield; a thread of
+/// its own per task); the async ones bring their runtime's.
 pub(super) trait Backend: Sized + 'static {
     /// A sending socket with its destination (None when connected).
     type Tx: Send + 'static;
@@ -62,9 +64,14 @@ pub(super) trait Backend: Sized + 'static {
         buf: &'a mut [u8],
     ) -> impl Future<Output = io::Result<usize>> + Send + 'a;
     /// Gives way after a full queue.
-    fn pause() -> impl Future<Output = ()> + Send;
+    fn pause() -> impl Future<Output = ()> + Send {
+        std::thread::yield_now();
+        std::future::ready(())
+    }
     /// Runs `task` on its own thread or worker.
-    fn spawn<T: Send + 'static>(&self, task: impl Future<Output = T> + Send + 'static) -> Join<T>;
+    fn spawn<T: Send + 'static>(&self, task: impl Future<Output = T> + Send + 'static) -> Join<T> {
+        spawn_thread(task, futures::executor::block_on)
+    }
     /// Called once every task has been joined.
     fn finish(self) {}
 }
@@ -160,6 +167,43 @@ impl Ctl {
     }
 }
 
+/// What one [`send_step`] came to.
+enum Step {
+    /// Sent (and counted when in the window).
+    Sent,
+    /// The queue was full: nothing went out.
+    Full,
+    /// The configuration is over, or the send failed (recorded in `ctl`).
+    Stop,
+}
+
+/// The send of the sender and ping-pong loops: `buf` stamped with the
+/// phase, sent, and counted in `sent` when it belongs to the window.
+async fn send_step<B: Backend>(
+    tx: &mut B::Tx,
+    buf: &mut [u8],
+    sent: &mut u64,
+    ctl: &Ctl,
+    lib: &str,
+) -> Step {
+    let phase = ctl.phase();
+    if phase == DONE {
+        return Step::Stop;
+    }
+    buf[0] = phase;
+    match B::send(tx, buf).await {
+        Ok(_) => {
+            *sent += u64::from(phase == MEASURE);
+            Step::Sent
+        }
+        Err(e) if crate::sys::is_transient(&e) => Step::Full,
+        Err(e) => {
+            ctl.fail(format!("{lib} send failed: {e}"));
+            Step::Stop
+        }
+    }
+}
+
 async fn send_loop<B: Backend>(
     mut tx: B::Tx,
     payload: usize,
@@ -169,18 +213,10 @@ async fn send_loop<B: Backend>(
     let mut buf = vec![0xA5u8; payload];
     let mut sent = 0;
     loop {
-        let phase = ctl.phase();
-        if phase == DONE {
-            break;
-        }
-        buf[0] = phase;
-        match B::send(&mut tx, &buf).await {
-            Ok(_) => sent += u64::from(phase == MEASURE),
-            Err(e) if crate::sys::is_transient(&e) => B::pause().await,
-            Err(e) => {
-                ctl.fail(format!("{lib} send failed: {e}"));
-                break;
-            }
+        match send_step::<B>(&mut tx, &mut buf, &mut sent, &ctl, lib).await {
+            Step::Sent => {}
+            Step::Full => B::pause().await,
+            Step::Stop => break,
         }
     }
     sent
@@ -223,18 +259,10 @@ async fn ping_pong_loop<B: Backend>(
     let mut buf = vec![0u8; 65536];
     let (mut sent, mut count) = (0, RxCount::default());
     loop {
-        let phase = ctl.phase();
-        if phase == DONE {
-            break;
-        }
-        out[0] = phase;
-        match B::send(&mut tx, &out).await {
-            Ok(_) => sent += u64::from(phase == MEASURE),
-            Err(e) if crate::sys::is_transient(&e) => continue,
-            Err(e) => {
-                ctl.fail(format!("{lib} send failed: {e}"));
-                break;
-            }
+        match send_step::<B>(&mut tx, &mut out, &mut sent, &ctl, lib).await {
+            Step::Sent => {}
+            Step::Full => continue,
+            Step::Stop => break,
         }
         // A lost datagram costs one POLL, then the next is sent.
         match B::recv(&rx, &mut buf).await {

@@ -163,25 +163,28 @@ pub fn draw(path: &Path, chart: &Chart<'_>) -> Result<()> {
     Ok(())
 }
 
-/// For each line, the best `y` at each `x` over the rows on that line
-/// (the other axes collapsed), lines in the order of `names`.
-fn best_per_x<R, K: PartialEq>(
+/// One line per key of `keys`, in that order and named by `name`: the
+/// best `y` at each `x` over the rows on that line (the other axes
+/// collapsed). `point` says which line a row is on, and where.
+fn best_per_x<R, K: PartialEq + Copy>(
     rows: &[R],
-    lines: Vec<(K, String)>,
-    key: impl Fn(&R) -> K,
-    point: impl Fn(&R) -> (f64, f64),
+    keys: Vec<K>,
+    name: fn(K) -> &'static str,
+    point: impl Fn(&R) -> (K, f64, f64),
 ) -> Vec<Series> {
-    lines
-        .into_iter()
-        .map(|(k, name)| {
+    keys.into_iter()
+        .map(|k| {
             let mut points: Vec<(f64, f64)> = Vec::new();
-            for (x, y) in rows.iter().filter(|r| key(r) == k).map(&point) {
+            for (_, x, y) in rows.iter().map(&point).filter(|p| p.0 == k) {
                 match points.iter_mut().find(|p| p.0 == x) {
                     Some(p) => p.1 = p.1.max(y),
                     None => points.push((x, y)),
                 }
             }
-            Series { name, points }
+            Series {
+                name: name(k).to_string(),
+                points,
+            }
         })
         .collect()
 }
@@ -192,16 +195,9 @@ pub fn udp_series(rows: &[UdpRow]) -> Vec<Series> {
     let mut kinds: Vec<SocketKind> = rows.iter().map(|r| r.socket).collect();
     kinds.sort();
     kinds.dedup();
-    let lines = kinds
-        .into_iter()
-        .map(|k| (k, k.name().to_string()))
-        .collect();
-    best_per_x(
-        rows,
-        lines,
-        |r| r.socket,
-        |r| (r.payload as f64, r.mbit_per_s),
-    )
+    best_per_x(rows, kinds, SocketKind::name, |r| {
+        (r.socket, r.payload as f64, r.mbit_per_s)
+    })
 }
 
 fn axes_varied(rows: &[UdpRow]) -> bool {
@@ -246,16 +242,9 @@ pub fn mux_series(rows: &[MuxRow]) -> Vec<Series> {
             methods.push(r.method);
         }
     }
-    let lines = methods
-        .into_iter()
-        .map(|m| (m, m.name().to_string()))
-        .collect();
-    best_per_x(
-        rows,
-        lines,
-        |r| r.method,
-        |r| (r.rcvbuf as f64, r.loss_percent),
-    )
+    best_per_x(rows, methods, Method::name, |r| {
+        (r.method, r.rcvbuf as f64, r.loss_percent)
+    })
 }
 
 /// Draws a suite's chart.
