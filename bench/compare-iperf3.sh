@@ -9,13 +9,19 @@
 #   SECS               seconds per run                 (default 3)
 #   IPERF3             iperf3 binary                   (default iperf3; installed with apt-get if missing)
 #   NETSPEED_VARIANTS  "name[@size,size]:client flags[|server flags];..."
-#                      (default "plain: ;mmsg:--connected --batch 32;gso@64,1460:--connected --gso --batch 8")
+#                      (default "default: ;plain:--plain-send;mmsg:--no-gso")
+#                      "default" is the row labelled plain `netspeed`: no flags,
+#                      the fastest exact path; --plain-send is seed 001's.
 #                      a variant with @sizes runs only at those sizes; each
 #                      variant is its own row, e.g. netspeed[gso]; flags
 #                      after "|" go to udp_server, e.g.
 #                      "epoll: |--method epoll;threads2: |--threads 2"
 #   GSRO_SIZES         sizes for the extra "iperf3 --gsro" rows, only if this
 #                      iperf3 knows --gsro             (default "64 1460")
+#   CEILING            1 (default) adds a "ceiling" row per size: `sockbench
+#                      ceiling`, the same path as netspeed's default with no
+#                      accounting, and one core's memcpy rate; every row then
+#                      also reads as a percentage of the ceiling. 0: no ceiling.
 #
 # Everything is measured on the RECEIVER: bytes/packets the server actually got,
 # divided by the receiver's own measurement interval. Progress goes to stderr;
@@ -28,7 +34,8 @@ SIZES=${SIZES:-"64 1460 8972 65500"}
 REPS=${REPS:-3}
 SECS=${SECS:-3}
 IPERF3=${IPERF3:-iperf3}
-NETSPEED_VARIANTS=${NETSPEED_VARIANTS:-"plain: ;mmsg:--connected --batch 32;gso@64,1460:--connected --gso --batch 8"}
+NETSPEED_VARIANTS=${NETSPEED_VARIANTS:-"default: ;plain:--plain-send;mmsg:--no-gso"}
+CEILING=${CEILING:-1}
 GSRO_SIZES=${GSRO_SIZES:-"64 1460"}
 HOST=127.0.0.1
 
@@ -37,6 +44,7 @@ cd "$ROOT"
 # Overridable only to test this script against stand-ins (then no cargo build).
 SERVER_BIN=${NETSPEED_SERVER_BIN:-target/release/udp_server}
 CLIENT_BIN=${NETSPEED_CLIENT_BIN:-target/release/udp_client}
+SOCKBENCH_BIN=${NETSPEED_SOCKBENCH_BIN:-target/release/sockbench}
 
 log() { printf '[compare-iperf3] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -44,10 +52,11 @@ die() { log "error: $*"; exit 1; }
 # The exact command line, with every knob spelled out, for the report.
 shq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 CMDLINE="SIZES=$(shq "$SIZES") REPS=$REPS SECS=$SECS IPERF3=$(shq "$IPERF3")"
-CMDLINE+=" NETSPEED_VARIANTS=$(shq "$NETSPEED_VARIANTS") bash bench/compare-iperf3.sh"
+CMDLINE+=" NETSPEED_VARIANTS=$(shq "$NETSPEED_VARIANTS") CEILING=$CEILING bash bench/compare-iperf3.sh"
 
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive integer, got '$REPS'"
 [[ $SECS =~ ^[1-9][0-9]*$ ]] || die "SECS must be a positive integer, got '$SECS'"
+[[ $CEILING == 0 || $CEILING == 1 ]] || die "CEILING must be 0 or 1, got '$CEILING'"
 read -r -a SIZE_LIST <<<"$SIZES"
 ((${#SIZE_LIST[@]} > 0)) || die "SIZES is empty"
 for s in "${SIZE_LIST[@]}"; do
@@ -255,6 +264,17 @@ def netspeed(path, errpath, size, label, rep, rc, flagged):
     loss = 100.0 * lost / sent if sent > 0 else None
     row(size, label, rep, True, gbps, mpps, loss)
 
+def ceiling(path, errpath, size, label, rep, rc, memfile):
+    rc = int(rc)
+    d = load_json(path)
+    if rc != 0 or not isinstance(d, dict) or not d.get("rows"):
+        why = "timeout" if rc in (124, 137) else (first_line(errpath) or "no JSON from sockbench")
+        return row(size, label, rep, False, note="sockbench ceiling exit %d: %s" % (rc, why))
+    r = d["rows"][0]
+    with open(memfile, "a") as f:
+        f.write("%r\n" % float(d["memcpy_gbps"]))
+    row(size, label, rep, True, r["gbps"], r["mpps"], 100.0 * (1.0 - float(r["delivered"])))
+
 def table(tsv, sizes, reps):
     reps = int(reps)
     cells, order = {}, []
@@ -273,14 +293,16 @@ def table(tsv, sizes, reps):
         col = lambda i: [float(r[i]) for r in ok if r[i] != ""]
         notes = sorted({r[7] for r in cells[key] if r[7]})
         return med(col(4)), med(col(5)), med(col(6)), len(ok), len(cells[key]), notes
-    print("| size (B) | tool | recv Gbit/s | recv Mpps | loss % | ratio netspeed/iperf3 |")
-    print("|---:|:---|---:|---:|---:|---:|")
+    print("| size (B) | tool | recv Gbit/s | recv Mpps | loss % | ratio netspeed/iperf3 | % of ceiling |")
+    print("|---:|:---|---:|---:|---:|---:|---:|")
     raw = []
     for size in sizes.split():
         base = stats((size, "iperf3"))[0] if (size, "iperf3") in cells else None
+        top = stats((size, "ceiling"))[0] if (size, "ceiling") in cells else None
         for key in [k for k in order if k[0] == size]:
             g, m, l, nok, n, notes = stats(key)
             label = key[1]
+            cs = "%.0f %%" % (100.0 * g / top) if (g is not None and top) else "n/a"
             if g is None:
                 why = "; ".join(notes) or "failed"
                 gs, ms, ls, rs = "n/a (%s)" % why, "n/a", "n/a", "n/a"
@@ -290,11 +312,13 @@ def table(tsv, sizes, reps):
                 ls = "%.2f" % l if l is not None else "n/a"
                 if label == "iperf3":
                     rs = "1.00 (baseline)"
+                elif label == "ceiling":
+                    rs = "%.2f" % (g / base) if base else "n/a"
                 elif base:
                     rs = "%.2f" % (g / base)
                 else:
                     rs = "n/a"
-            print("| %s | %s | %s | %s | %s | %s |" % (size, label, gs, ms, ls, rs))
+            print("| %s | %s | %s | %s | %s | %s | %s |" % (size, label, gs, ms, ls, rs, cs))
             raw.append("%s %s: %s" % (size, label, ", ".join(
                 ("%.3f" % float(r[4])) if r[3] == "ok" else "fail" for r in cells[key])))
     print()
@@ -306,7 +330,7 @@ def table(tsv, sizes, reps):
 sys_host = "127.0.0.1"
 cmd, args = sys.argv[1], sys.argv[2:]
 {"freeport": freeport, "port": port, "iperf": iperf,
- "netspeed": netspeed, "table": table}[cmd](*args)
+ "netspeed": netspeed, "ceiling": ceiling, "table": table}[cmd](*args)
 PYEOF
 )
 py() { python3 -c "$PY" "$@"; }
@@ -334,10 +358,11 @@ HAVE_GSRO=0
 
 if [[ -z ${NETSPEED_SERVER_BIN:-}${NETSPEED_CLIENT_BIN:-} ]]; then
     log "building netspeed (release)"
-    timeout 900 cargo build --release --bin udp_server --bin udp_client >&2 ||
+    timeout 900 cargo build --release --bin udp_server --bin udp_client --bin sockbench >&2 ||
         die "cargo build --release failed"
 fi
 [[ -x $SERVER_BIN && -x $CLIENT_BIN ]] || die "$SERVER_BIN / $CLIENT_BIN not built"
+if ((CEILING)) && [[ ! -x $SOCKBENCH_BIN ]]; then die "$SOCKBENCH_BIN not built (or set CEILING=0)"; fi
 
 # NETSPEED_VARIANTS -> parallel arrays of labels and flag strings.
 V_LABEL=()
@@ -363,7 +388,7 @@ for v in ${_variants[@]+"${_variants[@]}"}; do
         name=${name%%@*}
     fi
     V_SIZES+=("$sizes_only")
-    if [[ $name == plain ]]; then V_LABEL+=("netspeed"); else V_LABEL+=("netspeed[$name]"); fi
+    if [[ $name == default ]]; then V_LABEL+=("netspeed"); else V_LABEL+=("netspeed[$name]"); fi
     V_FLAGS+=("$flags")
     V_SFLAGS+=("$sflags")
 done
@@ -454,6 +479,14 @@ run_netspeed() {
     return 0
 }
 
+# run_ceiling SIZE REP: sockbench ceiling, one size, as long as a run.
+MEMCPY=$WORK/memcpy.txt
+run_ceiling() {
+    local size=$1 rep=$2 out=$WORK/ceiling.json err=$WORK/ceiling.err
+    run_bounded "$out" "$err" "$SOCKBENCH_BIN" ceiling --size "$size" --duration "${SECS}s" --json --quiet
+    py ceiling "$out" "$err" "$size" "ceiling" "$rep" "$RC" "$MEMCPY" >>"$RESULTS"
+}
+
 # -------------------------------------------------------------------- runs --
 START=$(date +%s)
 log "iperf3: $IPERF3_VERSION (--gsro: $([[ $HAVE_GSRO == 1 ]] && echo yes || echo no))"
@@ -471,6 +504,10 @@ for size in "${SIZE_LIST[@]}"; do
         if ((do_gsro)); then
             log "size $size, run $rep/$REPS: iperf3 --gsro"
             run_iperf "$size" "iperf3 --gsro" "$rep" --gsro
+        fi
+        if ((CEILING)); then
+            log "size $size, run $rep/$REPS: ceiling"
+            run_ceiling "$size" "$rep"
         fi
         for ((v = 0; v < ${#V_LABEL[@]}; v++)); do
             label=${V_LABEL[v]}
@@ -512,6 +549,12 @@ NS_VERSION=$(awk -F'"' '/^version *=/ {print $2; exit}' Cargo.toml 2>/dev/null |
         echo "- iperf3 --gsro rows (sizes ${GSRO_SIZES}): same as iperf3, with \`--gsro\` on the client (and on the server if it accepts it)"
     fi
     echo "- receiver-side figures: iperf3 \`end.sum_received\` (bytes*8/seconds, packets-lost_packets); netspeed \`server.gbps\`, \`server.received_packets/server.seconds\`, loss = \`server.lost_packets/sent_packets\`"
+    if ((CEILING)); then
+        echo "- ceiling per run: \`sockbench ceiling --size SIZE --duration ${SECS}s --json\`: netspeed's default path (connected socket, sendmmsg 32, UDP GSO where a buffer holds 2+ datagrams; udp_server's recvmmsg loop with GRO) with no header written or read"
+        if [[ -s $MEMCPY ]]; then
+            echo "- memcpy, one core, 64 KiB blocks (the hard limit: loopback UDP copies each byte twice): median $(sort -g "$MEMCPY" | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}' | xargs printf '%.1f') Gbit/s"
+        fi
+    fi
     echo "- total bench time: ${ELAPSED}s"
     echo
     py table "$RESULTS" "$SIZES" "$REPS"

@@ -11,10 +11,13 @@
 //! - [`mux`]: seed 002's table: one receiver waiting on K sockets with
 //!   each of the server's receive methods, against receive buffer sizes.
 //! - [`sweep`]: seed 001's table, `udp_client` at each buffer size.
+//! - [`ceiling`]: netspeed's default UDP path without its accounting, and
+//!   one core's memcpy: the limit the other figures are read against.
 //! - [`run_matrix`]: the one loop over a suite's cells.
 //!
 //! Sample statistics are in [`crate::stats::samples`].
 
+pub mod ceiling;
 pub mod mux;
 pub mod sweep;
 pub mod tcp;
@@ -32,6 +35,7 @@ pub enum Report {
     Udp(udp::UdpReport),
     Tcp(tcp::TcpReport),
     Mux(mux::MuxReport),
+    Ceiling(ceiling::CeilingReport),
 }
 
 impl Report {
@@ -58,6 +62,10 @@ pub fn run(suite: &Suite, progress: &mut dyn Progress, shutdown: &Shutdown) -> R
         Suite::Udp(a) => Report::Udp(udp::run(a, progress, shutdown)?),
         Suite::Tcp(a) => Report::Tcp(tcp::run(a, progress, shutdown)?),
         Suite::Mux(a) => Report::Mux(mux::run(a, progress, shutdown)?),
+        Suite::Ceiling(a) => {
+            let (sizes, duration) = a.settings()?;
+            Report::Ceiling(ceiling::run(&sizes, duration, progress, shutdown)?)
+        }
     })
 }
 

@@ -42,6 +42,9 @@ pub enum Suite {
     Tcp(TcpArgs),
     /// One receiver waiting on K UDP sockets, per receive method and buffer size (seed 002).
     Mux(MuxArgs),
+    /// netspeed's default UDP path with no accounting, and one core's memcpy: the ceiling
+    /// that udp_client and udp_server are measured against.
+    Ceiling(CeilingArgs),
 }
 
 impl Suite {
@@ -51,6 +54,7 @@ impl Suite {
             Suite::Udp(a) => &a.out,
             Suite::Tcp(a) => &a.out,
             Suite::Mux(a) => &a.out,
+            Suite::Ceiling(a) => &a.out,
         }
     }
 }
@@ -425,6 +429,46 @@ pub fn rate_or_zero(s: &str) -> std::result::Result<u64, crate::units::UnitError
 
 fn rate_de<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
     parsed(d, rate_or_zero)
+}
+
+/// `sockbench ceiling` flags, and its `--config` file.
+#[derive(clap::Args, Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CeilingArgs {
+    /// UDP payload sizes in bytes [default: 64,1460,8972,65500].
+    #[arg(long, value_delimiter = ',', value_parser = SizeValue::from_arg)]
+    pub size: Option<Vec<SizeValue>>,
+    /// How long each size runs [default: 3s].
+    #[arg(long, value_parser = DurationValue::from_arg)]
+    pub duration: Option<DurationValue>,
+    #[command(flatten)]
+    #[serde(skip)]
+    pub out: OutputArgs,
+}
+
+crate::impl_layer!(CeilingArgs {
+    option: [size, duration]
+    nested: [out]
+});
+
+impl CeilingArgs {
+    pub fn defaults() -> Self {
+        CeilingArgs {
+            size: Some([64, 1460, 8972, 65500].map(SizeValue::Number).to_vec()),
+            duration: Some(DurationValue::Parsed(Duration::from_secs(3))),
+            out: OutputArgs::default(),
+        }
+    }
+
+    /// Defaults < `--config` file < flags: the sizes and the time per size.
+    pub fn settings(&self) -> Result<(Vec<usize>, Duration)> {
+        let m = merge(Self::defaults(), self, &self.out)?;
+        let sizes = sizes(m.size, "size")?;
+        Ok((
+            sizes.into_iter().map(|s| s as usize).collect(),
+            duration(m.duration, "duration")?,
+        ))
+    }
 }
 
 /// `sockbench mux` flags, and its `--config` file.

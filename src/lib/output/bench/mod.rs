@@ -117,6 +117,18 @@ pub fn print(report: &Report, out: &OutputArgs) -> Result<()> {
             }
         }
         Report::Mux(r) => render(format, "mux", &serde_json::json!({}), &r.rows)?,
+        Report::Ceiling(r) => {
+            let meta = serde_json::json!({ "memcpy_gbps": r.memcpy_gbps });
+            let text = render(format, "ceiling", &meta, &r.rows)?;
+            if format == Format::Table {
+                format!(
+                    "memcpy, one core, 64 KiB blocks: {:.1} Gbit/s (loopback UDP copies each byte twice)\n{text}",
+                    r.memcpy_gbps
+                )
+            } else {
+                text
+            }
+        }
     };
     print!("{text}");
     if let Some(path) = &out.plot {

@@ -312,6 +312,19 @@ pub fn draw_report(path: &Path, report: &Report) -> Result<()> {
                 series: &mux_series(&r.rows),
             },
         ),
+        Report::Ceiling(r) => draw(
+            path,
+            &Chart {
+                title: "netspeed's UDP path without accounting (ceiling)",
+                x_label: "datagram size (bytes)",
+                y_label: "Gbit/s received",
+                log_x: true,
+                series: &[Series {
+                    name: "ceiling".into(),
+                    points: r.rows.iter().map(|c| (c.size as f64, c.gbps)).collect(),
+                }],
+            },
+        ),
     }
 }
 

@@ -178,6 +178,22 @@ impl Columns for TcpRow {
     }
 }
 
+/// `sockbench ceiling`: the bare path per size.
+impl Columns for crate::bench::ceiling::CeilingRow {
+    const HEADERS: &'static [&'static str] =
+        &["size", "path", "segments", "Gbit/s", "Mpps", "delivered %"];
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.size.to_string(),
+            self.send_path.clone(),
+            self.segments.to_string(),
+            format!("{:.2}", self.gbps),
+            format!("{:.3}", self.mpps),
+            format!("{:.1}", self.delivered * 100.0),
+        ]
+    }
+}
+
 /// `sockbench mux`: seed 002's columns, plus the method and what the
 /// kernel granted.
 impl Columns for MuxRow {
