@@ -14,7 +14,9 @@
 //!   stderr and the only user of indicatif and plotters: [`output::report`]
 //!   (UDP text and JSON), [`output::progress`], [`output::bench`]
 //!   (sockbench tables, CSV and charts), [`output::proxy`] (tcp_proxy's
-//!   event lines and benchmark tables), [`output::exit_with`].
+//!   event lines and benchmark tables), and process start and end for
+//!   the binaries ([`output::start`]: flags, config, signal flag,
+//!   scheduler; [`output::exit_with`]).
 //! - **Roles**, which compute and return report structs or send typed
 //!   events to a sink; they never print and never exit:
 //!   - [`server`]: bind, receive, count per peer ([`server::peers`]);
@@ -22,9 +24,15 @@
 //!     server's count;
 //!   - [`local`]: `udp_client --local`, a client and a server in one
 //!     process (above both, so neither imports the other);
-//!   - [`proxy`]: tcp_proxy's relay modes and its latency benchmark;
-//!   - [`bench`]: sockbench's matrices (udp, tcp, mux) and udp_client's
-//!     `--sweep`.
+//!   - [`proxy`]: tcp_proxy's relay modes (`proxy/relay.rs`,
+//!     `proxy/blocking.rs`), its typed events ([`proxy::events`]) and its
+//!     latency benchmark ([`proxy::bench`]);
+//!   - [`bench`]: sockbench's matrices ([`bench::udp`] with one driver
+//!     and a backend per socket library, [`bench::tcp`], [`bench::mux`]),
+//!     the bare-path ceiling ([`bench::ceiling`]) and udp_client's
+//!     `--sweep`. Roles may call the roles above them in this list
+//!     (bench runs the server's receive loop and the client's sender);
+//!     never the other way.
 //! - **Settings**: [`config`], flags and TOML files layered once
 //!   (defaults < file < flags) into one validated config per role
 //!   ([`config::server`], [`config::client`], [`config::proxy`],
@@ -33,10 +41,11 @@
 //!   - [`units`]: sizes, rates and durations as people write them;
 //!   - [`wire`]: the datagram header, the start probe and the end-of-test
 //!     messages; pure encode/decode; [`auth`]: `--psk`'s HMAC;
-//!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost,
-//!     sample summaries, latency histograms);
+//!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost;
+//!     [`stats::samples`] summaries, [`stats::histogram`] latencies);
 //!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
-//!     code, with stubs where a platform lacks a call; no CLI wording;
+//!     code (`sys/linux.rs`, `sys/splice.rs`), with stubs in
+//!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;
 //!   - [`shutdown`]: the one stop flag every role polls; [`error`]: typed
 //!     failures and their exit codes.
 
