@@ -197,7 +197,7 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// splice: the most bytes all connections' pipes may hold together.
+    /// splice: how many bytes all connections' pipes may grow by, together.
     /// Each pipe starts at 64 KiB and doubles while it runs full, up to
     /// --buffer-size; a growth over this budget (or one the kernel refuses)
     /// keeps the pipe at its size and is reported [default: 256MiB].
@@ -227,14 +227,13 @@ pub struct ProxyConfig {
     pub idle_timeout: Option<Duration>,
     pub drain_timeout: Duration,
     pub json: bool,
-    /// splice: the most bytes every connection's pipes may hold together.
+    /// splice: how many bytes every connection's pipes may grow by, together.
     pub pipe_budget: usize,
 }
 
-/// `--pipe-budget`'s default: room for 128 connections with both pipes
-/// grown to 1 MiB. A pipe's starting 64 KiB is charged but never refused,
-/// so the pipes of the default 4,096 connections hold at most
-/// max(256 MiB, 4,096 × 2 × 64 KiB = 512 MiB).
+/// `--pipe-budget`'s default: the growth of about 136 connections with
+/// both pipes at 1 MiB. The starting 64 KiB pipes are not charged, so the
+/// pipes of the default 4,096 connections hold at most 512 MiB + 256 MiB.
 pub const DEFAULT_PIPE_BUDGET: usize = 256 << 20;
 
 pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;

@@ -48,10 +48,10 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
             to,
             refused_by,
             pipe_budget,
-            pipes_total,
+            pipes_grown,
         } => format!(
             "conn {id}: the {direction} pipe stays at {from} B: growing it to {to} B was refused by {} \
-             (pipes hold {pipes_total} B of the {pipe_budget} B budget); said once, the summary counts them all",
+             (pipes have grown by {pipes_grown} B of the {pipe_budget} B budget); said once, the summary counts them all",
             refused_by.text()
         ),
         ProxyEvent::UpstreamFailed {
@@ -85,7 +85,7 @@ fn listening_text(l: &Listening) -> String {
         l.mode,
         match l.pipe_budget {
             Some(budget) => format!(
-                "pipes growing to {} B each, {budget} B in all",
+                "pipes 64 KiB growing to {} B each, {budget} B of growth in all",
                 l.buffer_size
             ),
             None => format!("buffer {} B", l.buffer_size),

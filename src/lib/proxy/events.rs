@@ -93,7 +93,7 @@ pub struct Listening {
     /// No `--congestion` was given.
     pub congestion_is_system_default: bool,
     pub max_conns: usize,
-    /// `--mode splice`: the pipes' total may grow to this (`--pipe-budget`);
+    /// `--mode splice`: the pipes may grow by this much in all (`--pipe-budget`);
     /// `buffer_size` is then each pipe's maximum. Absent in the other modes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe_budget: Option<usize>,
@@ -147,9 +147,10 @@ pub enum ProxyEvent {
         from: usize,
         to: usize,
         refused_by: RefusedBy,
-        /// `--pipe-budget`, and what the open pipes held when it was refused.
+        /// `--pipe-budget`, and how much of it the open pipes' growth held
+        /// when this one was refused.
         pipe_budget: usize,
-        pipes_total: usize,
+        pipes_grown: usize,
     },
     /// accept(2) failed (EMFILE and friends); the loop backs off.
     AcceptFailed { error: String },

@@ -308,7 +308,7 @@ impl Ctx {
             to: refusal.to,
             refused_by: refusal.by,
             pipe_budget: self.pipes.limit(),
-            pipes_total: self.pipes.charged(),
+            pipes_grown: self.pipes.charged(),
         });
     }
 
