@@ -427,3 +427,155 @@ fn reset_by_client_is_logged_not_fatal() {
     proxy.event(|v| v["event"] == "conn_closed");
     echoed(&proxy, b"fine");
 }
+
+// ------------------------------------------------- splice's growing pipes
+
+/// What one end of a bulk connection saw: (sha256 of what it sent, (bytes,
+/// sha256) of what it received).
+type Exchange = (String, (u64, String));
+
+/// An upstream that, for every connection, sends `total` pattern bytes
+/// (seed 2) while it receives everything, then reports (sha256 sent,
+/// (bytes, sha256) received) on the channel. The counter counts the
+/// connections it has accepted.
+fn bulk_upstream(total: u64) -> (SocketAddr, mpsc::Receiver<Exchange>, Arc<AtomicU64>) {
+    let (tx, rx) = mpsc::channel();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&accepted);
+    let addr = upstream(move |s| {
+        count.fetch_add(1, Ordering::SeqCst);
+        let result = thread::scope(|sc| {
+            let r = sc.spawn(|| receive_all(&s).unwrap());
+            let sent = send_pattern(&s, 2, total).unwrap();
+            (sent, r.join().unwrap())
+        });
+        let _ = tx.send(result);
+    });
+    (addr, rx, accepted)
+}
+
+/// One client on `s`: sends `total` pattern bytes (seed 1) while it
+/// receives everything; returns (sha256 sent, (bytes, sha256) received).
+fn bulk_client(s: TcpStream, total: u64) -> Exchange {
+    thread::scope(|sc| {
+        let r = sc.spawn(|| receive_all(&s).unwrap());
+        let sent = send_pattern(&s, 1, total).unwrap();
+        (sent, r.join().unwrap())
+    })
+}
+
+/// Every byte of `conns` bulk connections arrived, in order, both ways.
+fn assert_exact(clients: &[Exchange], upstream: &mpsc::Receiver<Exchange>, total: u64) {
+    for (sent, got) in clients {
+        let (up_sent, up_got) = upstream.recv_timeout(WAIT).expect("upstream finished");
+        assert_eq!((up_got.0, &up_got.1), (total, sent), "client -> upstream");
+        assert_eq!((got.0, &got.1), (total, &up_sent), "upstream -> client");
+    }
+}
+
+/// The `conn_closed` events of connections 1..=n, waiting for each.
+fn closed_events(proxy: &Proxy, n: u64) -> Vec<Value> {
+    (1..=n)
+        .map(|id| proxy.event(|v| v["event"] == "conn_closed" && v["id"] == id))
+        .collect()
+}
+
+/// Under a bulk transfer each way, both pipes of a splice connection grow
+/// past the kernel's 64 KiB (the receivers hash every byte, so they are
+/// slower than the proxy and the proxy's socket queues fill) and never past
+/// `--buffer-size`. The connection's report gives the final sizes.
+#[cfg(target_os = "linux")]
+#[test]
+fn splice_pipes_grow_under_bulk_and_stay_within_the_maximum() {
+    const MAX: u64 = 512 << 10;
+    let total = 64 << 20;
+    let (up, from_upstream, _) = bulk_upstream(total);
+    let proxy = Proxy::start(up, "splice", &["--buffer-size", "512KiB"]);
+    let client = bulk_client(proxy.connect(), total);
+    assert_exact(&[client], &from_upstream, total);
+    let closed = &closed_events(&proxy, 1)[0];
+    for key in ["pipe_client_to_upstream", "pipe_upstream_to_client"] {
+        let size = closed[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {key}: {closed}"));
+        assert!(size > 64 << 10 && size <= MAX, "{key} {size}: {closed}");
+    }
+    assert!(
+        proxy
+            .event_within(Duration::ZERO, |v| v["event"] == "pipe_growth_refused")
+            .is_none(),
+        "{}",
+        proxy.events.transcript()
+    );
+}
+
+/// With `--pipe-budget 128KiB` (two doublings from 64 KiB) and 8 pipes
+/// that all want to grow to 1 MiB, growth runs out: the pipes together grow
+/// by no more than the budget, the first refusal is one event, every
+/// refusal is counted in the summary, and every byte still gets through
+/// exactly. The connections are all open before
+/// any sends, so that none can close and hand its budget to another.
+#[cfg(target_os = "linux")]
+#[test]
+fn splice_pipe_budget_refuses_growth_says_so_once_and_forwards_exactly() {
+    const CONNS: u64 = 4;
+    let total = 16 << 20;
+    let (up, from_upstream, accepted) = bulk_upstream(total);
+    let mut proxy = Proxy::start(
+        up,
+        "splice",
+        &["--buffer-size", "1MiB", "--pipe-budget", "128KiB"],
+    );
+    let socks: Vec<TcpStream> = (0..CONNS).map(|_| proxy.connect()).collect();
+    common::wait_until(WAIT, "every connection to reach the upstream", || {
+        accepted.load(Ordering::SeqCst) == CONNS
+    });
+    let clients: Vec<_> = thread::scope(|sc| {
+        let runs: Vec<_> = socks
+            .into_iter()
+            .map(|s| sc.spawn(move || bulk_client(s, total)))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert_exact(&clients, &from_upstream, total);
+    let mut grown = 0;
+    for closed in closed_events(&proxy, CONNS) {
+        assert_eq!(closed["end"], "closed", "{closed}");
+        for key in ["pipe_client_to_upstream", "pipe_upstream_to_client"] {
+            let size = closed[key].as_u64().unwrap();
+            assert!(size >= 64 << 10, "{closed}");
+            grown += size - (64 << 10);
+        }
+    }
+    // All were open together, so their final sizes were held at once.
+    assert!(grown <= 128 << 10, "pipes grew by {grown} B");
+    proxy.guard.signal(libc::SIGTERM);
+    exits_cleanly(&mut proxy, "after SIGTERM");
+    let stopped = proxy.event(|v| v["event"] == "stopped");
+    let refusals: Vec<Value> = proxy
+        .events
+        .seen()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "pipe_growth_refused")
+        .collect();
+    assert_eq!(refusals.len(), 1, "{}", proxy.events.transcript());
+    let refusal = &refusals[0];
+    assert_eq!(refusal["refused_by"], "budget", "{refusal}");
+    assert_eq!(refusal["pipe_budget"], 128 << 10, "{refusal}");
+    let (from, to) = (
+        refusal["from"].as_u64().unwrap(),
+        refusal["to"].as_u64().unwrap(),
+    );
+    assert!(from >= 64 << 10 && to == 2 * from, "{refusal}");
+    assert!(
+        refusal["pipes_grown"].as_u64().unwrap() + (to - from) > 128 << 10,
+        "{refusal}"
+    );
+    // Each of the 8 pipes asks once, if its sender ever filled it; the
+    // receivers hash every byte, so at least one did.
+    let counted = stopped["pipe_growths_refused"].as_u64().unwrap();
+    assert!((1..=2 * CONNS).contains(&counted), "{stopped}");
+    assert_eq!(stopped["client_to_upstream"], CONNS * total, "{stopped}");
+    assert_eq!(stopped["upstream_to_client"], CONNS * total, "{stopped}");
+}

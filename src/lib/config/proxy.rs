@@ -84,6 +84,23 @@ impl Mode {
     }
 }
 
+impl Mode {
+    /// `--buffer-size` when none is given: for splice the most a pipe may
+    /// grow to ([`DEFAULT_PIPE_MAX`]; it starts at 64 KiB), else the buffer
+    /// per direction.
+    pub fn default_buffer_size(self) -> usize {
+        match self {
+            Mode::Splice => DEFAULT_PIPE_MAX,
+            _ => DEFAULT_BUFFER_SIZE,
+        }
+    }
+}
+
+/// How far a splice pipe grows by default: 1 MiB, Linux's default
+/// /proc/sys/fs/pipe-max-size. With a 1 MiB pipe one splice moved about
+/// 600 KB of a bulk stream; docs/benchmarks.md has the throughput.
+pub const DEFAULT_PIPE_MAX: usize = 1 << 20;
+
 /// One of the two requests of `tcp_proxy bench` (what they fetch is in
 /// `crate::proxy::http`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize, Serialize)]
@@ -132,8 +149,9 @@ pub struct ProxyArgs {
     /// How to move the bytes [default: splice on Linux, else tokio].
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
-    /// Buffer per direction for the tokio and std modes, pipe size for
-    /// splice (e.g. 8K, 64KiB, 1MiB) [default: 64KiB].
+    /// Buffer per direction for the tokio and std modes; for splice, the
+    /// size each pipe may grow to from 64 KiB (e.g. 8K, 64KiB, 1MiB)
+    /// [default: 1MiB for splice, else 64KiB].
     #[arg(long, value_name = "BYTES", value_parser = SizeValue::from_arg)]
     pub buffer_size: Option<SizeValue>,
     /// Tokio worker threads; 1 means a current-thread runtime
@@ -179,11 +197,17 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// splice: how many bytes all connections' pipes may grow by, together.
+    /// Each pipe starts at 64 KiB and doubles while it runs full, up to
+    /// --buffer-size; a growth over this budget (or one the kernel refuses)
+    /// keeps the pipe at its size and is reported [default: 256MiB].
+    #[arg(long, value_name = "BYTES", value_parser = SizeValue::from_arg)]
+    pub pipe_budget: Option<SizeValue>,
 }
 
 crate::impl_layer!(ProxyArgs {
     option: [listen, upstream, mode, buffer_size, threads, nodelay, congestion, max_conns,
-             connect_timeout, idle_timeout, drain_timeout, config]
+             connect_timeout, idle_timeout, drain_timeout, config, pipe_budget]
     switch: [no_nodelay, json]
 });
 
@@ -203,7 +227,14 @@ pub struct ProxyConfig {
     pub idle_timeout: Option<Duration>,
     pub drain_timeout: Duration,
     pub json: bool,
+    /// splice: how many bytes every connection's pipes may grow by, together.
+    pub pipe_budget: usize,
 }
+
+/// `--pipe-budget`'s default: the growth of about 136 connections with
+/// both pipes at 1 MiB. The starting 64 KiB pipes are not charged, so the
+/// pipes of the default 4,096 connections hold at most 512 MiB + 256 MiB.
+pub const DEFAULT_PIPE_BUDGET: usize = 256 << 20;
 
 pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
 pub const MAX_BUFFER_SIZE: u64 = 64 * 1024 * 1024;
@@ -224,7 +255,6 @@ impl ProxyArgs {
     fn defaults() -> ProxyArgs {
         ProxyArgs {
             mode: Some(Mode::default_for_platform()),
-            buffer_size: Some(SizeValue::Number(DEFAULT_BUFFER_SIZE as u64)),
             nodelay: Some(true),
             max_conns: Some(DEFAULT_MAX_CONNS),
             connect_timeout: Some(DurationValue::Parsed(DEFAULT_CONNECT_TIMEOUT)),
@@ -241,7 +271,7 @@ impl ProxyConfig {
             listen,
             upstream,
             mode: Mode::default_for_platform(),
-            buffer_size: DEFAULT_BUFFER_SIZE,
+            buffer_size: Mode::default_for_platform().default_buffer_size(),
             threads: default_threads(),
             nodelay: true,
             congestion: None,
@@ -250,6 +280,7 @@ impl ProxyConfig {
             idle_timeout: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             json: false,
+            pipe_budget: DEFAULT_PIPE_BUDGET,
         }
     }
 
@@ -294,6 +325,7 @@ impl ProxyConfig {
             }
             cfg.mode = mode;
         }
+        cfg.buffer_size = cfg.mode.default_buffer_size();
         if let Some(b) = s.buffer_size.map(|v| v.bytes("buffer_size")).transpose()? {
             if b == 0 || b > MAX_BUFFER_SIZE {
                 return Err(Error::usage(format!(
@@ -332,6 +364,9 @@ impl ProxyConfig {
             cfg.drain_timeout = d;
         }
         cfg.json = s.json;
+        if let Some(b) = s.pipe_budget.map(|v| v.bytes("pipe_budget")).transpose()? {
+            cfg.pipe_budget = usize::try_from(b).unwrap_or(usize::MAX);
+        }
         Ok(cfg)
     }
 }
@@ -569,7 +604,36 @@ mod tests {
     fn defaults_and_flags() {
         let cfg = proxy(&["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9"]).unwrap();
         assert!(cfg.nodelay);
-        assert_eq!(cfg.buffer_size, DEFAULT_BUFFER_SIZE);
+        assert_eq!(
+            cfg.buffer_size,
+            Mode::default_for_platform().default_buffer_size()
+        );
+        assert_eq!(cfg.pipe_budget, DEFAULT_PIPE_BUDGET);
+        let tokio = proxy(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--mode",
+            "tokio",
+        ])
+        .unwrap();
+        assert_eq!(tokio.buffer_size, DEFAULT_BUFFER_SIZE);
+        let splice = proxy(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--mode",
+            "splice",
+            "--pipe-budget",
+            "128KiB",
+        ])
+        .unwrap();
+        assert_eq!(
+            (splice.buffer_size, splice.pipe_budget),
+            (DEFAULT_PIPE_MAX, 128 << 10)
+        );
         assert_eq!(cfg.idle_timeout, None);
         assert_eq!(cfg.congestion, None);
         let cfg = proxy(&[

@@ -29,13 +29,30 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
             return;
         }
         ProxyEvent::ConnClosed(r) => format!(
-            "conn {} from {} {} after {:.3} s: {} B client->upstream, {} B upstream->client",
+            "conn {} from {} {} after {:.3} s: {} B client->upstream, {} B upstream->client{}",
             r.id,
             r.client,
             End::text(&r.end),
             r.seconds,
             r.client_to_upstream,
-            r.upstream_to_client
+            r.upstream_to_client,
+            match (r.pipe_client_to_upstream, r.pipe_upstream_to_client) {
+                (Some(up), Some(down)) => format!("; pipes {up} B and {down} B"),
+                _ => String::new(),
+            }
+        ),
+        ProxyEvent::PipeGrowthRefused {
+            id,
+            direction,
+            from,
+            to,
+            refused_by,
+            pipe_budget,
+            pipes_grown,
+        } => format!(
+            "conn {id}: the {direction} pipe stays at {from} B: growing it to {to} B was refused by {} \
+             (pipes have grown by {pipes_grown} B of the {pipe_budget} B budget); said once, the summary counts them all",
+            refused_by.text()
         ),
         ProxyEvent::UpstreamFailed {
             id,
@@ -62,11 +79,17 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
 
 fn listening_text(l: &Listening) -> String {
     format!(
-        "tcp_proxy listening on {}, upstream {}, mode {}, buffer {} B, threads {}, TCP_NODELAY {}, congestion {}",
+        "tcp_proxy listening on {}, upstream {}, mode {}, {}, threads {}, TCP_NODELAY {}, congestion {}",
         l.addr,
         l.upstream,
         l.mode,
-        l.buffer_size,
+        match l.pipe_budget {
+            Some(budget) => format!(
+                "pipes 64 KiB growing to {} B each, {budget} B of growth in all",
+                l.buffer_size
+            ),
+            None => format!("buffer {} B", l.buffer_size),
+        },
         l.threads,
         if l.nodelay { "on" } else { "OFF" },
         match (l.congestion_is_system_default, &l.congestion) {
@@ -79,11 +102,12 @@ fn listening_text(l: &Listening) -> String {
 
 fn stopped_text(s: &Summary) -> String {
     format!(
-        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} cut at the drain deadline; {} B client->upstream, {} B upstream->client",
+        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client",
         s.accepted,
         s.rejected,
         s.upstream_failures,
         s.cut_at_deadline,
+        s.pipe_growths_refused,
         s.client_to_upstream,
         s.upstream_to_client
     )
@@ -181,6 +205,7 @@ mod tests {
             congestion: Some("bbr".into()),
             congestion_is_system_default: true,
             max_conns: 3,
+            pipe_budget: None,
         };
         assert!(listening_text(&l).ends_with("TCP_NODELAY OFF, congestion bbr (system default)"));
         l.congestion_is_system_default = false;

@@ -6,6 +6,7 @@
 //! instead of parsing lines.
 
 use super::config::ProxyConfig;
+pub use super::pipes::RefusedBy;
 use serde::{Serialize, Serializer};
 use std::net::SocketAddr;
 
@@ -52,6 +53,13 @@ pub struct ConnReport {
     pub upstream_to_client: u64,
     pub seconds: f64,
     pub end: End,
+    /// `--mode splice`: the size each direction's pipe had reached when
+    /// the connection closed (it starts at 64 KiB and grows up to
+    /// `--buffer-size`). Absent in the other modes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipe_client_to_upstream: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipe_upstream_to_client: Option<usize>,
 }
 
 /// The totals at exit.
@@ -65,6 +73,9 @@ pub struct Summary {
     pub cut_at_deadline: usize,
     pub client_to_upstream: u64,
     pub upstream_to_client: u64,
+    /// `--mode splice`: how many times a pipe was refused a growth (by
+    /// `--pipe-budget` or by the kernel) and stayed at its size.
+    pub pipe_growths_refused: u64,
 }
 
 /// The proxy is up: what it listens on and how it will relay.
@@ -82,6 +93,10 @@ pub struct Listening {
     /// No `--congestion` was given.
     pub congestion_is_system_default: bool,
     pub max_conns: usize,
+    /// `--mode splice`: the pipes may grow by this much in all (`--pipe-budget`);
+    /// `buffer_size` is then each pipe's maximum. Absent in the other modes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipe_budget: Option<usize>,
 }
 
 impl Listening {
@@ -96,6 +111,7 @@ impl Listening {
             congestion: crate::congestion::Congestion::effective(cfg.congestion),
             congestion_is_system_default: cfg.congestion.is_none(),
             max_conns: cfg.max_conns,
+            pipe_budget: (cfg.mode == super::config::Mode::Splice).then_some(cfg.pipe_budget),
         }
     }
 }
@@ -120,6 +136,21 @@ pub enum ProxyEvent {
     Rejected {
         client: SocketAddr,
         max_conns: usize,
+    },
+    /// The first time a splice pipe could not grow: the connection goes on
+    /// with the pipe at `from` bytes. Sent once per run; the summary counts
+    /// every refusal (`pipe_growths_refused`).
+    PipeGrowthRefused {
+        id: u64,
+        /// `client_to_upstream` or `upstream_to_client`.
+        direction: &'static str,
+        from: usize,
+        to: usize,
+        refused_by: RefusedBy,
+        /// `--pipe-budget`, and how much of it the open pipes' growth held
+        /// when this one was refused.
+        pipe_budget: usize,
+        pipes_grown: usize,
     },
     /// accept(2) failed (EMFILE and friends); the loop backs off.
     AcceptFailed { error: String },

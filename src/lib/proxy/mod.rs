@@ -17,6 +17,7 @@
 //! - `relay`: the four modes that run on tokio (tokio, tokio-copy,
 //!   copy-bidirectional, splice).
 //! - `blocking`: the two std modes, a thread per direction.
+//! - [`pipes`]: splice's pipes, which grow on demand under `--pipe-budget`.
 //! - [`http`]: the keep-alive HTTP/1.1 test server and client of the benchmark.
 //! - [`bench`]: the matrix behind `tcp_proxy bench`; its latency
 //!   percentiles come from [`crate::stats::histogram`].
@@ -50,6 +51,7 @@ pub mod bench;
 mod blocking;
 pub mod events;
 pub mod http;
+pub mod pipes;
 mod relay;
 
 /// The settings live with every other binary's, in `crate::config`.
@@ -62,7 +64,7 @@ use crate::shutdown::{Shutdown, POLL};
 use futures::channel::oneshot;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -105,6 +107,9 @@ pub(crate) struct Meter {
     pub down: AtomicU64,
     /// Nanoseconds since `base` of the last byte in either direction.
     last: AtomicU64,
+    /// `--mode splice`: each direction's pipe size now (0: no pipe).
+    pub pipe_up: AtomicUsize,
+    pub pipe_down: AtomicUsize,
 }
 
 impl Meter {
@@ -114,6 +119,8 @@ impl Meter {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
             last: AtomicU64::new(0),
+            pipe_up: AtomicUsize::new(0),
+            pipe_down: AtomicUsize::new(0),
         }
     }
 
@@ -138,8 +145,15 @@ impl Meter {
             upstream_to_client: self.down.load(Ordering::Relaxed),
             seconds: self.base.elapsed().as_secs_f64(),
             end,
+            pipe_client_to_upstream: pipe_size(&self.pipe_up),
+            pipe_upstream_to_client: pipe_size(&self.pipe_down),
         }
     }
+}
+
+/// A pipe size for the report: `None` for a connection without one.
+fn pipe_size(size: &AtomicUsize) -> Option<usize> {
+    Some(size.load(Ordering::Relaxed)).filter(|&n| n > 0)
 }
 
 /// Resolves once the drain deadline has passed (the drain drops the
@@ -179,6 +193,10 @@ pub(crate) struct Ctx {
     /// (and move) in the middle of the connections' memory.
     live: Mutex<HashMap<u64, Live>>,
     summary: Mutex<Summary>,
+    /// What every connection's splice pipes may hold together.
+    pub pipes: pipes::PipeBudget,
+    /// The first refused pipe growth has been reported.
+    pipe_refusal_reported: AtomicBool,
 }
 
 impl Ctx {
@@ -188,6 +206,8 @@ impl Ctx {
             events,
             live: Mutex::new(HashMap::with_capacity(cfg.max_conns.min(4096))),
             summary: Mutex::new(Summary::default()),
+            pipes: pipes::PipeBudget::new(cfg.pipe_budget),
+            pipe_refusal_reported: AtomicBool::new(false),
         }
     }
 
@@ -267,6 +287,29 @@ impl Ctx {
         }
         drop(summary);
         self.emit(ProxyEvent::ConnClosed(report));
+    }
+
+    /// A pipe of connection `id` could not grow: counted in the summary,
+    /// and the first one of the run is reported as an event.
+    pub(crate) fn pipe_growth_refused(
+        &self,
+        id: u64,
+        direction: &'static str,
+        refusal: pipes::Refusal,
+    ) {
+        self.summary().pipe_growths_refused += 1;
+        if self.pipe_refusal_reported.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.emit(ProxyEvent::PipeGrowthRefused {
+            id,
+            direction,
+            from: refusal.from,
+            to: refusal.to,
+            refused_by: refusal.by,
+            pipe_budget: self.pipes.limit(),
+            pipes_grown: self.pipes.charged(),
+        });
     }
 
     /// The drain deadline: tells every open connection to stop.
@@ -467,7 +510,7 @@ async fn serve(
         }
     }
     Some(if cfg.mode.uses_runtime() {
-        relay::relay(cfg, client, upstream, &conn.meter, cut).await
+        relay::relay(ctx, conn.id, client, upstream, &conn.meter, cut).await
     } else {
         blocking::relay(cfg, conn.id, client, upstream, &conn.meter, cut).await
     })

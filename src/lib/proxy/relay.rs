@@ -25,14 +25,19 @@
 //! are: each keeps its own 8 KiB buffer per direction for the connection's
 //! life, and that is part of what those modes measure (docs/proxy.md has
 //! the figures).
+//!
+//! `splice` holds no user-space buffer at all: a pipe per direction, which
+//! starts at the kernel's 64 KiB and grows on demand up to `--buffer-size`
+//! under the proxy's `--pipe-budget` (`super::pipes`).
 
-use super::config::{Mode, ProxyConfig};
+use super::config::Mode;
 use super::events::End;
-use super::{Cut, Meter};
+use super::pipes::GrowingPipe;
+use super::{Ctx, Cut, Meter};
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -41,12 +46,14 @@ use tokio::net::TcpStream;
 
 /// Relays until both directions end, an error, the idle timeout or the cut.
 pub(super) async fn relay(
-    cfg: &ProxyConfig,
+    ctx: &Ctx,
+    id: u64,
     mut client: TcpStream,
     mut upstream: TcpStream,
     meter: &Arc<Meter>,
     cut: Cut,
 ) -> End {
+    let cfg = &ctx.cfg;
     let work = async {
         match cfg.mode {
             Mode::Tokio => own_loop(&client, &upstream, cfg.buffer_size, meter).await,
@@ -62,7 +69,7 @@ pub(super) async fn relay(
             // Where the platform has no splice(2), the pipe cannot be made
             // and the connection ends with that error (config refuses the
             // mode there first).
-            Mode::Splice => splice_both(&client, &upstream, cfg.buffer_size, meter).await,
+            Mode::Splice => splice_both(&client, &upstream, ctx, id, meter).await,
             Mode::Std | Mode::StdCopy => Err(io::Error::other("not a tokio mode")),
         }
     };
@@ -233,36 +240,60 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<'_, S> {
     }
 }
 
-/// `--mode splice`: a pipe per direction, moved with splice(2).
+/// `--mode splice`: a pipe per direction, moved with splice(2). Each pipe
+/// may grow to `--buffer-size`, within the proxy's pipe budget.
 async fn splice_both(
     client: &TcpStream,
     upstream: &TcpStream,
-    pipe_size: usize,
+    ctx: &Ctx,
+    id: u64,
     meter: &Meter,
 ) -> io::Result<()> {
-    let up = splice_pump(client, upstream, pipe_size, &meter.up, meter);
-    let down = splice_pump(upstream, client, pipe_size, &meter.down, meter);
+    let up = SpliceDirection {
+        name: "client_to_upstream",
+        counter: &meter.up,
+        size: &meter.pipe_up,
+    };
+    let down = SpliceDirection {
+        name: "upstream_to_client",
+        counter: &meter.down,
+        size: &meter.pipe_down,
+    };
+    let up = splice_pump(client, upstream, ctx, id, up, meter);
+    let down = splice_pump(upstream, client, ctx, id, down, meter);
     tokio::try_join!(up, down).map(|_| ())
+}
+
+/// One direction's name for events, its byte counter and where its pipe's
+/// current size is published for the connection's report.
+struct SpliceDirection<'a> {
+    name: &'static str,
+    counter: &'a AtomicU64,
+    size: &'a AtomicUsize,
 }
 
 /// One direction: fill the pipe from `from` as far as is queued (up to its
 /// capacity), then drain it completely into `to`, partial splice by partial
 /// splice. Because the pipe is always emptied before the next fill, a
 /// `WouldBlock` on the fill can only mean "nothing queued on the socket".
+/// Once empty, a pipe that the last fill filled completely doubles (see
+/// `super::pipes`); a refused growth is reported and the pipe keeps its
+/// size.
 async fn splice_pump(
     from: &TcpStream,
     to: &TcpStream,
-    pipe_size: usize,
-    counter: &AtomicU64,
+    ctx: &Ctx,
+    id: u64,
+    direction: SpliceDirection<'_>,
     meter: &Meter,
 ) -> io::Result<()> {
-    use crate::sys::SplicePipe;
     use std::os::fd::AsFd;
     use tokio::io::Interest;
 
-    let pipe = SplicePipe::new(pipe_size)?;
-    let chunk = pipe.capacity();
+    let mut pipe = GrowingPipe::new(ctx.cfg.buffer_size, &ctx.pipes)?;
+    direction.size.store(pipe.capacity(), Ordering::Relaxed);
     loop {
+        let chunk = pipe.capacity();
         let n = loop {
             from.readable().await?;
             match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
@@ -282,11 +313,15 @@ async fn splice_pump(
                 Ok(0) => return Err(io::Error::other("splice moved 0 bytes from a full pipe")),
                 Ok(m) => {
                     left -= m;
-                    meter.add(counter, m);
+                    meter.add(direction.counter, m);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e),
             }
         }
+        if let Some(refusal) = pipe.grow_if_full(n) {
+            ctx.pipe_growth_refused(id, direction.name, refusal);
+        }
+        direction.size.store(pipe.capacity(), Ordering::Relaxed);
     }
 }

@@ -255,6 +255,10 @@ impl SplicePipe {
         0
     }
 
+    pub fn resize(&mut self, _capacity: usize) -> io::Result<usize> {
+        Err(Self::unsupported())
+    }
+
     pub fn fill_from(
         &self,
         _socket: std::os::fd::BorrowedFd<'_>,
@@ -266,6 +270,11 @@ impl SplicePipe {
     pub fn drain_to(&self, _socket: std::os::fd::BorrowedFd<'_>, _len: usize) -> io::Result<usize> {
         Err(Self::unsupported())
     }
+}
+
+/// Pipes cannot be resized here.
+pub fn pipe_max_size() -> Option<usize> {
+    None
 }
 
 /// The errno values are not told apart here.

@@ -882,7 +882,7 @@ mod tests {
 // (In a module of its own because items after the test module above would
 // trip clippy's items_after_test_module.)
 
-pub use proxy_calls::{congestion_refusal, SplicePipe, HAS_SPLICE};
+pub use proxy_calls::{congestion_refusal, pipe_max_size, SplicePipe, HAS_SPLICE};
 
 mod proxy_calls {
     use std::io;
@@ -892,6 +892,9 @@ mod proxy_calls {
 
     /// A pipe that splice(2) moves bytes through (see `sys/splice.rs`).
     pub use crate::sys::splice::Pipe as SplicePipe;
+
+    /// /proc/sys/fs/pipe-max-size (see `sys/splice.rs`).
+    pub use crate::sys::splice::pipe_max_size;
 
     /// Why setsockopt(TCP_CONGESTION) refused an algorithm.
     pub fn congestion_refusal(err: &io::Error) -> crate::sys::CongestionRefusal {

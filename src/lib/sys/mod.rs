@@ -335,7 +335,7 @@ pub enum CongestionRefusal {
     Other,
 }
 
-pub use imp::{congestion_refusal, SplicePipe, HAS_SPLICE};
+pub use imp::{congestion_refusal, pipe_max_size, SplicePipe, HAS_SPLICE};
 
 // ---- added for sockbench ----
 

@@ -20,6 +20,16 @@
 //! a proxy cannot know whether a next write will come soon. That would
 //! reintroduce exactly the Nagle-style stall this proxy exists to remove
 //! (see docs/proxy.md).
+//!
+//! Size: a pipe starts at what it is asked for (the proxy asks for the
+//! kernel's default, 64 KiB) and can be resized while it is open
+//! ([`Pipe::resize`], F_SETPIPE_SZ), which is how the proxy grows a busy
+//! connection's pipes on demand instead of giving every connection the
+//! largest one. The kernel charges every pipe's size, used or not, to its
+//! owner's per-user budget (/proc/sys/fs/pipe-user-pages-soft and -hard;
+//! root is exempt) and caps a resize at /proc/sys/fs/pipe-max-size unless
+//! the process has CAP_SYS_RESOURCE ([`pipe_max_size`]). Pages themselves
+//! are allocated only while bytes sit in the pipe.
 
 use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
 use std::io;
@@ -57,6 +67,21 @@ impl Pipe {
         self.capacity
     }
 
+    /// Asks the kernel to make the pipe hold `capacity` bytes (F_SETPIPE_SZ)
+    /// and returns what it granted (a power-of-two number of pages, at least
+    /// `capacity`). On an error the pipe keeps its size and its contents.
+    /// The kernel refuses with `EBUSY` when the pipe holds more than the new
+    /// size would, `EPERM` above /proc/sys/fs/pipe-max-size (without
+    /// CAP_SYS_RESOURCE) or when the user's pipe budget is spent, and
+    /// `ENOMEM`.
+    pub fn resize(&mut self, capacity: usize) -> io::Result<usize> {
+        let want = i32::try_from(capacity.max(4096))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let granted = fcntl(self.write.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(want))?;
+        self.capacity = granted as usize;
+        Ok(self.capacity)
+    }
+
     /// Moves up to `len` bytes from `socket`'s receive queue into the pipe.
     /// `Ok(0)` means the peer sent EOF (when `len > 0`); `WouldBlock` means
     /// nothing is queued yet (or the pipe is full).
@@ -88,6 +113,17 @@ impl Pipe {
             )
         })
     }
+}
+
+/// The largest pipe an unprivileged process may ask for, from
+/// /proc/sys/fs/pipe-max-size (1 MiB unless the administrator changed it);
+/// `None` when it cannot be read.
+pub fn pipe_max_size() -> Option<usize> {
+    std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn retry_eintr(mut f: impl FnMut() -> nix::Result<usize>) -> io::Result<usize> {
@@ -158,5 +194,20 @@ mod tests {
             }
         }
         assert!(eof);
+    }
+
+    #[test]
+    fn resize_grows_and_refuses_to_drop_contents() {
+        let mut pipe = Pipe::new(1 << 16).unwrap();
+        assert_eq!(pipe.capacity(), 1 << 16);
+        let limit = pipe_max_size().unwrap_or(1 << 20);
+        assert_eq!(pipe.resize(limit.min(1 << 18)).unwrap(), limit.min(1 << 18));
+        assert_eq!(pipe.capacity(), limit.min(1 << 18));
+        // 8 KiB in a pipe cannot shrink to one page: EBUSY, size kept.
+        nix::unistd::write(&pipe.write, &[7u8; 8192]).unwrap();
+        let before = pipe.capacity();
+        let err = pipe.resize(4096).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBUSY));
+        assert_eq!(pipe.capacity(), before);
     }
 }
