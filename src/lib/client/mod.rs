@@ -510,8 +510,48 @@ fn fill_incompressible(buf: &mut [u8], seed: u64) {
     }
 }
 
-/// Plans the datagrams of the next call: fills `lengths` with up to
-/// `count` datagram sizes that `volume` still allows.
+/// The datagrams of one call: `whole` of `size` bytes, then at most one
+/// shorter `tail`. Kept as three numbers rather than a length per datagram:
+/// at 64 B a call carries 4096 datagrams, and the list cost more than the
+/// headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Planned {
+    whole: usize,
+    size: usize,
+    /// 0 for none.
+    tail: usize,
+}
+
+impl Planned {
+    fn len(&self) -> usize {
+        self.whole + usize::from(self.tail > 0)
+    }
+
+    /// The length of datagram `i`.
+    fn get(&self, i: usize) -> usize {
+        if i < self.whole {
+            self.size
+        } else {
+            self.tail
+        }
+    }
+
+    /// The bytes of the first `n` datagrams.
+    fn bytes(&self, n: usize) -> u64 {
+        let whole = n.min(self.whole);
+        (whole * self.size + if n > self.whole { self.tail } else { 0 }) as u64
+    }
+
+    /// How many of the first `n` datagrams are too short for a header.
+    fn untagged(&self, n: usize) -> u64 {
+        (0..n.min(self.len()))
+            .filter(|&i| self.get(i) < wire::HEADER_LEN)
+            .count() as u64
+    }
+}
+
+/// Plans the datagrams of the next call: up to `count` that `volume` still
+/// allows.
 fn plan(
     volume: Volume,
     size: usize,
@@ -519,25 +559,31 @@ fn plan(
     sent_bytes: u64,
     started: Instant,
     count: usize,
-    lengths: &mut Vec<usize>,
-) {
-    lengths.clear();
-    let (mut packets, mut bytes) = (sent_packets, sent_bytes);
+) -> Planned {
+    let none = Planned::default();
     if let Volume::Time(d) = volume {
         if started.elapsed() >= d {
-            return;
+            return none;
         }
     }
-    while lengths.len() < count {
-        let len = match volume {
-            Volume::Bytes(total) if bytes < total => (total - bytes).min(size as u64) as usize,
-            Volume::Packets(n) if packets < n => size,
-            Volume::Time(_) => size,
-            _ => break,
-        };
-        lengths.push(len);
-        packets += 1;
-        bytes += len as u64;
+    let count = count as u64;
+    let (whole, tail) = match volume {
+        Volume::Time(_) => (count, 0),
+        Volume::Packets(n) => (count.min(n.saturating_sub(sent_packets)), 0),
+        Volume::Bytes(total) => {
+            let left = total.saturating_sub(sent_bytes);
+            match left.checked_div(size as u64) {
+                // 0-byte datagrams never add up to a byte total.
+                None => (if left > 0 { count } else { 0 }, 0),
+                Some(n) if n >= count => (count, 0),
+                Some(n) => (n, left % size as u64),
+            }
+        }
+    };
+    Planned {
+        whole: whole as usize,
+        size,
+        tail: tail as usize,
     }
 }
 
@@ -665,7 +711,6 @@ pub fn run_one(
     let region = size.max(1) * tx.segments_per_message(max_payload);
     let mut staging = vec![0u8; region * tx.batch()];
     fill_incompressible(&mut staging, session);
-    let mut lengths = Vec::new();
     let mut message_ends: Vec<usize> = Vec::new();
     let (mut packets, mut bytes, mut untagged) = (0u64, 0u64, 0u64);
     let start = Instant::now();
@@ -696,8 +741,8 @@ pub fn run_one(
                 }
             }
         }
-        plan(cfg.volume, size, packets, bytes, start, count, &mut lengths);
-        if lengths.is_empty() {
+        let planned = plan(cfg.volume, size, packets, bytes, start, count);
+        if planned.len() == 0 {
             break;
         }
         // Lay the datagrams out: message m holds datagrams
@@ -705,12 +750,14 @@ pub fn run_one(
         let now_ns = start.elapsed().as_nanos() as u64;
         message_ends.clear();
         let mut tagged_misses = 0;
-        for (m, chunk) in lengths.chunks(per_message).enumerate() {
+        for m in 0..planned.len().div_ceil(per_message) {
             let mut offset = m * region;
-            for (k, &len) in chunk.iter().enumerate() {
+            let first = m * per_message;
+            for i in first..planned.len().min(first + per_message) {
+                let len = planned.get(i);
                 let header = Header {
                     session,
-                    seq: packets + (m * per_message + k) as u64,
+                    seq: packets + i as u64,
                     send_time_ns: now_ns,
                 };
                 if !wire::write_data_header(&mut staging[offset..offset + len], &header) {
@@ -732,21 +779,21 @@ pub fn run_one(
                 .collect();
             tx.send_all(&messages, shutdown)?
         };
-        let sent: &[usize] = if sent_messages == message_count {
-            &lengths
+        let sent = if sent_messages == message_count {
+            planned.len()
         } else {
-            &lengths[..(sent_messages * per_message).min(lengths.len())]
+            (sent_messages * per_message).min(planned.len())
         };
-        let sent_bytes: u64 = sent.iter().map(|&l| l as u64).sum();
-        packets += sent.len() as u64;
+        let sent_bytes = planned.bytes(sent);
+        packets += sent as u64;
         bytes += sent_bytes;
-        untagged += if sent.len() == lengths.len() {
+        untagged += if sent == planned.len() {
             tagged_misses
         } else {
-            sent.iter().filter(|&&l| l < wire::HEADER_LEN).count() as u64
+            planned.untagged(sent)
         };
-        if !sent.is_empty() {
-            timing.call(Instant::now(), sent.len() as u64, sent_bytes);
+        if sent > 0 {
+            timing.call(Instant::now(), sent as u64, sent_bytes);
         }
         progress.add(sent_bytes);
         if sent_messages < message_count {
@@ -1132,30 +1179,46 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
 mod tests {
     use super::*;
 
+    /// The planned lengths, one per datagram.
+    fn lengths(p: Planned) -> Vec<usize> {
+        (0..p.len()).map(|i| p.get(i)).collect()
+    }
+
     #[test]
     fn plans_exact_totals_with_a_short_tail() {
         let t = Instant::now();
-        let mut lengths = Vec::new();
-        plan(Volume::Bytes(2500), 1000, 0, 0, t, 8, &mut lengths);
-        assert_eq!(lengths, [1000, 1000, 500]);
-        plan(Volume::Bytes(2500), 1000, 2, 2000, t, 8, &mut lengths);
-        assert_eq!(lengths, [500]);
-        plan(Volume::Bytes(2500), 1000, 3, 2500, t, 8, &mut lengths);
-        assert!(lengths.is_empty());
-        plan(Volume::Packets(3), 0, 1, 0, t, 8, &mut lengths);
-        assert_eq!(lengths, [0, 0]);
-        plan(
-            Volume::Time(Duration::from_secs(60)),
-            10,
-            0,
-            0,
-            t,
-            4,
-            &mut lengths,
+        let plan = |volume, size, packets, bytes, count| {
+            lengths(plan(volume, size, packets, bytes, t, count))
+        };
+        assert_eq!(plan(Volume::Bytes(2500), 1000, 0, 0, 8), [1000, 1000, 500]);
+        assert_eq!(plan(Volume::Bytes(2500), 1000, 2, 2000, 8), [500]);
+        assert!(plan(Volume::Bytes(2500), 1000, 3, 2500, 8).is_empty());
+        assert_eq!(plan(Volume::Packets(3), 0, 1, 0, 8), [0, 0]);
+        // The call's room ends before the tail; an exact multiple has none.
+        assert_eq!(plan(Volume::Bytes(2500), 1000, 0, 0, 2), [1000, 1000]);
+        assert_eq!(plan(Volume::Bytes(3000), 1000, 0, 0, 8), [1000; 3]);
+        assert_eq!(plan(Volume::Packets(10), 64, 4, 256, 4), [64; 4]);
+        assert_eq!(
+            plan(Volume::Time(Duration::from_secs(60)), 10, 0, 0, 4),
+            [10; 4]
         );
-        assert_eq!(lengths, [10; 4]);
-        plan(Volume::Time(Duration::ZERO), 10, 0, 0, t, 4, &mut lengths);
-        assert!(lengths.is_empty());
+        assert!(plan(Volume::Time(Duration::ZERO), 10, 0, 0, 4).is_empty());
+    }
+
+    #[test]
+    fn a_plans_byte_and_header_sums_match_its_lengths() {
+        let p = Planned {
+            whole: 3,
+            size: 1000,
+            tail: 20,
+        };
+        assert_eq!(lengths(p), [1000, 1000, 1000, 20]);
+        for n in 0..=4 {
+            let l = &lengths(p)[..n];
+            assert_eq!(p.bytes(n), l.iter().sum::<usize>() as u64);
+            let short = l.iter().filter(|&&x| x < wire::HEADER_LEN).count() as u64;
+            assert_eq!(p.untagged(n), short);
+        }
     }
 
     #[test]
