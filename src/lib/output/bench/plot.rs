@@ -249,7 +249,8 @@ pub fn mux_series(rows: &[MuxRow]) -> Vec<Series> {
 
 /// Draws a suite's chart.
 pub fn draw_report(path: &Path, report: &Report) -> Result<()> {
-    match report {
+    // (title, x label, y label, log x, lines) per suite, then one draw.
+    let (title, x_label, y_label, log_x, series) = match report {
         Report::Udp(r) => {
             // Throughput rows only: a ping-pong row measures latency. Plot
             // ping-pong rows only when nothing else ran.
@@ -281,51 +282,44 @@ pub fn draw_report(path: &Path, report: &Report) -> Result<()> {
                 .to_lowercase()
                 .replace("udp", "UDP")
             };
-            draw(
-                path,
-                &Chart {
-                    title: &title,
-                    x_label: "payload (bytes)",
-                    y_label: "Mbit/s received",
-                    log_x: false,
-                    series: &udp_series(plotted),
-                },
-            )
+            let series = udp_series(plotted);
+            (title, "payload (bytes)", "Mbit/s received", false, series)
         }
-        Report::Tcp(r) => draw(
-            path,
-            &Chart {
-                title: "TCP loopback throughput (mean over samples)",
-                x_label: "chunk (bytes per write)",
-                y_label: "Gbit/s",
-                log_x: true,
-                series: &tcp_series(&r.rows),
-            },
+        Report::Tcp(r) => (
+            "TCP loopback throughput (mean over samples)".to_string(),
+            "chunk (bytes per write)",
+            "Gbit/s",
+            true,
+            tcp_series(&r.rows),
         ),
-        Report::Mux(r) => draw(
-            path,
-            &Chart {
-                title: "UDP loss against receive buffer (worst over other axes)",
-                x_label: "SO_RCVBUF requested (bytes)",
-                y_label: "loss %",
-                log_x: true,
-                series: &mux_series(&r.rows),
-            },
+        Report::Mux(r) => (
+            "UDP loss against receive buffer (worst over other axes)".to_string(),
+            "SO_RCVBUF requested (bytes)",
+            "loss %",
+            true,
+            mux_series(&r.rows),
         ),
-        Report::Ceiling(r) => draw(
-            path,
-            &Chart {
-                title: "netspeed's UDP path without accounting (ceiling)",
-                x_label: "datagram size (bytes)",
-                y_label: "Gbit/s received",
-                log_x: true,
-                series: &[Series {
-                    name: "ceiling".into(),
-                    points: r.rows.iter().map(|c| (c.size as f64, c.gbps)).collect(),
-                }],
-            },
+        Report::Ceiling(r) => (
+            "netspeed's UDP path without accounting (ceiling)".to_string(),
+            "datagram size (bytes)",
+            "Gbit/s received",
+            true,
+            vec![Series {
+                name: "ceiling".into(),
+                points: r.rows.iter().map(|c| (c.size as f64, c.gbps)).collect(),
+            }],
         ),
-    }
+    };
+    draw(
+        path,
+        &Chart {
+            title: &title,
+            x_label,
+            y_label,
+            log_x,
+            series: &series,
+        },
+    )
 }
 
 /// `udp_client --sweep`: Gbit/s received against buffer size, one line
