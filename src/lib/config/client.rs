@@ -190,13 +190,7 @@ impl ClientFile {
             clients: args.clients.first().copied(),
             end_timeout: args.end_timeout.map(DurationValue::Parsed),
             batch: args.batch,
-            gso: if args.gso {
-                Some(true)
-            } else if args.no_gso {
-                Some(false)
-            } else {
-                None
-            },
+            gso: super::on_off(args.gso, args.no_gso),
             sndbuf: args.sndbuf.map(SizeValue::Number),
             dont_fragment: args.dont_fragment.then_some(true),
             no_server: args.no_server.then_some(true),

@@ -169,6 +169,18 @@ pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     parse_toml(&text).map_err(fail)
 }
 
+/// A `--thing` / `--no-thing` flag pair as a layer value: `Some(true)`,
+/// `Some(false)`, or `None` when neither was given (a lower layer decides).
+pub fn on_off(on: bool, off: bool) -> Option<bool> {
+    if on {
+        Some(true)
+    } else if off {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 /// Parses a config text; the error is one line naming the bad key, with
 /// any echo of the file's text cut short.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> std::result::Result<T, String> {

@@ -202,13 +202,7 @@ impl ServerFile {
             max_peers: args.max_peers,
             method: args.method,
             threads: args.threads,
-            gro: if args.gro {
-                Some(true)
-            } else if args.no_gro {
-                Some(false)
-            } else {
-                None
-            },
+            gro: super::on_off(args.gro, args.no_gro),
             scheduler: args.sched.scheduler,
             priority: args.sched.priority,
             psk_file: args.psk.psk_file.clone(),
