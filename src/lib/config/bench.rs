@@ -36,11 +36,11 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Suite {
-    /// UDP throughput across socket libraries (seed 000's matrix).
+    /// UDP throughput across socket libraries, threads, connected or not, IPv4/IPv6 and payload sizes.
     Udp(UdpArgs),
-    /// TCP transfers, half and full duplex, repeated with statistics (seed 003).
+    /// TCP transfers, half and full duplex, repeated with statistics.
     Tcp(TcpArgs),
-    /// One receiver waiting on K UDP sockets, per receive method and buffer size (seed 002).
+    /// One receiver waiting on K UDP sockets, per receive method and buffer size.
     Mux(MuxArgs),
     /// netspeed's default UDP path with no accounting, and one core's memcpy: the ceiling
     /// that udp_client and udp_server are measured against.
@@ -351,7 +351,7 @@ pub struct TcpArgs {
     #[arg(long)]
     pub samples: Option<usize>,
     /// Set TCP_NODELAY on both ends (off by default: small writes are
-    /// then coalesced by Nagle's algorithm, as in the seed).
+    /// then coalesced by Nagle's algorithm).
     #[arg(long)]
     #[serde(default)]
     pub nodelay: bool,

@@ -59,7 +59,7 @@ pub struct ClientArgs {
     /// scripts that name it.
     #[arg(long)]
     pub connected: bool,
-    /// Send like seed 001, for comparisons: one sendto per datagram on an
+    /// The simplest send path, for comparisons: one sendto per datagram on an
     /// unconnected socket, no sendmmsg and no GSO. The report counts the
     /// calls.
     #[arg(long, conflicts_with_all = ["connected", "batch", "gso"])]
@@ -68,7 +68,7 @@ pub struct ClientArgs {
     /// With --sweep, a list: one column per value (e.g. 1,2).
     #[arg(long, value_name = "N[,N...]", value_delimiter = ',')]
     pub clients: Vec<usize>,
-    /// Seed 001's table: run once per datagram size (e.g.
+    /// A table of rate against datagram size: run once per size (e.g.
     /// 500,1000,1500,65500) and print the server's receive rate per size
     /// and --clients value. Give each run --duration (e.g. 1s).
     #[arg(long, value_name = "SIZE,SIZE,...", value_delimiter = ',', value_parser = size_arg)]

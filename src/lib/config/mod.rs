@@ -184,7 +184,18 @@ pub fn on_off(on: bool, off: bool) -> Option<bool> {
 /// Parses a config text; the error is one line naming the bad key, with
 /// any echo of the file's text cut short.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> std::result::Result<T, String> {
-    toml::from_str(text).map_err(|e| clip(e.message().replace('\n', " ").trim()))
+    toml::from_str(text).map_err(|e| {
+        let place = e
+            .span()
+            .and_then(|span| text.get(..span.start))
+            .map(|before| {
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!("line {line}, column {column}: ")
+            })
+            .unwrap_or_default();
+        clip(&format!("{place}{}", e.message().replace('\n', " ").trim()))
+    })
 }
 
 /// The longest error line: anything the user typed is echoed at most this
@@ -385,7 +396,14 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
                 let text = e.render().to_string();
                 let line = text.lines().next().unwrap_or("invalid arguments");
                 let line = line.strip_prefix("error: ").unwrap_or(line);
-                Err(Error::usage(format!("{} (see --help)", clip(line))))
+                // An invalid choice names the valid ones on the same line.
+                let valid = match e.get(clap::error::ContextKind::ValidValue) {
+                    Some(clap::error::ContextValue::Strings(v)) if !v.is_empty() => {
+                        format!("; valid values: {}", v.join(", "))
+                    }
+                    _ => String::new(),
+                };
+                Err(Error::usage(format!("{}{valid} (see --help)", clip(line))))
             }
         },
     }

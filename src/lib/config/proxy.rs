@@ -159,7 +159,7 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Leave Nagle's algorithm on (no TCP_NODELAY on either leg). Only for
-    /// reproducing seed 004's 20-40 ms stalls; see docs/proxy.md.
+    /// reproducing the 20-40 ms stalls Nagle's algorithm causes; see docs/proxy.md.
     #[arg(long)]
     #[serde(skip)]
     pub no_nodelay: bool,
@@ -381,7 +381,7 @@ impl ProxyConfig {
 #[command(
     name = "tcp_proxy bench",
     version,
-    about = "Request latency through each proxy mode vs a direct connection (seed 004's benchmark).",
+    about = "Request latency through each proxy mode vs a direct connection.",
     long_about = None
 )]
 #[serde(deny_unknown_fields)]
@@ -420,7 +420,7 @@ pub struct BenchArgs {
     /// Tests to run, comma-separated [default: test1,test2].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub tests: Option<Vec<Test>>,
-    /// Run the proxies with --no-nodelay, to reproduce seed 004's stalls.
+    /// Run the proxies with --no-nodelay, to reproduce Nagle's 20-40 ms stalls.
     #[arg(long)]
     #[serde(default)]
     pub no_nodelay: bool,

@@ -1,7 +1,7 @@
 //! The progress bar: the only user of indicatif. It hides itself unless
 //! stderr is a terminal, so logs and pipes stay clean.
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use std::io::IsTerminal;
 
 /// Bytes sent out of a total (or a spinner when the run is timed).
@@ -15,17 +15,27 @@ impl Progress {
         if !wanted || !std::io::stderr().is_terminal() {
             return Progress { bar: None };
         }
+        // The rate in Gbit/s, as the report prints it (not indicatif's MB/s).
+        let gbps = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.3} Gbit/s", state.per_sec() * 8.0 / 1e9);
+        };
+        let style = |template: &str, fallback: ProgressStyle| {
+            ProgressStyle::with_template(template)
+                .map(|s| s.with_key("gbps", gbps))
+                .unwrap_or(fallback)
+        };
         let bar = match total {
-            Some(t) => ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr()).with_style(
-                ProgressStyle::with_template(
-                    "{bar:40.cyan/blue} {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            ),
-            None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()).with_style(
-                ProgressStyle::with_template("{spinner} {decimal_bytes} sent, {decimal_bytes_per_sec} {elapsed}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            ),
+            Some(t) => ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr())
+                .with_style(style(
+                    "{bar:40.cyan/blue} {decimal_bytes}/{decimal_total_bytes} {gbps} ETA {eta}",
+                    ProgressStyle::default_bar(),
+                )),
+            None => {
+                ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()).with_style(style(
+                    "{spinner} {decimal_bytes} sent, {gbps} {elapsed}",
+                    ProgressStyle::default_spinner(),
+                ))
+            }
         };
         Progress { bar: Some(bar) }
     }

@@ -50,13 +50,21 @@ pub fn listening(bound: &Bound, cfg: &ServerConfig, json_out: bool) -> String {
     } else {
         ""
     };
+    // Linux doubles a request (half is for its own bookkeeping) and
+    // getsockopt reports the double: say so, or 16M reads as 32000000.
+    let doubled = match buffer.requested {
+        Some(asked) if buffer.granted == 2 * asked => {
+            " (Linux doubles the request: half is kernel bookkeeping)"
+        }
+        _ => "",
+    };
     let gro = match (&bound.gro, &bound.gro_note) {
         (true, _) => "gro: on".to_string(),
         (false, Some(note)) => format!("gro: off ({note})"),
         (false, None) => "gro: off".to_string(),
     };
     format!(
-        "udp_server listening on {addr}{dual}; receive buffer {} bytes granted{forced}; method {}, {} thread{}, {gro}",
+        "udp_server listening on {addr}{dual}; receive buffer {} bytes granted{doubled}{forced}; method {}, {} thread{}, {gro}",
         buffer.granted,
         cfg.method.name(),
         bound.sockets.len(),

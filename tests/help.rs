@@ -1,0 +1,113 @@
+//! What a user reads when they ask for help or get something wrong: help
+//! that says what a thing is (not which seed document it came from), an
+//! invalid choice that names the valid ones, and a config error that says
+//! where in the file it is.
+
+mod common;
+
+use common::{run_bounded, TempDir};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn run(bin: &str, args: &[&str]) -> Output {
+    run_bounded(Command::new(bin).args(args), WAIT)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+const SERVER: &str = env!("CARGO_BIN_EXE_udp_server");
+const CLIENT: &str = env!("CARGO_BIN_EXE_udp_client");
+const PROXY: &str = env!("CARGO_BIN_EXE_tcp_proxy");
+const SOCKBENCH: &str = env!("CARGO_BIN_EXE_sockbench");
+
+#[test]
+fn help_speaks_of_what_things_are_not_of_seeds() {
+    let pages: &[(&str, &[&str])] = &[
+        (SERVER, &["--help"]),
+        (CLIENT, &["--help"]),
+        (PROXY, &["--help"]),
+        (PROXY, &["bench", "--help"]),
+        (SOCKBENCH, &["--help"]),
+        (SOCKBENCH, &["udp", "--help"]),
+        (SOCKBENCH, &["tcp", "--help"]),
+        (SOCKBENCH, &["mux", "--help"]),
+        (SOCKBENCH, &["ceiling", "--help"]),
+    ];
+    for (bin, args) in pages {
+        let out = run(bin, args);
+        assert_eq!(out.status.code(), Some(0), "{bin} {args:?}");
+        let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+        assert!(text.contains("usage:"), "{bin} {args:?}: {text}");
+        assert!(
+            !text.contains("seed"),
+            "{bin} {args:?} talks of seeds:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn an_invalid_choice_names_the_valid_ones() {
+    let cases: &[(&str, &[&str], &[&str])] = &[
+        (
+            PROXY,
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "127.0.0.1:9",
+                "--mode",
+                "foo",
+            ],
+            &["tokio", "splice", "std-copy"],
+        ),
+        (SERVER, &["--method", "nope"], &["mmsg", "epoll", "thread"]),
+        (SOCKBENCH, &["mux", "--method", "nope"], &["mmsg", "epoll"]),
+        (CLIENT, &["--scheduler", "nope"], &["fifo", "rr", "other"]),
+    ];
+    for (bin, args, valid) in cases {
+        let out = run(bin, args);
+        assert_eq!(out.status.code(), Some(2), "{bin} {args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.contains("valid values:"), "{bin} {args:?}: {err}");
+        for v in *valid {
+            assert!(err.contains(v), "{bin} {args:?} does not name {v}: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_config_error_says_where_in_the_file() {
+    let dir = TempDir::new("help-toml");
+    // An unknown key on line 3; a string left open on line 2, found where
+    // the line ends (column 18).
+    let unknown = dir.file("unknown.toml", "buffer_size = 1460\n\nlisen = 3\n");
+    let open = dir.file("open.toml", "# a comment\nbuffer_size = \"12\n");
+    for (file, place) in [(&unknown, "line 3, column 1"), (&open, "line 2, column 18")] {
+        let out = run(CLIENT, &["--config", file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{file:?}");
+        let err = stderr(&out);
+        assert!(err.contains(place), "{file:?}: expected {place}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    }
+}
+
+#[test]
+fn a_doubled_receive_buffer_is_explained() {
+    // Linux reports twice what was asked (half is its bookkeeping): the
+    // listening line says so, or `--recv-buffer-size 1M` reads as 2000000.
+    let mut server = common::ChildGuard::spawn(
+        Command::new(SERVER)
+            .args(["--listen", "127.0.0.1:0", "--recv-buffer-size", "1M"])
+            .stdout(std::process::Stdio::piped()),
+        "udp_server",
+    );
+    let lines = server.stdout_lines();
+    let first = lines.next_line(WAIT).expect("a listening line");
+    assert!(first.contains("2000000 bytes granted"), "{first}");
+    assert!(first.contains("Linux doubles the request"), "{first}");
+}
