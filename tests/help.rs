@@ -111,3 +111,29 @@ fn a_doubled_receive_buffer_is_explained() {
     assert!(first.contains("2000000 bytes granted"), "{first}");
     assert!(first.contains("Linux doubles the request"), "{first}");
 }
+
+#[test]
+fn the_servers_help_shows_every_default() {
+    let out = run(SERVER, &["--help"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Each option's paragraph runs from its flag to the next blank line.
+    for flag in [
+        "--listen",
+        "--interval",
+        "--idle-timeout",
+        "--end-grace",
+        "--recv-buffer-size",
+        "--max-peers",
+        "--method",
+        "--threads",
+    ] {
+        let start = text
+            .find(&format!("{flag} <"))
+            .unwrap_or_else(|| panic!("{flag} not in help:\n{text}"));
+        let paragraph = text[start..].split("\n\n").next().unwrap();
+        assert!(
+            paragraph.contains("[default:"),
+            "no default for {flag}: {paragraph}"
+        );
+    }
+}

@@ -92,35 +92,38 @@ impl Method {
     long_about = None
 )]
 pub struct ServerArgs {
-    /// Address to listen on. The default is dual-stack (IPv4 and IPv6); it
-    /// falls back to 0.0.0.0:35000 where IPv6 is unavailable. Port 0 picks a
-    /// free port; the real address is printed at start.
+    /// Address to listen on [default: [::]:35000, dual-stack (IPv4 and
+    /// IPv6); 0.0.0.0:35000 where IPv6 is unavailable]. Port 0 picks a free
+    /// port; the real address is printed at start.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
     /// Shorthand for --listen [::]:PORT.
     #[arg(short = 'p', long, value_name = "PORT", conflicts_with = "listen")]
     pub port: Option<u16>,
-    /// Report every active peer at this interval (e.g. 1s, 500ms); 0 turns it off.
+    /// Report every active peer at this interval (e.g. 1s, 500ms); 0 turns it off [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub interval: Option<Duration>,
-    /// A peer with no datagram for this long is finished and summarised.
+    /// A peer with no datagram for this long is finished and summarised [default: 2s].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub idle_timeout: Option<Duration>,
     /// After a client's end-of-test message, keep counting its datagrams
     /// still in flight for this long before answering [default: 100ms].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub end_grace: Option<Duration>,
-    /// SO_RCVBUF to ask for (e.g. 4M). The size the kernel granted is printed.
+    /// SO_RCVBUF to ask for (e.g. 4M). The size the kernel granted is printed
+    /// [default: the system's, net.core.rmem_default].
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub recv_buffer_size: Option<u64>,
     /// Most peers tracked at once; traffic from more is counted in one
-    /// overflow bucket. Bounds memory under a flood of spoofed sources.
+    /// overflow bucket. Bounds memory under a flood of spoofed sources
+    /// [default: 4096].
     #[arg(long, value_name = "N")]
     pub max_peers: Option<usize>,
     /// How to wait for and read datagrams [default: mmsg on Linux, else thread].
     #[arg(long, value_enum)]
     pub method: Option<Method>,
-    /// Receive sockets (and threads) sharing the address with SO_REUSEPORT.
+    /// Receive sockets (and threads) sharing the address with SO_REUSEPORT
+    /// [default: 1].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Turn on UDP_GRO: the kernel coalesces datagrams of a flow, the server
