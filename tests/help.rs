@@ -137,3 +137,25 @@ fn the_servers_help_shows_every_default() {
         );
     }
 }
+
+#[test]
+fn iperf3_short_flags_work_where_they_do_not_clash() {
+    // -P clients and -J JSON on the client; -i interval and -J on the
+    // server. -t stays the byte total, and its help says so.
+    let out = run(CLIENT, &["--local", "-n", "100", "-P", "2", "-J"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("-J is JSON");
+    assert_eq!(report["clients"].as_array().map(Vec::len), Some(2));
+    let help = String::from_utf8_lossy(&run(CLIENT, &["--help"]).stdout).into_owned();
+    assert!(help.contains("Unlike iperf3's -t"), "{help}");
+    let mut server = common::ChildGuard::spawn(
+        Command::new(SERVER)
+            .args(["--listen", "127.0.0.1:0", "-i", "100ms", "-J"])
+            .stdout(std::process::Stdio::piped()),
+        "udp_server",
+    );
+    let lines = server.stdout_lines();
+    let first = lines.next_line(WAIT).expect("a listening line");
+    let v: serde_json::Value = serde_json::from_str(&first).expect("-J is NDJSON");
+    assert_eq!(v["event"], "listening");
+}

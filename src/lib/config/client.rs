@@ -36,7 +36,8 @@ pub struct ClientArgs {
     #[arg(short = 'b', long, value_name = "BYTES", value_parser = size_arg)]
     pub buffer_size: Option<u64>,
     /// Total payload bytes to send, exactly (e.g. 1000000, 64K, 1G, 1GiB) [default: 1000000].
-    /// The last datagram may be shorter than --buffer-size.
+    /// The last datagram may be shorter than --buffer-size. Unlike iperf3's
+    /// -t, a volume, not a time: for a time use --duration.
     #[arg(short = 't', long, value_name = "BYTES", value_parser = size_arg)]
     pub total_send: Option<u64>,
     /// Send this many datagrams instead of a byte total (works with -b 0).
@@ -66,7 +67,7 @@ pub struct ClientArgs {
     pub plain_send: bool,
     /// Run N independent client sockets at once; each is its own peer.
     /// With --sweep, a list: one column per value (e.g. 1,2).
-    #[arg(long, value_name = "N[,N...]", value_delimiter = ',')]
+    #[arg(short = 'P', long, value_name = "N[,N...]", value_delimiter = ',')]
     pub clients: Vec<usize>,
     /// A table of rate against datagram size: run once per size (e.g.
     /// 500,1000,1500,65500) and print the server's receive rate per size
@@ -112,7 +113,7 @@ pub struct ClientArgs {
     #[arg(long, conflicts_with = "local")]
     pub no_server: bool,
     /// Write one JSON object with the final report to stdout.
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
     /// No progress bar.
     #[arg(short, long)]

@@ -101,7 +101,7 @@ pub struct ServerArgs {
     #[arg(short = 'p', long, value_name = "PORT", conflicts_with = "listen")]
     pub port: Option<u16>,
     /// Report every active peer at this interval (e.g. 1s, 500ms); 0 turns it off [default: 1s].
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = duration_arg)]
     pub interval: Option<Duration>,
     /// A peer with no datagram for this long is finished and summarised [default: 2s].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
@@ -138,7 +138,7 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub psk: PskArgs,
     /// Write NDJSON events to stdout, one object per line.
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     pub json: bool,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
