@@ -140,6 +140,11 @@ pub struct ServerArgs {
     /// Write NDJSON events to stdout, one object per line.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Serve one test and exit 0 (iperf3 -1): stop once the first session
+    /// whose client sent its end-of-test message is answered and
+    /// summarised. Foreign traffic and idle sessions do not end it.
+    #[arg(long)]
+    pub one_off: bool,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -167,12 +172,13 @@ pub struct ServerFile {
     pub priority: Option<i32>,
     pub psk_file: Option<PathBuf>,
     pub json: Option<bool>,
+    pub one_off: Option<bool>,
 }
 
 crate::impl_layer!(ServerFile {
     option: [
         interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
-        scheduler, priority, psk_file, json,
+        scheduler, priority, psk_file, json, one_off,
     ]
     group: [[listen, port]]
 });
@@ -189,6 +195,7 @@ impl ServerFile {
             threads: Some(1),
             gro: Some(crate::sys::LINUX_SOCKETS),
             json: Some(false),
+            one_off: Some(false),
             ..ServerFile::default()
         }
     }
@@ -210,6 +217,7 @@ impl ServerFile {
             priority: args.sched.priority,
             psk_file: args.psk.psk_file.clone(),
             json: args.json.then_some(true),
+            one_off: args.one_off.then_some(true),
         }
     }
 }
@@ -233,6 +241,8 @@ pub struct ServerConfig {
     /// `--psk`: Ends must carry its tag.
     pub psk: Option<Psk>,
     pub json: bool,
+    /// `--one-off`: stop after the first session that ends with an End.
+    pub one_off: bool,
 }
 
 /// How long the server counts datagrams still in flight after an End: a
@@ -323,6 +333,7 @@ impl ServerConfig {
             sched: sched_from(l.scheduler, l.priority)?,
             psk,
             json: l.json.unwrap_or(false),
+            one_off: l.one_off.unwrap_or(false),
         })
     }
 }

@@ -242,6 +242,15 @@ fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
     }
 }
 
+/// The event that ends a `--one-off` server: a tagged session finalised
+/// because its End arrived (and was answered). Untagged sources, sessions
+/// that went idle or were evicted, late and conflict reports do not: a
+/// port scan or a client that died mid-test leaves the server waiting for
+/// a real test.
+fn serves_one_off(event: &ServerEvent) -> bool {
+    matches!(event, ServerEvent::PeerDone(r) if r.tagged && r.reason == Some(peers::DoneReason::End))
+}
+
 /// Sends answers; best effort: a lost answer is retried by the client.
 fn send_replies(sockets: &[&Socket], replies: &mut Vec<Reply>) {
     for reply in replies.drain(..) {
@@ -416,7 +425,13 @@ pub fn run(
             }
             send_replies(&sockets, &mut replies);
             for event in flushed.drain(..) {
+                // --one-off stops through the same flag as Ctrl-C, once the
+                // session's answer is sent (just above) and its summary out.
+                let served = cfg.one_off && serves_one_off(&event);
                 events(event);
+                if served {
+                    shutdown.trigger();
+                }
             }
             if stopping {
                 break;
