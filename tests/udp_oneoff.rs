@@ -63,7 +63,7 @@ fn one_off_serves_one_session_and_exits_zero() {
 
 #[test]
 fn foreign_datagrams_and_idle_sources_do_not_end_a_one_off_server() {
-    let mut server = Server::start("127.0.0.1:0", &["--one-off", "--idle-timeout", "200ms"]);
+    let mut server = Server::start("127.0.0.1:0", &["-1", "--idle-timeout", "200ms"]);
     let foreign = UdpSocket::bind("127.0.0.1:0").expect("bind a foreign sender");
     let from = foreign.local_addr().expect("local addr").to_string();
     // Not netspeed's format: a short one, and longer ones of another shape.

@@ -143,7 +143,7 @@ pub struct ServerArgs {
     /// Serve one test and exit 0 (iperf3 -1): stop once the first session
     /// whose client sent its end-of-test message is answered and
     /// summarised. Foreign traffic and idle sessions do not end it.
-    #[arg(long)]
+    #[arg(short = '1', long)]
     pub one_off: bool,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
