@@ -11,6 +11,8 @@ use netspeed::output::exit_with;
 use netspeed::shutdown::Shutdown;
 
 fn main() {
+    let argv: Vec<_> = std::env::args_os().collect();
+    netspeed::output::manual::handle(&argv, <Cli as clap::CommandFactory>::command);
     if let Err(e) = run() {
         exit_with(&e);
     }

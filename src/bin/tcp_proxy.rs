@@ -12,6 +12,11 @@ use std::ffi::OsString;
 
 fn main() {
     let mut args: Vec<OsString> = std::env::args_os().collect();
+    // One page and one script for both: `bench` appears as a subcommand.
+    output::manual::handle(&args, || {
+        use clap::CommandFactory;
+        ProxyArgs::command().subcommand(BenchArgs::command().name("bench"))
+    });
     let result = if args.get(1).is_some_and(|a| a == "bench") {
         args.splice(0..2, [OsString::from("tcp_proxy bench")]);
         run_bench(args)

@@ -9,6 +9,11 @@ use netspeed::output::{exit_with, report, start};
 use netspeed::shutdown::Shutdown;
 
 fn main() {
+    let argv: Vec<_> = std::env::args_os().collect();
+    netspeed::output::manual::handle(
+        &argv,
+        <netspeed::config::ClientArgs as clap::CommandFactory>::command,
+    );
     if let Err(e) = run() {
         exit_with(&e);
     }

@@ -7,6 +7,11 @@ use netspeed::server::{self, ServerEvent};
 use std::io::Write;
 
 fn main() {
+    let argv: Vec<_> = std::env::args_os().collect();
+    netspeed::output::manual::handle(
+        &argv,
+        <netspeed::config::ServerArgs as clap::CommandFactory>::command,
+    );
     if let Err(e) = run() {
         exit_with(&e);
     }
