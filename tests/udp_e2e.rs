@@ -314,6 +314,9 @@ fn bad_input_exits_2_with_one_line() {
         (CLIENT, &["--rate", "fast"], "fast"),
         (CLIENT, &["--duration", "3 days"], "3 days"),
         (CLIENT, &["--bogus"], "--bogus"),
+        (CLIENT, &["-B", "nope"], "--bind nope"),
+        (CLIENT, &["-s", "[::1]:9", "-B", "127.0.0.1"], "family"),
+        (CLIENT, &["-P", "2", "-B", "127.0.0.1:4000"], "fixed port"),
         (
             CLIENT,
             &["--config", "/nonexistent/x.toml"],
@@ -400,4 +403,31 @@ fn sweep_prints_seed_001s_table_from_the_servers_answers() {
         table.contains("| Buffer |") && table.contains("500"),
         "{table}"
     );
+}
+
+#[test]
+fn bind_sends_from_the_address_given() {
+    // -B/--bind (iperf3's -B): the server sees the datagrams come from the
+    // address given, with or without a port, and counts them exactly.
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let free_port = UdpSocket::bind("127.0.0.3:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free port")
+        .port();
+    let fixed = format!("127.0.0.3:{free_port}");
+    for bind in ["127.0.0.2", fixed.as_str()] {
+        let mut a = args_to(&server.addr, "-n 500 --rate 50Mbit -B");
+        a.push(bind);
+        let report = client(&a);
+        let c = &report["clients"][0];
+        let local = c["local_addr"].as_str().unwrap();
+        let done = server.done_for(c["session"].as_str().unwrap());
+        assert_eq!(done["peer"], local, "{done}");
+        if bind.contains(':') {
+            assert_eq!(local, bind);
+        } else {
+            assert!(local.starts_with("127.0.0.2:"), "{local}");
+        }
+        assert_exact(&report, c, &done);
+    }
 }

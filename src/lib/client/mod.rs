@@ -280,21 +280,29 @@ pub fn random_u64() -> u64 {
 }
 
 /// Creates a client socket for `server`.
-fn open_socket(server: SocketAddr, connected: bool, dont_fragment: bool) -> Result<UdpSocket> {
+fn open_socket(
+    server: SocketAddr,
+    connected: bool,
+    dont_fragment: bool,
+    bind: Option<SocketAddr>,
+) -> Result<UdpSocket> {
     let socket = Socket::new(
         Domain::for_address(server),
         Type::DGRAM,
         Some(Protocol::UDP),
     )
     .map_err(|e| Error::runtime(format!("cannot create a UDP socket: {e}")))?;
-    let any: SocketAddr = if server.is_ipv6() {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
+    let local: SocketAddr = match bind {
+        Some(addr) => addr,
+        None if server.is_ipv6() => (Ipv6Addr::UNSPECIFIED, 0).into(),
+        None => (Ipv4Addr::UNSPECIFIED, 0).into(),
     };
-    socket
-        .bind(&any.into())
-        .map_err(|e| Error::runtime(format!("cannot bind a client socket: {e}")))?;
+    socket.bind(&local.into()).map_err(|e| match bind {
+        Some(addr) => Error::runtime(format!(
+            "cannot bind a client socket to {addr} (--bind): {e}"
+        )),
+        None => Error::runtime(format!("cannot bind a client socket: {e}")),
+    })?;
     // Without this, Linux silently drops datagrams its own queue refused.
     let _ = sys::enable_send_errors(&socket);
     if dont_fragment {
@@ -659,7 +667,7 @@ pub fn run_one(
     gate: &StartGate,
 ) -> Result<ClientReport> {
     let ticket = Ticket { gate, used: false };
-    let socket = open_socket(cfg.server, cfg.connected, cfg.dont_fragment)?;
+    let socket = open_socket(cfg.server, cfg.connected, cfg.dont_fragment, cfg.bind)?;
     let sndbuf = match cfg.sndbuf {
         Some(want) => Some(sys::size_buffer(
             &socket2::SockRef::from(&socket),

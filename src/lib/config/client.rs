@@ -105,6 +105,10 @@ pub struct ClientArgs {
     pub sched: SchedArgs,
     #[command(flatten)]
     pub psk: PskArgs,
+    /// Send from this local address (iperf3 -B): an IP, or IP:PORT. The
+    /// family must match the server's; a fixed port takes one client.
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    pub bind: Option<String>,
     /// Start an in-process server on an ephemeral loopback port and test against it.
     #[arg(long, conflicts_with = "server_addr")]
     pub local: bool,
@@ -148,6 +152,7 @@ pub struct ClientFile {
     pub sndbuf: Option<SizeValue>,
     pub dont_fragment: Option<bool>,
     pub no_server: Option<bool>,
+    pub bind: Option<String>,
     pub scheduler: Option<SchedPolicy>,
     pub priority: Option<i32>,
     pub psk_file: Option<PathBuf>,
@@ -158,7 +163,7 @@ pub struct ClientFile {
 crate::impl_layer!(ClientFile {
     option: [
         server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, batch,
-        gso, sndbuf, dont_fragment, no_server, scheduler, priority, psk_file, json, quiet,
+        gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, psk_file, json, quiet,
     ]
     group: [[packets, total_send, duration]]
 });
@@ -195,6 +200,7 @@ impl ClientFile {
             sndbuf: args.sndbuf.map(SizeValue::Number),
             dont_fragment: args.dont_fragment.then_some(true),
             no_server: args.no_server.then_some(true),
+            bind: args.bind.clone(),
             scheduler: args.sched.scheduler,
             priority: args.sched.priority,
             psk_file: args.psk.psk_file.clone(),
@@ -249,6 +255,8 @@ pub struct ClientConfig {
     pub local: bool,
     /// The target is not a udp_server: no probe, no end-of-test exchange.
     pub no_server: bool,
+    /// `--bind`: the local address to send from.
+    pub bind: Option<SocketAddr>,
     pub buffer_size: usize,
     pub volume: Volume,
     pub rate_bps: Option<u64>,
@@ -271,6 +279,30 @@ pub struct ClientConfig {
     /// `--clients` values for the sweep's columns.
     pub sweep_clients: Vec<usize>,
     pub plot: Option<PathBuf>,
+}
+
+/// `--bind`: an IP (any port) or IP:PORT, of the server's family; a fixed
+/// port cannot serve several client sockets.
+fn bind_addr(text: &str, server: &SocketAddr, clients: usize) -> Result<SocketAddr> {
+    let addr = text
+        .parse::<SocketAddr>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(|ip| SocketAddr::new(ip, 0)))
+        .map_err(|_| {
+            Error::usage(format!(
+                "--bind {text}: expected an IP address or IP:PORT (e.g. 192.0.2.1 or [2001:db8::1]:5000)"
+            ))
+        })?;
+    if addr.is_ipv4() != server.is_ipv4() {
+        return Err(Error::usage(format!(
+            "--bind {text}: not the address family of the server {server}"
+        )));
+    }
+    if addr.port() != 0 && clients > 1 {
+        return Err(Error::usage(format!(
+            "--bind {text}: a fixed port takes one client; give an address without a port for --clients {clients}"
+        )));
+    }
+    Ok(addr)
 }
 
 /// Most datagrams per sendmmsg call (the kernel's UIO_MAXIOV is 1024).
@@ -398,6 +430,11 @@ impl ClientConfig {
             server,
             local: args.local,
             no_server: l.no_server.unwrap_or(false),
+            bind: l
+                .bind
+                .as_deref()
+                .map(|text| bind_addr(text, &server, client_list[0]))
+                .transpose()?,
             buffer_size: buffer_size as usize,
             volume,
             rate_bps: l.rate.map(|r| r.bps("rate")).transpose()?,
