@@ -44,3 +44,47 @@ fn every_example_config_is_valid() {
         "{checked:?}"
     );
 }
+
+/// The systemd unit we ship keeps its hardening, and its command line is
+/// one udp_server accepts.
+#[test]
+fn the_service_unit_is_hardened_and_runs_a_valid_command() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/udp_server.service");
+    let unit = std::fs::read_to_string(&path).expect("configs/udp_server.service");
+    let settings: Vec<(&str, &str)> = unit
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with('['))
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    let value = |key: &str| {
+        settings
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{key} missing from the unit"))
+    };
+    for (key, want) in [
+        ("DynamicUser", "yes"),
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("PrivateDevices", "yes"),
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("RestrictNamespaces", "yes"),
+        ("MemoryDenyWriteExecute", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"),
+        ("KillSignal", "SIGTERM"),
+    ] {
+        assert_eq!(value(key), want, "{key}");
+    }
+    let command: Vec<&str> = value("ExecStart").split_whitespace().collect();
+    assert!(command[0].ends_with("/udp_server"), "{command:?}");
+    let args: ServerArgs = parse_args(command.iter().map(|a| (*a).into()))
+        .unwrap_or_else(|e| panic!("ExecStart {command:?}: {e}"));
+    ServerConfig::from_args(args).unwrap_or_else(|e| panic!("ExecStart {command:?}: {e}"));
+}
