@@ -431,3 +431,57 @@ fn bind_sends_from_the_address_given() {
         assert_exact(&report, c, &done);
     }
 }
+
+#[test]
+fn client_intervals_add_up_and_the_json_records_the_run() {
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let report = client(&args_to(
+        &server.addr,
+        "-b 1000 --duration 1s --rate 100Mbit -i 200ms",
+    ));
+    let c = &report["clients"][0];
+    let intervals = c["intervals"].as_array().expect("intervals");
+    assert!((5..=6).contains(&intervals.len()), "{intervals:?}");
+    // They tile the run: each starts where the last ended, and together
+    // they hold exactly what was sent.
+    let mut end = 0.0;
+    for i in intervals {
+        assert_eq!(i["start"].as_f64().unwrap(), end, "{intervals:?}");
+        end = i["end"].as_f64().unwrap();
+        let rate = i["gbps"].as_f64().unwrap();
+        assert!((0.05..0.2).contains(&rate), "paced at 100 Mbit/s: {i}");
+    }
+    let sum = |key| intervals.iter().map(|i| u(i, key)).sum::<u64>();
+    assert_eq!(sum("packets"), u(c, "sent_packets"));
+    assert_eq!(sum("bytes"), u(c, "sent_bytes"));
+    // The record of the run.
+    assert_eq!(report["version"], env!("CARGO_PKG_VERSION"));
+    let start = report["start"].as_str().unwrap();
+    let started = humantime::parse_rfc3339(start).expect("RFC 3339");
+    let age = std::time::SystemTime::now()
+        .duration_since(started)
+        .unwrap();
+    assert!(age < Duration::from_secs(60), "{start}");
+    assert!(u(&report["host"], "cpus") >= 1);
+    let s = &report["settings"];
+    assert_eq!(u(s, "buffer_size"), 1000);
+    assert_eq!(s["volume"]["seconds"], 1.0);
+    assert_eq!(u(s, "rate_bps"), 100_000_000);
+    assert_eq!(s["interval"], 0.2);
+    assert_eq!(s["gso"], "auto");
+    // In text, one line per interval before the report.
+    let out = run_bounded(
+        Command::new(CLIENT).args(args_to(
+            &server.addr,
+            "-b 1000 --duration 1s --rate 100Mbit -i 250ms -q",
+        )),
+        WAIT,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("Gbit/s (sender side)") && l.contains("pkts"))
+        .count();
+    assert_eq!(lines, 4, "{text}");
+    assert!(text.contains("0.00-0.25 s"), "{text}");
+}

@@ -24,7 +24,10 @@ fn run() -> Result<()> {
     if !cfg.sweep.is_empty() {
         return sweep(&cfg, &shutdown);
     }
-    let progress = Progress::new(client::planned_bytes(&cfg), !cfg.quiet && !cfg.json);
+    let mut progress = Progress::new(client::planned_bytes(&cfg), !cfg.quiet && !cfg.json);
+    if !cfg.json {
+        progress = progress.with_intervals(cfg.clients);
+    }
     let result = if cfg.local {
         netspeed::local::run_local(&cfg, &shutdown, &progress)
     } else {

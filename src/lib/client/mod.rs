@@ -14,10 +14,10 @@
 mod pacing;
 pub mod send;
 
-use crate::config::{ClientConfig, Volume};
+use crate::config::{ClientConfig, GsoRequest, Volume};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
-use crate::stats::{self, percent, CpuCost, CpuTime};
+use crate::stats::{self, percent, CpuCost, CpuTime, IntervalClock, SendInterval};
 use crate::sys;
 use crate::wire::{self, End, EndAck, Header, Hello, Message};
 use pacing::{Pacer, Release};
@@ -27,7 +27,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Attempts of each control exchange (probe, End) within its time.
 const ATTEMPTS: u32 = 5;
@@ -205,6 +205,8 @@ pub struct ClientReport {
     /// How the rate was held, with --rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pacing: Option<PacingReport>,
+    /// What was sent per `--interval` (sender side); empty when off.
+    pub intervals: Vec<SendInterval>,
     pub answer: Answer,
     pub server: Option<ServerView>,
     #[serde(skip)]
@@ -220,6 +222,14 @@ pub struct ClientReport {
 /// The whole run: every client socket, and their totals.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
+    /// netspeed's version.
+    pub version: &'static str,
+    /// When the run started, RFC 3339 in UTC (to the millisecond).
+    pub start: String,
+    /// The sending host.
+    pub host: Host,
+    /// The settings that ran, after defaults, config file and flags.
+    pub settings: Settings,
     pub server_addr: String,
     pub buffer_size: usize,
     pub connected: bool,
@@ -724,6 +734,9 @@ pub fn run_one(
     let start = Instant::now();
     let cpu_at_start = sys::thread_cpu();
     let mut timing = SendTiming::new(start);
+    let session_text = format!("{session:016x}");
+    let mut clock = cfg.interval.map(IntervalClock::new);
+    let mut intervals = Vec::new();
     'sending: while !shutdown.is_triggered() && !tx.gone {
         let per_message = tx.segments_per_message(max_payload);
         let mut count = per_message * tx.batch();
@@ -801,12 +814,27 @@ pub fn run_one(
             planned.untagged(sent)
         };
         if sent > 0 {
-            timing.call(Instant::now(), sent as u64, sent_bytes);
+            let now = Instant::now();
+            timing.call(now, sent as u64, sent_bytes);
+            if let Some(iv) = clock
+                .as_mut()
+                .and_then(|c| c.on_call(now - start, packets, bytes))
+            {
+                progress.interval(&session_text, &iv);
+                intervals.push(iv);
+            }
         }
         progress.add(sent_bytes);
         if sent_messages < message_count {
             break;
         }
+    }
+    if let Some(iv) = clock
+        .as_mut()
+        .and_then(|c| c.finish(timing.last_call - start, packets, bytes))
+    {
+        progress.interval(&session_text, &iv);
+        intervals.push(iv);
     }
     let span = timing.span();
     // The sending thread's CPU, over the send loop's wall time.
@@ -849,7 +877,7 @@ pub fn run_one(
         answer
     };
     Ok(ClientReport {
-        session: format!("{session:016x}"),
+        session: session_text,
         local_addr,
         sent_packets: packets,
         sent_bytes: bytes,
@@ -870,6 +898,7 @@ pub fn run_one(
             burst_bound: p.burst_bound(size),
             behind_seconds: p.forgiven().as_secs_f64(),
         }),
+        intervals,
         answer,
         server: ack.as_ref().map(|a| server_view(&[(a, packets)])),
         timing,
@@ -883,6 +912,8 @@ pub fn run_one(
 /// progress bar, in `output`). Called from every client thread.
 pub trait SendProgress: Sync {
     fn add(&self, bytes: u64);
+    /// Client `session` closed an interval (`--interval`).
+    fn interval(&self, _session: &str, _interval: &SendInterval) {}
 }
 
 /// No progress reports.
@@ -912,6 +943,7 @@ pub fn run_with_progress(
     shutdown: &Shutdown,
     progress: &dyn SendProgress,
 ) -> Result<RunReport> {
+    let started = SystemTime::now();
     let gate = StartGate::new(cfg.clients);
     let results: Vec<Result<ClientReport>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..cfg.clients)
@@ -940,7 +972,7 @@ pub fn run_with_progress(
     if let Some(e) = first_error.or(held_back) {
         return Err(e);
     }
-    Ok(summarise(cfg, clients))
+    Ok(summarise(cfg, clients, started))
 }
 
 /// The receiver side of one or more sessions of one server, from its
@@ -1056,7 +1088,84 @@ fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCost> {
     ))
 }
 
-fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
+/// The sending host, for the record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Host {
+    /// `linux`, `macos`, ...
+    pub os: &'static str,
+    /// The kernel release, where the platform tells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// CPUs this process may use.
+    pub cpus: usize,
+}
+
+impl Host {
+    fn this() -> Host {
+        Host {
+            os: std::env::consts::OS,
+            kernel: sys::kernel_release(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// The settings a run used, resolved (see `docs/output.md`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub server: String,
+    pub buffer_size: usize,
+    /// `{"bytes": N}`, `{"packets": N}` or `{"seconds": S}`.
+    pub volume: serde_json::Value,
+    pub rate_bps: Option<u64>,
+    pub precise_pacing: bool,
+    pub clients: usize,
+    /// `--interval` in seconds; null when off.
+    pub interval: Option<f64>,
+    pub connected: bool,
+    pub batch: usize,
+    /// `auto`, `on` or `off`.
+    pub gso: &'static str,
+    pub sndbuf: Option<usize>,
+    pub dont_fragment: bool,
+    pub bind: Option<String>,
+    pub end_timeout: f64,
+    pub no_server: bool,
+    pub psk: bool,
+}
+
+impl Settings {
+    fn of(cfg: &ClientConfig) -> Settings {
+        Settings {
+            server: cfg.server.to_string(),
+            buffer_size: cfg.buffer_size,
+            volume: match cfg.volume {
+                Volume::Bytes(n) => serde_json::json!({ "bytes": n }),
+                Volume::Packets(n) => serde_json::json!({ "packets": n }),
+                Volume::Time(d) => serde_json::json!({ "seconds": d.as_secs_f64() }),
+            },
+            rate_bps: cfg.rate_bps,
+            precise_pacing: cfg.precise_pacing,
+            clients: cfg.clients,
+            interval: cfg.interval.map(|d| d.as_secs_f64()),
+            connected: cfg.connected,
+            batch: cfg.batch,
+            gso: match cfg.gso {
+                GsoRequest::Auto => "auto",
+                GsoRequest::On => "on",
+                GsoRequest::Off => "off",
+            },
+            sndbuf: cfg.sndbuf,
+            dont_fragment: cfg.dont_fragment,
+            bind: cfg.bind.map(|a| a.to_string()),
+            end_timeout: cfg.end_timeout.as_secs_f64(),
+            no_server: cfg.no_server,
+            psk: cfg.psk.is_some(),
+        }
+    }
+}
+
+fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime) -> RunReport {
     let sent_packets = clients.iter().map(|c| c.sent_packets).sum();
     let sent_bytes: u64 = clients.iter().map(|c| c.sent_bytes).sum();
     // Sender side: what the calls after the earliest first call sent, from
@@ -1152,6 +1261,10 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>) -> RunReport {
     }
     let answered_count = count(Answer::Answered);
     RunReport {
+        version: env!("CARGO_PKG_VERSION"),
+        start: humantime::format_rfc3339_millis(started).to_string(),
+        host: Host::this(),
+        settings: Settings::of(cfg),
         server_addr: cfg.server.to_string(),
         buffer_size: cfg.buffer_size,
         connected: cfg.connected,

@@ -77,6 +77,10 @@ pub struct ClientArgs {
     /// With --sweep: draw the table as an SVG chart.
     #[arg(long, value_name = "FILE.svg", requires = "sweep")]
     pub plot: Option<PathBuf>,
+    /// Print what was sent every this long (e.g. 1s, 500ms); 0 turns it
+    /// off. The JSON report carries the same intervals [default: 1s].
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = duration_arg)]
+    pub interval: Option<Duration>,
     /// How long to wait for the server's end-of-test answer [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub end_timeout: Option<Duration>,
@@ -147,6 +151,7 @@ pub struct ClientFile {
     pub plain_send: Option<bool>,
     pub clients: Option<usize>,
     pub end_timeout: Option<DurationValue>,
+    pub interval: Option<DurationValue>,
     pub batch: Option<usize>,
     pub gso: Option<bool>,
     pub sndbuf: Option<SizeValue>,
@@ -162,7 +167,7 @@ pub struct ClientFile {
 
 crate::impl_layer!(ClientFile {
     option: [
-        server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, batch,
+        server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, interval, batch,
         gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, psk_file, json, quiet,
     ]
     group: [[packets, total_send, duration]]
@@ -195,6 +200,7 @@ impl ClientFile {
             plain_send: args.plain_send.then_some(true),
             clients: args.clients.first().copied(),
             end_timeout: args.end_timeout.map(DurationValue::Parsed),
+            interval: args.interval.map(DurationValue::Parsed),
             batch: args.batch,
             gso: super::on_off(args.gso, args.no_gso),
             sndbuf: args.sndbuf.map(SizeValue::Number),
@@ -265,6 +271,8 @@ pub struct ClientConfig {
     pub connected: bool,
     pub clients: usize,
     pub end_timeout: Duration,
+    /// `--interval`: print what was sent this often; None for off.
+    pub interval: Option<Duration>,
     pub batch: usize,
     pub gso: GsoRequest,
     pub sndbuf: Option<usize>,
@@ -442,6 +450,8 @@ impl ClientConfig {
             connected: l.connected.unwrap_or(!plain_send),
             clients: client_list[0],
             end_timeout: duration(l.end_timeout, "end_timeout")?.unwrap_or(Duration::from_secs(1)),
+            interval: Some(duration(l.interval, "interval")?.unwrap_or(Duration::from_secs(1)))
+                .filter(|d| !d.is_zero()),
             batch,
             gso,
             sndbuf: sndbuf.map(|b| b as usize),

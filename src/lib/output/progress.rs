@@ -7,13 +7,18 @@ use std::io::IsTerminal;
 /// Bytes sent out of a total (or a spinner when the run is timed).
 pub struct Progress {
     bar: Option<ProgressBar>,
+    /// Print `--interval` lines; with the session id when several clients run.
+    intervals: Option<bool>,
 }
 
 impl Progress {
     /// A bar when `wanted` and stderr is a terminal; otherwise nothing.
     pub fn new(total: Option<u64>, wanted: bool) -> Self {
         if !wanted || !std::io::stderr().is_terminal() {
-            return Progress { bar: None };
+            return Progress {
+                bar: None,
+                intervals: None,
+            };
         }
         // The rate in Gbit/s, as the report prints it (not indicatif's MB/s).
         let gbps = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
@@ -37,13 +42,23 @@ impl Progress {
                 ))
             }
         };
-        Progress { bar: Some(bar) }
+        Progress {
+            bar: Some(bar),
+            intervals: None,
+        }
     }
 
     pub fn add(&self, bytes: u64) {
         if let Some(bar) = &self.bar {
             bar.inc(bytes);
         }
+    }
+
+    /// Also print each client interval, above the bar; `clients` > 1 puts
+    /// the session id in front.
+    pub fn with_intervals(mut self, clients: usize) -> Self {
+        self.intervals = Some(clients > 1);
+        self
     }
 
     pub fn finish(&self) {
@@ -56,5 +71,16 @@ impl Progress {
 impl crate::client::SendProgress for Progress {
     fn add(&self, bytes: u64) {
         Progress::add(self, bytes)
+    }
+
+    fn interval(&self, session: &str, interval: &crate::stats::SendInterval) {
+        let Some(with_session) = self.intervals else {
+            return;
+        };
+        let line = super::report::send_interval(with_session.then_some(session), interval);
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => println!("{line}"),
+        }
     }
 }

@@ -9,7 +9,7 @@ use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::config::ServerConfig;
 use crate::server::peers::{ConflictReport, DoneReason, LateReport, PeerReport};
 use crate::server::{Bound, ServerSummary};
-use crate::stats::CpuCost;
+use crate::stats::{CpuCost, SendInterval};
 use crate::units::HumanBytes;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -133,6 +133,20 @@ pub fn interval(r: &PeerReport, json_out: bool) -> String {
         rate(r.gbps),
         r.pps
             .map_or_else(|| "unknown".to_string(), |p| format!("{p:.0}")),
+    )
+}
+
+/// One client interval (`udp_client --interval`): what the kernel took
+/// from `start` to `end` seconds after the client started. `session`
+/// prefixes it when several clients run.
+pub fn send_interval(session: Option<&str>, i: &SendInterval) -> String {
+    let who = session.map_or_else(String::new, |s| format!("[{s}] "));
+    let span = format!("{:.2}-{:.2}", i.start, i.end);
+    format!(
+        "{who}{span:>13} s {:>10} pkts {:>11} {:>8.3} Gbit/s (sender side)",
+        i.packets,
+        HumanBytes(i.bytes).to_string(),
+        i.gbps,
     )
 }
 

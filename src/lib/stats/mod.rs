@@ -469,9 +469,103 @@ pub fn wire_bytes(payload: u64, ipv6: bool) -> u64 {
         + (last + ip_header + frag_header).max(ETHERNET_MIN_PAYLOAD)
 }
 
+/// One interval of a sender's report: what the kernel accepted between
+/// two send calls, the first at or after each multiple of the interval.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct SendInterval {
+    /// Seconds since the sender started, at the call that opened it.
+    pub start: f64,
+    /// Seconds since the sender started, at the call that closed it.
+    pub end: f64,
+    pub packets: u64,
+    pub bytes: u64,
+    /// `bytes × 8 / (end − start)`, Gbit/s; 0 for an empty span.
+    pub gbps: f64,
+}
+
+/// Cuts a sender's running totals into intervals. Pure: the caller gives
+/// the time of each send call and its totals after it.
+#[derive(Debug, Clone)]
+pub struct IntervalClock {
+    every: Duration,
+    /// Where the current interval opened: time since the start, totals.
+    opened: (Duration, u64, u64),
+    next: Duration,
+}
+
+impl IntervalClock {
+    /// Intervals of `every` (not zero) from the sender's start.
+    pub fn new(every: Duration) -> Self {
+        IntervalClock {
+            every,
+            opened: (Duration::ZERO, 0, 0),
+            next: every,
+        }
+    }
+
+    fn close(&mut self, at: Duration, packets: u64, bytes: u64) -> SendInterval {
+        let (start, p0, b0) = self.opened;
+        let span = at.saturating_sub(start).as_secs_f64();
+        let sent = bytes - b0;
+        self.opened = (at, packets, bytes);
+        SendInterval {
+            start: start.as_secs_f64(),
+            end: at.as_secs_f64(),
+            packets: packets - p0,
+            bytes: sent,
+            gbps: crate::units::gbps(sent, span),
+        }
+    }
+
+    /// A send call returned `at` after the start, with these totals: the
+    /// interval it closes, if it is the first call past a boundary.
+    pub fn on_call(&mut self, at: Duration, packets: u64, bytes: u64) -> Option<SendInterval> {
+        if at < self.next {
+            return None;
+        }
+        // A long sleep may pass several boundaries: the next is the first
+        // one after this call.
+        let passed = (at.as_nanos() / self.every.as_nanos()) as u32;
+        self.next = self.every * (passed + 1);
+        Some(self.close(at, packets, bytes))
+    }
+
+    /// The sender stopped `at`: the last, shorter interval, if anything
+    /// was sent since the last one closed.
+    pub fn finish(&mut self, at: Duration, packets: u64, bytes: u64) -> Option<SendInterval> {
+        (packets > self.opened.1 || bytes > self.opened.2).then(|| self.close(at, packets, bytes))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intervals_add_up_to_the_totals_and_follow_the_calls() {
+        let ms = Duration::from_millis;
+        let mut clock = IntervalClock::new(ms(1000));
+        // Calls every 300 ms, 10 datagrams of 100 bytes each; then a pause
+        // over two boundaries; then the end.
+        let mut seen = Vec::new();
+        let mut total = (0, 0);
+        for t in [300, 600, 900, 1200, 1500, 3400, 3700] {
+            total = (total.0 + 10, total.1 + 1000);
+            seen.extend(clock.on_call(ms(t), total.0, total.1));
+        }
+        seen.extend(clock.finish(ms(3800), total.0, total.1));
+        assert!(
+            clock.finish(ms(3900), total.0, total.1).is_none(),
+            "nothing new"
+        );
+        let spans: Vec<(f64, f64)> = seen.iter().map(|i| (i.start, i.end)).collect();
+        assert_eq!(spans, [(0.0, 1.2), (1.2, 3.4), (3.4, 3.8)]);
+        assert_eq!(seen.iter().map(|i| i.packets).sum::<u64>(), total.0);
+        assert_eq!(seen.iter().map(|i| i.bytes).sum::<u64>(), total.1);
+        // 4000 bytes over 1.2 s.
+        assert!((seen[0].gbps - 4000.0 * 8.0 / 1.2 / 1e9).abs() < 1e-12);
+        assert_eq!(seen[0].packets, 40);
+    }
 
     /// Everything a SeqSet reports, for comparing two of them.
     fn seq_figures(t: &SeqSet) -> [u64; 10] {

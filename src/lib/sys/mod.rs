@@ -105,6 +105,18 @@ impl SchedPolicy {
     }
 }
 
+/// The kernel's release (`uname -r`), where the platform tells it without
+/// a system call of its own: Linux's /proc. None elsewhere.
+pub fn kernel_release() -> Option<String> {
+    if !LINUX_SOCKETS {
+        return None;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
 /// Applies a scheduling policy to the calling thread (threads it starts
 /// later inherit it), with an error that says what grants the right. The
 /// priority is the caller's to check ([`SchedPolicy::priority_range`]).
