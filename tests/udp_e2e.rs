@@ -260,6 +260,43 @@ fn local_demo_runs_in_one_command() {
 }
 
 #[test]
+fn the_first_command_runs_long_enough_to_mean_something() {
+    // The README's first command, as a newcomer types it: no volume, so
+    // 3 s with a line per second, then the exact summary of both sides.
+    let started = std::time::Instant::now();
+    let out = run_bounded(Command::new(CLIENT).arg("--local"), WAIT);
+    let took = started.elapsed();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(took >= Duration::from_secs(3), "{took:?}");
+    let intervals = text
+        .lines()
+        .filter(|l| l.ends_with("Gbit/s (sender side)") && l.contains("pkts"))
+        .count();
+    assert_eq!(intervals, 3, "{text}");
+    let sent = text
+        .lines()
+        .find(|l| l.starts_with("sent "))
+        .expect("a sent line");
+    let seconds: f64 = sent
+        .split(" in ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no time in {sent}"));
+    assert!((2.5..3.5).contains(&seconds), "{sent}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("received ") && l.contains("Gbit/s (server side)")),
+        "{text}"
+    );
+    // Without --local, no flags still means seed 001's 1 MB.
+    let args = netspeed::config::parse_args(["udp_client"].map(Into::into)).unwrap();
+    let cfg = netspeed::config::ClientConfig::from_args(args).unwrap();
+    assert_eq!(cfg.volume, netspeed::config::Volume::Bytes(1_000_000));
+}
+
+#[test]
 fn a_foreign_sink_gets_sender_figures_with_no_server() {
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap().to_string();

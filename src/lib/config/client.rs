@@ -35,7 +35,8 @@ pub struct ClientArgs {
     /// to 9216 bytes; raise it with: sudo sysctl -w net.inet.udp.maxdgram=65535
     #[arg(short = 'b', long, value_name = "BYTES", value_parser = size_arg)]
     pub buffer_size: Option<u64>,
-    /// Total payload bytes to send, exactly (e.g. 1000000, 64K, 1G, 1GiB) [default: 1000000].
+    /// Total payload bytes to send, exactly (e.g. 1000000, 64K, 1G, 1GiB)
+    /// [default: 1000000; with --local and no volume, --duration 3s].
     /// The last datagram may be shorter than --buffer-size. Unlike iperf3's
     /// -t, a volume, not a time: for a time use --duration.
     #[arg(short = 't', long, value_name = "BYTES", value_parser = size_arg)]
@@ -113,7 +114,8 @@ pub struct ClientArgs {
     /// family must match the server's; a fixed port takes one client.
     #[arg(short = 'B', long, value_name = "ADDR")]
     pub bind: Option<String>,
-    /// Start an in-process server on an ephemeral loopback port and test against it.
+    /// Start an in-process server on an ephemeral loopback port and test
+    /// against it; without -t, -n or --duration it runs for 3 s.
     #[arg(long, conflicts_with = "server_addr")]
     pub local: bool,
     /// The target is not a udp_server (nc, sockperf, a packet sink): skip
@@ -179,7 +181,6 @@ impl ClientFile {
         ClientFile {
             server_addr: Some(DEFAULT_SERVER.to_string()),
             buffer_size: Some(SizeValue::Number(DEFAULT_BUFFER_SIZE)),
-            total_send: Some(SizeValue::Number(DEFAULT_TOTAL)),
             clients: Some(1),
             end_timeout: Some(DurationValue::Parsed(Duration::from_secs(1))),
             ..ClientFile::default()
@@ -336,6 +337,8 @@ pub enum GsoRequest {
 pub const DEFAULT_SERVER: &str = "127.0.0.1:35000";
 pub const DEFAULT_BUFFER_SIZE: u64 = 5000;
 pub const DEFAULT_TOTAL: u64 = 1_000_000;
+/// `--local` without -t, -n or --duration runs this long.
+pub const LOCAL_DURATION: Duration = Duration::from_secs(3);
 /// At most this many client sockets in one process.
 pub const MAX_CLIENTS: usize = 1024;
 
@@ -367,6 +370,10 @@ impl ClientConfig {
             Volume::Bytes(t)
         } else if let Some(d) = duration(l.duration, "duration")? {
             Volume::Time(d)
+        } else if args.local {
+            // The first thing a newcomer runs: long enough for a rate and
+            // a few interval lines, not seed 001's 1 MB (a millisecond).
+            Volume::Time(LOCAL_DURATION)
         } else {
             Volume::Bytes(DEFAULT_TOTAL)
         };
