@@ -21,7 +21,7 @@ fn sweep_reports_the_servers_rate_per_cell() {
     let cfg = ClientConfig::from_args(args).unwrap();
     assert_eq!(cfg.volume, Volume::Packets(500));
     let stop = Shutdown::new();
-    let report = with_local_server(&cfg, |base| {
+    let report = with_local_server(&cfg, None, |base| {
         sweep::run(base, &[500, 1460, 9000], &[1, 2], &stop, &mut NoProgress)
     })
     .unwrap();

@@ -274,6 +274,12 @@ fn the_first_command_runs_long_enough_to_mean_something() {
         .filter(|l| l.ends_with("Gbit/s (sender side)") && l.contains("pkts"))
         .count();
     assert_eq!(intervals, 3, "{text}");
+    // And the receiver side of each, from the in-process server.
+    let received = text
+        .lines()
+        .filter(|l| l.starts_with("[127.0.0.1:") && l.contains("session") && l.contains("Gbit/s"))
+        .count();
+    assert!(received >= 3, "{text}");
     let sent = text
         .lines()
         .find(|l| l.starts_with("sent "))

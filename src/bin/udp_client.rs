@@ -29,7 +29,14 @@ fn run() -> Result<()> {
         progress = progress.with_intervals(cfg.clients);
     }
     let result = if cfg.local {
-        netspeed::local::run_local(&cfg, &shutdown, &progress)
+        // The receiver side of each interval, from the in-process server.
+        let show = |event: &netspeed::server::ServerEvent| {
+            if let netspeed::server::ServerEvent::Interval(r) = event {
+                progress.line(&report::interval(r, false));
+            }
+        };
+        let events = (!cfg.json).then_some(&show as netspeed::local::ServerEvents);
+        netspeed::local::run_local(&cfg, &shutdown, &progress, events)
     } else {
         client::run_with_progress(&cfg, &shutdown, &progress)
     };
@@ -54,7 +61,7 @@ fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
         sweep::run(cfg, &cfg.sweep, &cfg.sweep_clients, shutdown, &mut bar)
     };
     let report = if cfg.local {
-        netspeed::local::with_local_server(cfg, go)?
+        netspeed::local::with_local_server(cfg, None, go)?
     } else {
         go(cfg)?
     };

@@ -5,31 +5,40 @@
 use crate::client::{RunReport, SendProgress};
 use crate::config::{ClientConfig, ServerConfig};
 use crate::error::Result;
+use crate::server::ServerEvent;
 use crate::shutdown::Shutdown;
 use std::net::{Ipv4Addr, SocketAddr};
 
-/// `--local`: starts a silent in-process server on an ephemeral loopback
-/// port, runs the clients against it, then stops the server.
+/// What the in-process server reports while it runs, to whoever shows it.
+pub type ServerEvents<'a> = &'a (dyn Fn(&ServerEvent) + Sync);
+
+/// `--local`: starts an in-process server on an ephemeral loopback port,
+/// runs the clients against it, then stops the server. With
+/// `server_events`, the server reports every `cfg.interval` to it (the
+/// receiver side of each interval); without, it is silent.
 pub fn run_local(
     cfg: &ClientConfig,
     shutdown: &Shutdown,
     progress: &dyn SendProgress,
+    server_events: Option<ServerEvents>,
 ) -> Result<RunReport> {
-    with_local_server(cfg, |cfg| {
+    with_local_server(cfg, server_events, |cfg| {
         crate::client::run_with_progress(cfg, shutdown, progress)
     })
 }
 
-/// Starts a silent in-process server on an ephemeral loopback port, calls
-/// `f` with `cfg` pointed at it, then stops the server.
+/// Starts an in-process server on an ephemeral loopback port (silent
+/// unless `server_events` is given), calls `f` with `cfg` pointed at it,
+/// then stops the server.
 pub fn with_local_server<T>(
     cfg: &ClientConfig,
+    server_events: Option<ServerEvents>,
     f: impl FnOnce(&ClientConfig) -> Result<T>,
 ) -> Result<T> {
     let server_cfg = ServerConfig {
         listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
         listen_is_default: false,
-        interval: None,
+        interval: server_events.and(cfg.interval),
         // A generous buffer, as a user tuning a real server would set.
         recv_buffer_size: Some(4 << 20),
         ..Default::default()
@@ -39,8 +48,13 @@ pub fn with_local_server<T>(
     cfg.server = bound.addr;
     let server_stop = Shutdown::new();
     std::thread::scope(|scope| {
-        let server =
-            scope.spawn(|| crate::server::run(&bound, &server_cfg, &server_stop, &mut |_| {}));
+        let server = scope.spawn(|| {
+            crate::server::run(&bound, &server_cfg, &server_stop, &mut |event| {
+                if let Some(show) = server_events {
+                    show(&event);
+                }
+            })
+        });
         let result = f(&cfg);
         server_stop.trigger();
         let _ = server.join();

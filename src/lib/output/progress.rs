@@ -54,6 +54,14 @@ impl Progress {
         }
     }
 
+    /// Prints a line above the bar (or plainly, without one).
+    pub fn line(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => println!("{line}"),
+        }
+    }
+
     /// Also print each client interval, above the bar; `clients` > 1 puts
     /// the session id in front.
     pub fn with_intervals(mut self, clients: usize) -> Self {
@@ -77,10 +85,9 @@ impl crate::client::SendProgress for Progress {
         let Some(with_session) = self.intervals else {
             return;
         };
-        let line = super::report::send_interval(with_session.then_some(session), interval);
-        match &self.bar {
-            Some(bar) => bar.println(line),
-            None => println!("{line}"),
-        }
+        self.line(&super::report::send_interval(
+            with_session.then_some(session),
+            interval,
+        ));
     }
 }
