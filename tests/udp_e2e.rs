@@ -528,3 +528,43 @@ fn client_intervals_add_up_and_the_json_records_the_run() {
     assert_eq!(lines, 4, "{text}");
     assert!(text.contains("0.00-0.25 s"), "{text}");
 }
+
+#[test]
+fn json_stream_writes_events_as_they_happen() {
+    let out = run_bounded(
+        Command::new(CLIENT).args(args(
+            "--local -b 1000 --duration 1s --rate 100Mbit -i 250ms --json-stream",
+        )),
+        WAIT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let kind = |v: &serde_json::Value| v["event"].as_str().unwrap_or("").to_string();
+    assert_eq!(kind(&events[0]), "start");
+    assert_eq!(events[0]["version"], env!("CARGO_PKG_VERSION"));
+    let end = events.last().unwrap();
+    assert_eq!(kind(end), "end");
+    let sender: Vec<_> = events
+        .iter()
+        .filter(|v| kind(v) == "interval" && v["side"] == "sender")
+        .collect();
+    assert_eq!(sender.len(), 4, "{events:?}");
+    let sent: u64 = sender.iter().map(|v| u(v, "packets")).sum();
+    assert_eq!(sent, u(end, "sent_packets"));
+    // The in-process server's receiver side comes as its own interval
+    // events (with the peer and its session).
+    let receiver = events
+        .iter()
+        .filter(|v| kind(v) == "interval" && v.get("peer").is_some())
+        .count();
+    assert!(receiver >= 3, "{events:?}");
+    // One JSON form at a time.
+    let both = run_bounded(
+        Command::new(CLIENT).args(args("--local -n 10 --json --json-stream")),
+        WAIT,
+    );
+    assert_eq!(both.status.code(), Some(2));
+}

@@ -25,24 +25,32 @@ fn run() -> Result<()> {
         return sweep(&cfg, &shutdown);
     }
     let mut progress = Progress::new(client::planned_bytes(&cfg), !cfg.quiet && !cfg.json);
-    if !cfg.json {
+    if cfg.json_stream {
+        progress = progress.with_interval_events();
+        println!("{}", report::client_start(&cfg));
+    } else if !cfg.json {
         progress = progress.with_intervals(cfg.clients);
     }
     let result = if cfg.local {
         // The receiver side of each interval, from the in-process server.
         let show = |event: &netspeed::server::ServerEvent| {
             if let netspeed::server::ServerEvent::Interval(r) = event {
-                progress.line(&report::interval(r, false));
+                progress.line(&report::interval(r, cfg.json_stream));
             }
         };
-        let events = (!cfg.json).then_some(&show as netspeed::local::ServerEvents);
+        let shown = !cfg.json || cfg.json_stream;
+        let events = shown.then_some(&show as netspeed::local::ServerEvents);
         netspeed::local::run_local(&cfg, &shutdown, &progress, events)
     } else {
         client::run_with_progress(&cfg, &shutdown, &progress)
     };
     progress.finish();
     let result = result?;
-    println!("{}", report::client_report(&result, cfg.json));
+    if cfg.json_stream {
+        println!("{}", report::json_event("end", &result));
+    } else {
+        println!("{}", report::client_report(&result, cfg.json));
+    }
     // A run without the server's answer is not a success: the receiver
     // side, the number that matters, is missing.
     let code = result.exit_code();

@@ -1101,7 +1101,7 @@ pub struct Host {
 }
 
 impl Host {
-    fn this() -> Host {
+    pub fn this() -> Host {
         Host {
             os: std::env::consts::OS,
             kernel: sys::kernel_release(),
@@ -1135,7 +1135,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    fn of(cfg: &ClientConfig) -> Settings {
+    pub fn of(cfg: &ClientConfig) -> Settings {
         Settings {
             server: cfg.server.to_string(),
             buffer_size: cfg.buffer_size,

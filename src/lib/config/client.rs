@@ -125,6 +125,11 @@ pub struct ClientArgs {
     /// Write one JSON object with the final report to stdout.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Write NDJSON events to stdout as they happen (iperf3 3.17's name):
+    /// `start`, one `interval` per client interval (and per server interval
+    /// with --local), then `end` with the report --json would print.
+    #[arg(long, conflicts_with = "json")]
+    pub json_stream: bool,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -281,7 +286,10 @@ pub struct ClientConfig {
     pub sched: Option<Sched>,
     /// `--psk`: the End is tagged, and only tagged answers are taken.
     pub psk: Option<Psk>,
+    /// A JSON report (also set by `--json-stream`).
     pub json: bool,
+    /// `--json-stream`: NDJSON events as they happen.
+    pub json_stream: bool,
     pub quiet: bool,
     /// `--sweep` sizes, empty for a normal run.
     pub sweep: Vec<usize>,
@@ -468,7 +476,8 @@ impl ClientConfig {
             plot: args.plot,
             psk,
             sched,
-            json: l.json.unwrap_or(false),
+            json: l.json.unwrap_or(false) || args.json_stream,
+            json_stream: args.json_stream,
             quiet: l.quiet.unwrap_or(false),
         })
     }

@@ -4,11 +4,20 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use std::io::IsTerminal;
 
+/// How client interval reports are printed.
+#[derive(Debug, Clone, Copy)]
+enum IntervalLines {
+    /// A text line; with the session id when several clients run.
+    Text { with_session: bool },
+    /// An NDJSON `interval` event (`--json-stream`).
+    Json,
+}
+
 /// Bytes sent out of a total (or a spinner when the run is timed).
 pub struct Progress {
     bar: Option<ProgressBar>,
-    /// Print `--interval` lines; with the session id when several clients run.
-    intervals: Option<bool>,
+    /// How to print `--interval` reports, if at all.
+    intervals: Option<IntervalLines>,
 }
 
 impl Progress {
@@ -65,7 +74,15 @@ impl Progress {
     /// Also print each client interval, above the bar; `clients` > 1 puts
     /// the session id in front.
     pub fn with_intervals(mut self, clients: usize) -> Self {
-        self.intervals = Some(clients > 1);
+        self.intervals = Some(IntervalLines::Text {
+            with_session: clients > 1,
+        });
+        self
+    }
+
+    /// Print each client interval as an NDJSON `interval` event.
+    pub fn with_interval_events(mut self) -> Self {
+        self.intervals = Some(IntervalLines::Json);
         self
     }
 
@@ -82,12 +99,13 @@ impl crate::client::SendProgress for Progress {
     }
 
     fn interval(&self, session: &str, interval: &crate::stats::SendInterval) {
-        let Some(with_session) = self.intervals else {
-            return;
+        let line = match self.intervals {
+            None => return,
+            Some(IntervalLines::Text { with_session }) => {
+                super::report::send_interval(with_session.then_some(session), interval)
+            }
+            Some(IntervalLines::Json) => super::report::send_interval_event(session, interval),
         };
-        self.line(&super::report::send_interval(
-            with_session.then_some(session),
-            interval,
-        ));
+        self.line(&line);
     }
 }

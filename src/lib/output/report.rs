@@ -150,6 +150,26 @@ pub fn send_interval(session: Option<&str>, i: &SendInterval) -> String {
     )
 }
 
+/// A client interval as an NDJSON event (`--json-stream`): `side` is
+/// `sender`, beside the in-process server's own `interval` events.
+pub fn send_interval_event(session: &str, i: &SendInterval) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        side: &'static str,
+        session: &'a str,
+        #[serde(flatten)]
+        interval: &'a SendInterval,
+    }
+    json_event(
+        "interval",
+        &Line {
+            side: "sender",
+            session,
+            interval: i,
+        },
+    )
+}
+
 /// Loss as a number, or as a range when some arrivals were uncertain.
 fn lost_text(lost: u64, fewest: Option<u64>) -> String {
     match fewest {
@@ -427,6 +447,23 @@ fn client_lines(c: &ClientReport) -> String {
         }
     }
     out
+}
+
+/// `--json-stream`'s first event: what is about to run, and where.
+pub fn client_start(cfg: &crate::config::ClientConfig) -> String {
+    let mut settings = crate::client::Settings::of(cfg);
+    if cfg.local {
+        settings.server = "local (in-process, ephemeral port)".into();
+    }
+    json_event(
+        "start",
+        &json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "start": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            "host": crate::client::Host::this(),
+            "settings": settings,
+        }),
+    )
 }
 
 /// The client's final report.
