@@ -785,7 +785,7 @@ impl Worker {
                 .held
                 .iter()
                 .enumerate()
-                .filter(|(_, h)| now.map_or(true, |now| h.due <= now))
+                .filter(|(_, h)| now.is_none_or(|now| h.due <= now))
                 .min_by_key(|(_, h)| (h.due, h.order))
                 .map(|(i, _)| i);
             let Some(i) = next else { break };

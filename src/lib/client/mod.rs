@@ -503,7 +503,7 @@ fn end_of_test(
         Message::EndAck(ack)
             if ack.session == session
                 && nonces.contains(&ack.nonce)
-                && psk.map_or(true, |psk| wire::verify_tag(raw, psk)) =>
+                && psk.is_none_or(|psk| wire::verify_tag(raw, psk)) =>
         {
             Some(ack)
         }

@@ -1825,7 +1825,7 @@ impl PeerTable {
             let due = match &peer.state {
                 State::Finished(f) => {
                     f.late.packets > f.late_reported
-                        && f.late_reported_at.map_or(true, |at| {
+                        && f.late_reported_at.is_none_or(|at| {
                             now.saturating_duration_since(at) >= Duration::from_secs(1)
                         })
                 }

@@ -155,7 +155,7 @@ impl SeqSet {
             return false;
         };
         let base = self.highest.unwrap_or(0);
-        let in_order = self.highest.map_or(true, |h| first > h);
+        let in_order = self.highest.is_none_or(|h| first > h);
         let plausible = end <= MAX_SEQ && !(first > base && first - base > MAX_SEQ_JUMP);
         let remembered = end <= self.forgotten_from || first >= self.forgotten_end;
         if n == 0 || !in_order || !plausible || !remembered {
