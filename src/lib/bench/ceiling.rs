@@ -23,7 +23,7 @@ use crate::shutdown::Shutdown;
 use crate::sys::{self, RecvBatch};
 use serde::Serialize;
 use socket2::Socket;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -101,10 +101,8 @@ pub fn run_size(size: usize, duration: Duration, shutdown: &Shutdown) -> Result<
     };
     let bound = crate::server::bind(&server_cfg)?;
     let target = bound.addr;
-    let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|s| s.connect(target).map(|()| s))
-        .map_err(|e| Error::io("cannot open the sending socket", e))?;
-    let _ = sys::enable_send_errors(&socket2::SockRef::from(&socket));
+    // udp_client's own socket setup, connected, as its default.
+    let socket = crate::client::open_socket(target, true, false, None)?;
     let gso = GsoChoice {
         request: GsoRequest::Auto,
         max_payload: sys::MAX_UDP_PAYLOAD_V4,

@@ -73,11 +73,7 @@ pub fn validate(base: &ClientConfig, sizes: &[usize], clients: &[usize]) -> Resu
             "--sweep needs at least one size and one client count",
         ));
     }
-    let limit = if base.server.is_ipv4() {
-        crate::sys::MAX_UDP_PAYLOAD_V4
-    } else {
-        crate::sys::MAX_UDP_PAYLOAD_V6
-    };
+    let limit = crate::sys::max_udp_payload(&base.server);
     for &s in sizes {
         if s == 0 || s > limit {
             return Err(Error::usage(format!(

@@ -289,8 +289,10 @@ pub fn random_u64() -> u64 {
     })
 }
 
-/// Creates a client socket for `server`.
-fn open_socket(
+/// Creates a client socket for `server`: bound (to `bind`, or any
+/// address), send errors on, optionally don't-fragment, optionally
+/// connected. `sockbench ceiling` opens its sender with it too.
+pub(crate) fn open_socket(
     server: SocketAddr,
     connected: bool,
     dont_fragment: bool,
@@ -713,11 +715,7 @@ pub fn run_one(
             .max(p.burst_bound(size).min(PACED_BATCH as u64) as usize),
         _ => cfg.batch,
     };
-    let max_payload = if cfg.server.is_ipv4() {
-        sys::MAX_UDP_PAYLOAD_V4
-    } else {
-        sys::MAX_UDP_PAYLOAD_V6
-    };
+    let max_payload = sys::max_udp_payload(&cfg.server);
     let gso = GsoChoice {
         request: cfg.gso,
         max_payload,

@@ -1125,8 +1125,9 @@ impl PeerTable {
         let Ok(Message::Data(first)) = wire::decode(&data[..segment]) else {
             return false;
         };
-        let mut count = 0u64;
-        for chunk in data.chunks(segment) {
+        // The first is decoded above; the rest must follow it.
+        let mut count = 1u64;
+        for chunk in data.chunks(segment).skip(1) {
             match wire::decode(chunk) {
                 Ok(Message::Data(h))
                     if h.session == first.session && h.seq == first.seq + count =>
