@@ -24,6 +24,9 @@ fn run() -> Result<()> {
     if !cfg.sweep.is_empty() {
         return sweep(&cfg, &shutdown);
     }
+    if let Some(search) = cfg.find_limit {
+        return find_limit(&cfg, &search, &shutdown);
+    }
     let mut progress = Progress::new(client::planned_bytes(&cfg), !cfg.quiet && !cfg.json);
     if cfg.json_stream {
         progress = progress.with_interval_events();
@@ -87,6 +90,36 @@ fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
     let code = report.exit_code();
     if code != 0 {
         std::process::exit(code);
+    }
+    Ok(())
+}
+
+/// `--find-limit`: the highest rate the path carries, trial by trial.
+fn find_limit(
+    cfg: &ClientConfig,
+    search: &client::limit::SearchSettings,
+    shutdown: &Shutdown,
+) -> Result<()> {
+    use netspeed::output::limit;
+    let text = !cfg.json;
+    let go = |cfg: &ClientConfig| {
+        if text {
+            println!("{}", limit::header(cfg, search));
+        }
+        client::limit::find(cfg, search, shutdown, &mut |trial| {
+            if text {
+                println!("{}", limit::trial_line(trial));
+            }
+        })
+    };
+    let report = if cfg.local {
+        netspeed::local::with_local_server(cfg, None, go)?
+    } else {
+        go(cfg)?
+    };
+    println!("{}", limit::report(&report, cfg.json));
+    if let Some(path) = &cfg.plot {
+        netspeed::output::bench::limit_plot(&report, path)?;
     }
     Ok(())
 }

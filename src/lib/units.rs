@@ -183,6 +183,24 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// Parses a percentage from 0 to 100: `2`, `0.5%`, `2 %`.
+pub fn parse_percent(input: &str) -> Result<f64, UnitError> {
+    const WHAT: &str = "percentage";
+    let (number, unit) = split_number(input)
+        .ok_or_else(|| UnitError::new(WHAT, input, "expected a number such as 2 or 0.5%"))?;
+    if !(unit.is_empty() || unit == "%") {
+        return Err(UnitError::new(
+            WHAT,
+            input,
+            "expected a number such as 2 or 0.5%",
+        ));
+    }
+    if number > 100.0 {
+        return Err(UnitError::new(WHAT, input, "more than 100%"));
+    }
+    Ok(number)
+}
+
 /// Gigabits per second for `bytes` moved in `seconds`; 0 when no time passed,
 /// so that reports never contain NaN or infinity.
 pub fn gbps(bytes: u64, seconds: f64) -> f64 {
@@ -220,6 +238,18 @@ impl fmt::Display for HumanBytes {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn percentages() {
+        assert_eq!(parse_percent("2"), Ok(2.0));
+        assert_eq!(parse_percent("0.5%"), Ok(0.5));
+        assert_eq!(parse_percent(" 2 % "), Ok(2.0));
+        assert_eq!(parse_percent("0"), Ok(0.0));
+        assert!(parse_percent("101").is_err());
+        assert!(parse_percent("-1").is_err());
+        assert!(parse_percent("2x").is_err());
+        assert!(parse_percent("").is_err());
+    }
+
     use super::*;
 
     #[test]

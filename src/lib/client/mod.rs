@@ -11,8 +11,10 @@
 //! with the nonce of an End this client sent, so a forged or stale answer
 //! is ignored.
 
+pub mod limit;
 mod pacing;
 pub mod send;
+pub mod verdict;
 
 use crate::config::{ClientConfig, GsoRequest, Volume};
 use crate::error::{Error, Result};
@@ -254,6 +256,8 @@ pub struct RunReport {
     pub clients: Vec<ClientReport>,
     /// Things the user should know about how the run went.
     pub notes: Vec<String>,
+    /// What capped the run, and what to try (`docs/output.md`).
+    pub limited_by: verdict::Verdict,
 }
 
 impl RunReport {
@@ -1258,6 +1262,26 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
         }
     }
     let answered_count = count(Answer::Answered);
+    let limited_by = verdict::judge(&verdict::Facts {
+        offered_bps: cfg.rate_bps.map(|r| r.saturating_mul(n as u64)),
+        sent_bps: stats::rate_gbps(sent_bytes.saturating_sub(at_first), span).map(|g| g * 1e9),
+        seconds: span.as_secs_f64(),
+        sender_cpu_percent: clients
+            .iter()
+            .filter_map(|c| c.cpu.as_ref().and_then(|c| c.percent_of_core))
+            .reduce(f64::max),
+        enobufs_retries: clients.iter().map(|c| c.enobufs_retries).sum(),
+        backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
+        clients: n,
+        gso: clients.iter().any(|c| c.send_path.gso_segments.is_some()),
+        receiver: server.as_ref().map(|v| verdict::ReceiverFacts {
+            lost: v.lost_packets,
+            loss_percent: v.loss_percent,
+            kernel_drops: v.kernel_drops.or(v.socket_kernel_drops),
+            drops_in_buffers: v.kernel_drops_unit == Some("buffers"),
+            cpu_percent: v.cpu.as_ref().and_then(|c| c.percent_of_core),
+        }),
+    });
     RunReport {
         version: env!("CARGO_PKG_VERSION"),
         start: humantime::format_rfc3339_millis(started).to_string(),
@@ -1291,6 +1315,7 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
         complete: answered_count + count(Answer::NotAsked) == n,
         clients,
         notes,
+        limited_by,
     }
 }
 

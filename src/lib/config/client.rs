@@ -5,10 +5,11 @@
 //! list and `--psk` are flags only.
 
 use super::{
-    check_between, duration_arg, file_layer, layered, psk_from, rate_arg, resolve, sched_from,
-    size_arg, DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER,
+    check_between, duration_arg, file_layer, layered, percent_arg, psk_from, rate_arg, resolve,
+    sched_from, size_arg, DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER,
 };
 use crate::auth::Psk;
+use crate::client::limit::SearchSettings;
 use crate::error::{Error, Result};
 use crate::sys::SchedPolicy;
 use crate::units;
@@ -75,9 +76,40 @@ pub struct ClientArgs {
     /// and --clients value. Give each run --duration (e.g. 1s).
     #[arg(long, value_name = "SIZE,SIZE,...", value_delimiter = ',', value_parser = size_arg)]
     pub sweep: Vec<u64>,
-    /// With --sweep: draw the table as an SVG chart.
-    #[arg(long, value_name = "FILE.svg", requires = "sweep")]
+    /// With --sweep: draw the table as an SVG chart. With --find-limit:
+    /// draw received rate and loss against offered rate.
+    #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Find the highest rate the path carries within --loss-tolerance
+    /// (RFC 2544 throughput): an unpaced trial, then paced trials of
+    /// --trial-duration, bisected to --resolution and confirmed. Prints each
+    /// trial, the rate found, and where the first losses above it were
+    /// counted.
+    #[arg(long, conflicts_with_all = ["sweep", "rate", "total_send", "packets", "duration", "json_stream", "no_server"])]
+    pub find_limit: bool,
+    /// With --find-limit: the loss a passing trial may have, in percent
+    /// [default: 0].
+    #[arg(long, value_name = "PERCENT", value_parser = percent_arg, requires = "find_limit")]
+    pub loss_tolerance: Option<f64>,
+    /// With --find-limit: each trial's length [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "find_limit")]
+    pub trial_duration: Option<Duration>,
+    /// With --find-limit: stop bisecting when the highest passing rate is
+    /// within this many percent of the lowest failing one [default: 2].
+    #[arg(long, value_name = "PERCENT", value_parser = percent_arg, requires = "find_limit")]
+    pub resolution: Option<f64>,
+    /// With --find-limit: how many more trials the rate found must pass
+    /// [default: 2].
+    #[arg(long, value_name = "N", requires = "find_limit")]
+    pub confirm: Option<u32>,
+    /// With --find-limit: the pause after each trial, for queues to drain
+    /// and policers to refill [default: 0.5s].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "find_limit")]
+    pub trial_pause: Option<Duration>,
+    /// With --find-limit: the most trials, the unpaced one included
+    /// [default: 40].
+    #[arg(long, value_name = "N", requires = "find_limit")]
+    pub max_trials: Option<u32>,
     /// Print what was sent every this long (e.g. 1s, 500ms); 0 turns it
     /// off. The JSON report carries the same intervals [default: 1s].
     #[arg(short = 'i', long, value_name = "DURATION", value_parser = duration_arg)]
@@ -296,6 +328,49 @@ pub struct ClientConfig {
     /// `--clients` values for the sweep's columns.
     pub sweep_clients: Vec<usize>,
     pub plot: Option<PathBuf>,
+    /// `--find-limit`: the search's settings; None for a normal run.
+    pub find_limit: Option<SearchSettings>,
+}
+
+/// `--find-limit`'s settings from the flags.
+fn search_settings(args: &ClientArgs) -> Result<Option<SearchSettings>> {
+    use crate::client::limit;
+    if !args.find_limit {
+        return Ok(None);
+    }
+    let resolution = args.resolution.unwrap_or(limit::DEFAULT_RESOLUTION * 100.0);
+    if !(0.1..=50.0).contains(&resolution) {
+        return Err(Error::usage(format!(
+            "--resolution {resolution}: give a percentage from 0.1 to 50"
+        )));
+    }
+    let trial = args.trial_duration.unwrap_or(Duration::from_secs(1));
+    if trial < Duration::from_millis(100) {
+        return Err(Error::usage(
+            "--trial-duration must be at least 100ms: shorter trials measure the start-up, not the rate",
+        ));
+    }
+    let max_trials = args.max_trials.unwrap_or(limit::DEFAULT_MAX_TRIALS);
+    let confirmations = args.confirm.unwrap_or(limit::DEFAULT_CONFIRMATIONS);
+    check_between("--max-trials", max_trials, 1000)?;
+    if confirmations > 100 {
+        return Err(Error::usage(format!(
+            "--confirm {confirmations}: must be between 0 and 100"
+        )));
+    }
+    if max_trials < 2 {
+        return Err(Error::usage(
+            "--max-trials must be at least 2: the unpaced trial and one paced",
+        ));
+    }
+    Ok(Some(SearchSettings {
+        resolution: resolution / 100.0,
+        confirmations,
+        max_trials,
+        loss_tolerance: args.loss_tolerance.unwrap_or(0.0),
+        trial,
+        pause: args.trial_pause.unwrap_or(Duration::from_millis(500)),
+    }))
 }
 
 /// `--bind`: an IP (any port) or IP:PORT, of the server's family; a fixed
@@ -442,6 +517,7 @@ impl ClientConfig {
             .map(|b| check_between("--sndbuf", b, MAX_SOCKET_BUFFER))
             .transpose()?;
         let sched = sched_from(l.scheduler, l.priority)?;
+        let find_limit = search_settings(&args)?;
         let psk: Option<Psk> = psk_from(
             &PskArgs {
                 psk: args.psk.psk,
@@ -449,7 +525,13 @@ impl ClientConfig {
             },
             None,
         )?;
+        if args.plot.is_some() && args.sweep.is_empty() && !args.find_limit {
+            return Err(Error::usage(
+                "--plot draws the results of --sweep or --find-limit: give one of them",
+            ));
+        }
         Ok(ClientConfig {
+            find_limit,
             server,
             local: args.local,
             no_server: l.no_server.unwrap_or(false),

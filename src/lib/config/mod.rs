@@ -226,6 +226,11 @@ pub fn duration_arg(s: &str) -> std::result::Result<Duration, units::UnitError> 
     units::parse_duration(s)
 }
 
+/// The clap parser for every percentage flag: [`units::parse_percent`].
+pub fn percent_arg(s: &str) -> std::result::Result<f64, units::UnitError> {
+    units::parse_percent(s)
+}
+
 /// Resolves `host:port`, `[::1]:35000` or `localhost:35000`. A malformed
 /// address is a usage error (exit 2); a well-formed name that does not
 /// resolve is a runtime failure (exit 1): the same command may work later.

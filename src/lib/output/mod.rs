@@ -12,6 +12,7 @@
 //! begin) and [`exit_with`] (the one-line error and the exit code).
 
 pub mod bench;
+pub mod limit;
 pub mod manual;
 pub mod progress;
 pub mod proxy;

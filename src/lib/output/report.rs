@@ -520,5 +520,6 @@ pub fn client_report(r: &RunReport, json_out: bool) -> String {
     for note in &r.notes {
         out += &format!("\nnote: {note}");
     }
+    out += &format!("\nlimit     {}", r.limited_by.text);
     out
 }

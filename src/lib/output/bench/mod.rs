@@ -9,7 +9,7 @@
 pub mod plot;
 pub mod table;
 
-pub use plot::{sweep_plot, Chart, Series};
+pub use plot::{limit_plot, sweep_plot, Chart, Series};
 pub use table::{sweep_table, Table};
 
 use crate::bench::{OutputArgs, Progress, Report};

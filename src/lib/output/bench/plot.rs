@@ -10,6 +10,7 @@ use crate::bench::sweep::SweepReport;
 use crate::bench::tcp::TcpRow;
 use crate::bench::udp::{Mode, SocketKind, UdpRow};
 use crate::bench::Report;
+use crate::client::limit::LimitReport;
 use crate::error::{Error, Result};
 use crate::server::recv::Method;
 use plotters::prelude::*;
@@ -348,6 +349,93 @@ pub fn sweep_plot(r: &SweepReport, path: &Path) -> Result<()> {
             series: &series,
         },
     )
+}
+
+/// `udp_client --find-limit --plot`: each paced trial's receive rate
+/// (left axis) and loss (right axis) against its offered rate, the line
+/// where received equals offered, and the rate found.
+pub fn limit_plot(r: &LimitReport, path: &Path) -> Result<()> {
+    let paced: Vec<(f64, f64, f64)> = r
+        .trials
+        .iter()
+        .filter_map(|t| {
+            let offered = t.offered_bps? as f64 / 1e9;
+            Some((offered, t.received_bps.unwrap_or(0.0) / 1e9, t.loss_percent))
+        })
+        .collect();
+    let top = paced
+        .iter()
+        .flat_map(|p| [p.0, p.1])
+        .fold(0.0f64, f64::max)
+        .max(1e-6)
+        * 1.05;
+    let loss_top = paced.iter().map(|p| p.2).fold(1.0f64, f64::max) * 1.1;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut ctx = ChartBuilder::on(&root)
+        .caption("udp_client --find-limit", ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .right_y_label_area_size(72)
+        .build_cartesian_2d(0.0..top, 0.0..top)
+        .map_err(|e| err(path, e))?
+        .set_secondary_coord(0.0..top, 0.0..loss_top);
+    ctx.configure_mesh()
+        .light_line_style(WHITE)
+        .x_label_formatter(&|x| trim_number(*x))
+        .y_label_formatter(&|y| trim_number(*y))
+        .x_desc("offered Gbit/s")
+        .y_desc("received Gbit/s")
+        .draw()
+        .map_err(|e| err(path, e))?;
+    ctx.configure_secondary_axes()
+        .y_desc("loss %")
+        .y_label_formatter(&|y| trim_number(*y))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    let grey = RGBColor(150, 150, 150);
+    ctx.draw_series(LineSeries::new(
+        [(0.0, 0.0), (top, top)],
+        grey.stroke_width(1),
+    ))
+    .map_err(|e| err(path, e))?
+    .label("received = offered")
+    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(1)));
+    let (blue, red, green) = (COLORS[0], COLORS[3], COLORS[2]);
+    ctx.draw_series(
+        paced
+            .iter()
+            .map(|p| Circle::new((p.0, p.1), 4, blue.filled())),
+    )
+    .map_err(|e| err(path, e))?
+    .label("received")
+    .legend(move |(x, y)| Circle::new((x + 10, y), 4, blue.filled()));
+    ctx.draw_secondary_series(
+        paced
+            .iter()
+            .map(|p| Cross::new((p.0, p.2), 5, red.stroke_width(2))),
+    )
+    .map_err(|e| err(path, e))?
+    .label("loss % (right axis)")
+    .legend(move |(x, y)| Cross::new((x + 10, y), 5, red.stroke_width(2)));
+    if let Some(rate) = r.limit.rate_bps {
+        let x = rate as f64 / 1e9;
+        ctx.draw_series(LineSeries::new([(x, 0.0), (x, top)], green.stroke_width(2)))
+            .map_err(|e| err(path, e))?
+            .label(format!("no-drop rate {x:.3} Gbit/s"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], green.stroke_width(2))
+            });
+    }
+    ctx.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))?;
+    Ok(())
 }
 
 #[cfg(test)]

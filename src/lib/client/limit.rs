@@ -1,0 +1,672 @@
+//! `udp_client --find-limit`: the highest offered rate the path carries
+//! within a loss tolerance (RFC 2544's "throughput"), and where the first
+//! losses above it were counted.
+//!
+//! Why here and not in a script around the client: each trial needs the
+//! two-sided counts of one run (what was offered, what was sent, what the
+//! server received, its kernel drops, the sender's ENOBUFS back-offs), and
+//! the search is only as good as those counts. A trial is one ordinary
+//! paced run of `--trial-duration` through [`super::run`], so every other
+//! flag means what it always means.
+//!
+//! The search ([`Search`]) is pure and tested without sockets:
+//! 1. an unpaced trial measures the sender's rate: the upper bound;
+//! 2. bracketing: from the lowest failing rate, step down (by half at
+//!    first) until a trial passes;
+//! 3. bisection between the highest pass and the lowest failure, until
+//!    they are within `--resolution` of each other;
+//! 4. confirmation: the highest pass must pass `--confirm` more times; a
+//!    failure makes it the lowest failure, and the search brackets again,
+//!    in small steps.
+//!
+//! A trial passes when the server's loss is within `--loss-tolerance`
+//! and the sender really offered the rate (it sent at least
+//! `1 - resolution / 2` of it): a rate the sender's own queue refused was
+//! not carried, even though back-off keeps the count whole.
+
+use super::verdict::{Cap, BUSY_PERCENT};
+use super::RunReport;
+use crate::config::{ClientConfig, Volume};
+use crate::error::{Error, Result};
+use crate::shutdown::Shutdown;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// How the search is run (`--resolution`, `--confirm`, ...).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchSettings {
+    /// Stop bisecting when the highest pass is within this share of the
+    /// lowest failure (0.02 = 2 %).
+    pub resolution: f64,
+    /// Extra passes the result must make.
+    pub confirmations: u32,
+    /// The most trials, the unpaced one included.
+    pub max_trials: u32,
+    /// Loss (percent) a passing trial may have.
+    pub loss_tolerance: f64,
+    /// Each trial's length.
+    pub trial: Duration,
+    /// The pause after each trial, for queues to drain and policers to
+    /// refill (RFC 2544 waits between trials too).
+    pub pause: Duration,
+}
+
+/// The default `--resolution`, `--confirm`, `--max-trials`.
+pub const DEFAULT_RESOLUTION: f64 = 0.02;
+pub const DEFAULT_CONFIRMATIONS: u32 = 2;
+pub const DEFAULT_MAX_TRIALS: u32 = 40;
+/// The first bracketing step down from the unpaced rate: half.
+const FIRST_STEP: f64 = 0.5;
+/// No rate below the upper bound over this is tried: the path loses at
+/// any rate worth measuring.
+const FLOOR_DIVISOR: u64 = 4096;
+
+/// Which part of the search a trial belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Unpaced,
+    Bracket,
+    Bisect,
+    Confirm,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Unpaced => "unpaced",
+            Phase::Bracket => "bracket",
+            Phase::Bisect => "bisect",
+            Phase::Confirm => "confirm",
+        }
+    }
+}
+
+/// What the search wants next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Trial { rate_bps: u64, phase: Phase },
+    Done(Found),
+}
+
+/// Where the search ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    /// The highest rate that passed (and, if `confirmed`, passed again).
+    pub rate_bps: Option<u64>,
+    pub confirmed: bool,
+    /// The lowest rate that failed.
+    pub first_failure_bps: Option<u64>,
+    /// Ended by `max_trials`, not by the resolution.
+    pub out_of_trials: bool,
+}
+
+/// The search: a state machine fed with each trial's pass or fail.
+#[derive(Debug, Clone)]
+pub struct Search {
+    settings: SearchSettings,
+    /// The highest rate that passed and has not failed since.
+    pass: Option<u64>,
+    /// The lowest rate that failed.
+    fail: Option<u64>,
+    /// The next bracketing step down, as a share of `fail`.
+    step: f64,
+    floor: u64,
+    confirming: bool,
+    confirmed: u32,
+    trials: u32,
+}
+
+impl Search {
+    /// A search above an unpaced trial that sent at `upper_bps` and passed
+    /// or not. If it passed, the sender is the limit, and its rate only
+    /// needs confirming at that pace.
+    pub fn new(settings: SearchSettings, upper_bps: u64, upper_passed: bool) -> Search {
+        let upper = upper_bps.max(1);
+        Search {
+            settings,
+            pass: upper_passed.then_some(upper),
+            fail: (!upper_passed).then_some(upper),
+            step: FIRST_STEP,
+            floor: (upper / FLOOR_DIVISOR).max(1),
+            confirming: upper_passed,
+            confirmed: 0,
+            trials: 1,
+        }
+    }
+
+    fn found(&self, confirmed: bool, out_of_trials: bool) -> Next {
+        Next::Done(Found {
+            rate_bps: self.pass,
+            confirmed,
+            first_failure_bps: self.fail,
+            out_of_trials,
+        })
+    }
+
+    /// The next trial, or the result.
+    pub fn next_step(&mut self) -> Next {
+        let s = self.settings;
+        if self.confirming && self.confirmed >= s.confirmations {
+            return self.found(true, false);
+        }
+        if self.trials >= s.max_trials {
+            return self.found(false, true);
+        }
+        if self.confirming {
+            if let Some(rate) = self.pass {
+                return Next::Trial {
+                    rate_bps: rate,
+                    phase: Phase::Confirm,
+                };
+            }
+        }
+        match (self.pass, self.fail) {
+            (Some(pass), Some(fail)) => {
+                if (fail.saturating_sub(pass)) as f64 <= s.resolution * fail as f64 {
+                    self.confirming = true;
+                    self.confirmed = 0;
+                    self.next_step()
+                } else {
+                    Next::Trial {
+                        rate_bps: pass + (fail - pass) / 2,
+                        phase: Phase::Bisect,
+                    }
+                }
+            }
+            (None, Some(fail)) => {
+                let rate = (fail as f64 * (1.0 - self.step)) as u64;
+                if rate < self.floor {
+                    self.found(false, false)
+                } else {
+                    Next::Trial {
+                        rate_bps: rate,
+                        phase: Phase::Bracket,
+                    }
+                }
+            }
+            // Confirming (handled above) is the only way to have a pass
+            // and no failure; with neither there is nothing to search.
+            (_, None) => self.found(self.confirming, false),
+        }
+    }
+
+    /// Feeds the outcome of the trial [`Search::next_step`] asked for.
+    pub fn record(&mut self, rate: u64, phase: Phase, passed: bool) {
+        self.trials += 1;
+        if passed {
+            if phase == Phase::Confirm {
+                self.confirmed += 1;
+            } else {
+                self.pass = Some(self.pass.map_or(rate, |p| p.max(rate)));
+            }
+            return;
+        }
+        self.fail = Some(self.fail.map_or(rate, |f| f.min(rate)));
+        if self.pass.is_some_and(|p| p >= rate) {
+            // A pass that failed on a repeat (or a lower rate failed): it
+            // is no longer a pass; bracket again, gently this time.
+            self.pass = None;
+            self.step = self.settings.resolution * 2.0;
+        } else if phase == Phase::Bracket {
+            self.step = (self.step * 2.0).min(FIRST_STEP);
+        }
+        self.confirming = false;
+        self.confirmed = 0;
+    }
+}
+
+/// Where a trial's shortfall was counted, in datagrams.
+#[derive(Debug, Clone, Serialize)]
+pub struct LossPlaces {
+    pub lost_packets: u64,
+    /// Drops on the server's socket (`kernel_drops_unit` says whether
+    /// datagrams or GRO buffers).
+    pub kernel_drops: Option<u64>,
+    pub kernel_drops_unit: Option<&'static str>,
+    /// The sender's ENOBUFS/EAGAIN back-offs.
+    pub enobufs_retries: u64,
+    /// Lost datagrams neither end counted: `lost_packets - kernel_drops`
+    /// when the drops count datagrams; null when they count buffers.
+    pub network_lost: Option<u64>,
+    /// Datagrams the sender did not get out at the offered rate.
+    pub not_sent_packets: u64,
+}
+
+/// One trial of the search.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trial {
+    pub index: usize,
+    pub phase: Phase,
+    /// The rate asked of the pacer over all clients; null: unpaced.
+    pub offered_bps: Option<u64>,
+    /// Sender-side and server-side rates, bit/s of payload.
+    pub sent_bps: Option<f64>,
+    pub received_bps: Option<f64>,
+    pub seconds: f64,
+    pub sent_packets: u64,
+    pub received_packets: u64,
+    pub lost_packets: u64,
+    pub loss_percent: f64,
+    pub enobufs_retries: u64,
+    pub backoff_seconds: f64,
+    pub kernel_drops: Option<u64>,
+    pub kernel_drops_unit: Option<&'static str>,
+    pub sender_cpu_percent: Option<f64>,
+    pub receiver_cpu_percent: Option<f64>,
+    pub passed: bool,
+    /// Why it failed: `receive_buffer`, `network`, `sender_queue` or
+    /// `sender_cpu`; null when it passed.
+    pub cause: Option<Cap>,
+    pub places: LossPlaces,
+}
+
+/// The result: `limit` in the JSON report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Limit {
+    /// The highest offered rate that passed; null when none did.
+    pub rate_bps: Option<u64>,
+    /// The highest loss among the trials at that rate.
+    pub loss_percent: Option<f64>,
+    /// The mean receive rate of the trials at that rate.
+    pub received_bps: Option<f64>,
+    /// It passed `confirmations` more trials.
+    pub confirmed: bool,
+    pub confirmations: u32,
+    /// The lowest offered rate that failed, and why.
+    pub first_loss_at_bps: Option<u64>,
+    pub first_loss_cause: Option<Cap>,
+    pub first_loss: Option<LossPlaces>,
+    /// The unpaced trial's sender rate: the search's upper bound.
+    pub unpaced_bps: f64,
+    /// The unpaced trial passed: the sender itself is the limit.
+    pub sender_bound: bool,
+    pub resolution_percent: f64,
+    pub loss_tolerance_percent: f64,
+    pub trial_seconds: f64,
+    pub pause_seconds: f64,
+    pub buffer_size: usize,
+    pub clients: usize,
+    pub trials: usize,
+    /// Ended at `--max-trials` before the resolution was reached.
+    pub out_of_trials: bool,
+}
+
+/// `udp_client --find-limit --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitReport {
+    pub version: &'static str,
+    pub start: String,
+    pub server_addr: String,
+    pub limit: Limit,
+    pub trials: Vec<Trial>,
+    /// What the result means, and what a user would trip over.
+    pub notes: Vec<String>,
+}
+
+/// The figures of one trial's run, judged against the settings.
+pub fn judge_trial(
+    index: usize,
+    phase: Phase,
+    offered_bps: Option<u64>,
+    r: &RunReport,
+    s: &SearchSettings,
+) -> Trial {
+    let v = r.server.as_ref();
+    let lost = v.map_or(0, |v| v.lost_packets);
+    let loss_percent = v.map_or(0.0, |v| v.loss_percent);
+    let kernel_drops = v.and_then(|v| v.kernel_drops.or(v.socket_kernel_drops));
+    let unit = v.and_then(|v| v.kernel_drops_unit);
+    let sent_bps = r.gbps.map(|g| g * 1e9);
+    // Datagrams the pacer asked for that did not go out.
+    let trial_seconds = s.trial.as_secs_f64();
+    let size = r.buffer_size.max(1) as f64;
+    let not_sent = offered_bps.map_or(0, |o| {
+        let due = o as f64 * trial_seconds / 8.0 / size;
+        (due - r.sent_packets as f64).max(0.0) as u64
+    });
+    let held = match (offered_bps, sent_bps) {
+        (Some(o), Some(sent)) => sent >= o as f64 * (1.0 - s.resolution / 2.0),
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    let lossy = loss_percent > s.loss_tolerance;
+    let passed = !lossy && held;
+    let drops = kernel_drops.unwrap_or(0);
+    let cause = if passed {
+        None
+    } else if lossy && drops > 0 {
+        Some(Cap::ReceiveBuffer)
+    } else if lossy {
+        Some(Cap::Network)
+    } else if r.enobufs_retries > 0 {
+        Some(Cap::SenderQueue)
+    } else {
+        Some(Cap::SenderCpu)
+    };
+    let cpu = |c: Option<&crate::stats::CpuCost>| c.and_then(|c| c.percent_of_core);
+    Trial {
+        index,
+        phase,
+        offered_bps,
+        sent_bps,
+        received_bps: v.and_then(|v| v.gbps).map(|g| g * 1e9),
+        seconds: r.seconds,
+        sent_packets: r.sent_packets,
+        received_packets: v.map_or(0, |v| v.received_packets),
+        lost_packets: lost,
+        loss_percent,
+        enobufs_retries: r.enobufs_retries,
+        backoff_seconds: r.backoff_seconds,
+        kernel_drops,
+        kernel_drops_unit: unit,
+        sender_cpu_percent: r
+            .clients
+            .iter()
+            .filter_map(|c| cpu(c.cpu.as_ref()))
+            .reduce(f64::max),
+        receiver_cpu_percent: cpu(v.and_then(|v| v.cpu.as_ref())),
+        passed,
+        cause,
+        places: LossPlaces {
+            lost_packets: lost,
+            kernel_drops,
+            kernel_drops_unit: unit,
+            enobufs_retries: r.enobufs_retries,
+            network_lost: match unit {
+                Some("buffers") => None,
+                _ => Some(lost.saturating_sub(drops)),
+            },
+            not_sent_packets: not_sent,
+        },
+    }
+}
+
+/// Runs the search against `cfg.server`, calling `on_trial` after each
+/// trial (for the live lines).
+pub fn find(
+    cfg: &ClientConfig,
+    s: &SearchSettings,
+    shutdown: &Shutdown,
+    on_trial: &mut dyn FnMut(&Trial),
+) -> Result<LimitReport> {
+    let started = std::time::SystemTime::now();
+    let clients = cfg.clients.max(1) as u64;
+    let mut trials: Vec<Trial> = Vec::new();
+    let mut run_trial = |rate: Option<u64>, phase: Phase| -> Result<Trial> {
+        if !trials.is_empty() && pause(s.pause, shutdown) {
+            return Err(Error::runtime("stopped before the search ended"));
+        }
+        let mut trial_cfg = cfg.clone();
+        trial_cfg.volume = Volume::Time(s.trial);
+        trial_cfg.interval = None;
+        // The pacer paces each client: the offered rate is split evenly.
+        let per_client = rate.map(|r| (r / clients).max(1));
+        trial_cfg.rate_bps = per_client;
+        let report = super::run(&trial_cfg, shutdown)?;
+        if shutdown.is_triggered() {
+            return Err(Error::runtime("stopped before the search ended"));
+        }
+        if report.server.is_none() || !report.complete {
+            return Err(Error::runtime(format!(
+                "trial {} got no end-of-test answer from {}: the search needs the receiver's counts",
+                trials.len() + 1,
+                cfg.server
+            )));
+        }
+        let offered = per_client.map(|p| p * clients);
+        let trial = judge_trial(trials.len() + 1, phase, offered, &report, s);
+        on_trial(&trial);
+        trials.push(trial.clone());
+        Ok(trial)
+    };
+    let unpaced = run_trial(None, Phase::Unpaced)?;
+    let upper = unpaced.sent_bps.unwrap_or(0.0) as u64;
+    if upper == 0 {
+        return Err(Error::runtime(format!(
+            "the unpaced trial sent too little for a rate in {:.3} s: give a longer --trial-duration",
+            s.trial.as_secs_f64()
+        )));
+    }
+    let mut search = Search::new(*s, upper, unpaced.passed);
+    let found = loop {
+        match search.next_step() {
+            Next::Done(found) => break found,
+            Next::Trial { rate_bps, phase } => {
+                let t = run_trial(Some(rate_bps), phase)?;
+                // The offered rate is what the clients were paced at.
+                search.record(rate_bps, phase, t.passed);
+            }
+        }
+    };
+    Ok(summarise(cfg, s, started, &unpaced, found, trials))
+}
+
+/// Sleeps `d` unless stopped; true when stopped.
+fn pause(d: Duration, shutdown: &Shutdown) -> bool {
+    let until = Instant::now() + d;
+    while !shutdown.is_triggered() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(crate::shutdown::POLL));
+    }
+    true
+}
+
+/// The paced rate a trial was searched at: what `Search` knows it by.
+fn searched_rate(t: &Trial, clients: u64) -> Option<u64> {
+    t.offered_bps.map(|o| o / clients * clients)
+}
+
+fn summarise(
+    cfg: &ClientConfig,
+    s: &SearchSettings,
+    started: std::time::SystemTime,
+    unpaced: &Trial,
+    found: Found,
+    trials: Vec<Trial>,
+) -> LimitReport {
+    let clients = cfg.clients.max(1) as u64;
+    let split = |r: u64| r / clients * clients;
+    let at_limit: Vec<&Trial> = found.rate_bps.map_or(Vec::new(), |rate| {
+        trials
+            .iter()
+            .filter(|t| searched_rate(t, clients) == Some(split(rate)))
+            .collect()
+    });
+    let sender_bound =
+        unpaced.passed && found.rate_bps == Some(unpaced.sent_bps.unwrap_or(0.0) as u64);
+    // The lowest failing rate's trial (the unpaced one when nothing paced
+    // failed), for where its losses were counted.
+    let first_failure = found.first_failure_bps.and_then(|rate| {
+        trials
+            .iter()
+            .filter(|t| !t.passed)
+            .find(|t| match t.offered_bps {
+                Some(_) => searched_rate(t, clients) == Some(split(rate)),
+                None => t.sent_bps.map(|b| b as u64) == Some(rate),
+            })
+    });
+    let mut notes = Vec::new();
+    if found.out_of_trials {
+        notes.push(format!(
+            "stopped at --max-trials {} before the resolution was reached: the rate is the highest that passed, not confirmed",
+            s.max_trials
+        ));
+    }
+    if found.rate_bps.is_none() {
+        notes.push(format!(
+            "no rate passed down to 1/{FLOOR_DIVISOR} of the unpaced rate: the path loses at every rate worth measuring (see the trials' causes)"
+        ));
+    }
+    if sender_bound {
+        notes.push("the unpaced trial lost nothing: the sender is the limit, not the path (try --clients 2)".into());
+    }
+    if let Some(t) = first_failure {
+        if t.cause == Some(Cap::SenderCpu) && t.sender_cpu_percent.is_some_and(|c| c < BUSY_PERCENT)
+        {
+            notes.push("the first failing trial did not hold its rate, yet no queue was full and no core busy: the sender was descheduled; a quieter machine may find a higher limit".into());
+        }
+    }
+    let mean = |f: fn(&Trial) -> Option<f64>| {
+        let v: Vec<f64> = at_limit.iter().filter_map(|t| f(t)).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    LimitReport {
+        version: env!("CARGO_PKG_VERSION"),
+        start: humantime::format_rfc3339_millis(started).to_string(),
+        server_addr: cfg.server.to_string(),
+        limit: Limit {
+            rate_bps: found.rate_bps.map(split),
+            loss_percent: at_limit.iter().map(|t| t.loss_percent).reduce(f64::max),
+            received_bps: mean(|t| t.received_bps),
+            confirmed: found.confirmed,
+            confirmations: s.confirmations,
+            first_loss_at_bps: found.first_failure_bps.map(split),
+            first_loss_cause: first_failure.and_then(|t| t.cause),
+            first_loss: first_failure.map(|t| t.places.clone()),
+            unpaced_bps: unpaced.sent_bps.unwrap_or(0.0),
+            sender_bound,
+            resolution_percent: s.resolution * 100.0,
+            loss_tolerance_percent: s.loss_tolerance,
+            trial_seconds: s.trial.as_secs_f64(),
+            pause_seconds: s.pause.as_secs_f64(),
+            buffer_size: cfg.buffer_size,
+            clients: cfg.clients,
+            trials: trials.len(),
+            out_of_trials: found.out_of_trials,
+        },
+        trials,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> SearchSettings {
+        SearchSettings {
+            resolution: 0.02,
+            confirmations: 2,
+            max_trials: 40,
+            loss_tolerance: 0.0,
+            trial: Duration::from_secs(1),
+            pause: Duration::ZERO,
+        }
+    }
+
+    /// Runs a search against a path that carries everything up to `limit`
+    /// (and, with `flaky`, fails the first trial at each of those rates).
+    fn search(upper: u64, limit: u64, flaky: &[u64]) -> (Found, Vec<(u64, Phase)>) {
+        let unpaced_passed = upper <= limit;
+        let mut s = Search::new(settings(), upper, unpaced_passed);
+        let mut seen = Vec::new();
+        let mut flaked = Vec::new();
+        loop {
+            match s.next_step() {
+                Next::Done(f) => return (f, seen),
+                Next::Trial { rate_bps, phase } => {
+                    seen.push((rate_bps, phase));
+                    let flake = flaky.contains(&rate_bps) && !flaked.contains(&rate_bps);
+                    if flake {
+                        flaked.push(rate_bps);
+                    }
+                    s.record(rate_bps, phase, rate_bps <= limit && !flake);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn finds_the_limit_within_the_resolution_and_confirms_it() {
+        for (upper, limit) in [
+            (40_000_000_000u64, 15_700_000_000u64),
+            (1_000_000_000, 999_000_000),
+            (1_000_000_000, 10_000_000),
+            (100_000, 1_234),
+        ] {
+            let (f, seen) = search(upper, limit, &[]);
+            let rate = f.rate_bps.expect("a rate");
+            assert!(rate <= limit, "{rate} > {limit}");
+            let fail = f.first_failure_bps.expect("a failure");
+            assert!(fail > limit);
+            assert!(
+                (fail - rate) as f64 <= 0.02 * fail as f64,
+                "{rate}..{fail} wider than 2 %"
+            );
+            assert!(f.confirmed && !f.out_of_trials);
+            let confirms: Vec<_> = seen.iter().filter(|t| t.1 == Phase::Confirm).collect();
+            assert_eq!(confirms.len(), 2, "{seen:?}");
+            assert!(confirms.iter().all(|t| t.0 == rate));
+            assert!(seen.len() < 40, "{} trials: {seen:?}", seen.len());
+        }
+    }
+
+    #[test]
+    fn an_unpaced_pass_makes_the_sender_the_limit() {
+        let (f, seen) = search(5_000_000_000, 9_000_000_000, &[]);
+        assert_eq!(f.rate_bps, Some(5_000_000_000));
+        assert!(f.confirmed);
+        assert_eq!(f.first_failure_bps, None);
+        assert_eq!(
+            seen,
+            vec![
+                (5_000_000_000, Phase::Confirm),
+                (5_000_000_000, Phase::Confirm)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_confirmation_searches_again_below() {
+        // The first trial at each of the first rates found fails, once.
+        let (first, _) = search(40_000_000_000, 15_700_000_000, &[]);
+        let flaky = [first.rate_bps.unwrap()];
+        let (f, seen) = search(40_000_000_000, 15_700_000_000, &flaky);
+        let rate = f.rate_bps.unwrap();
+        assert!(f.confirmed, "{seen:?}");
+        assert!(rate < flaky[0], "{rate} after {flaky:?} flaked");
+        let fail = f.first_failure_bps.unwrap();
+        assert!((fail - rate) as f64 <= 0.02 * fail as f64);
+    }
+
+    #[test]
+    fn a_path_that_loses_everywhere_has_no_limit() {
+        let (f, seen) = search(1_000_000_000, 0, &[]);
+        assert_eq!(f.rate_bps, None);
+        assert!(!f.confirmed);
+        assert!(seen.iter().all(|t| t.1 == Phase::Bracket));
+        assert!(
+            seen.len() <= 13,
+            "halving to 1/4096 takes 12 steps: {seen:?}"
+        );
+    }
+
+    #[test]
+    fn max_trials_bounds_the_search() {
+        let mut s = Search::new(
+            SearchSettings {
+                max_trials: 4,
+                ..settings()
+            },
+            1_000_000_000,
+            false,
+        );
+        let mut n = 1;
+        while let Next::Trial { rate_bps, phase } = s.next_step() {
+            s.record(rate_bps, phase, rate_bps < 300_000_000);
+            n += 1;
+        }
+        assert_eq!(n, 4);
+        match s.next_step() {
+            Next::Done(f) => {
+                assert!(f.out_of_trials && !f.confirmed);
+                assert_eq!(f.rate_bps, Some(250_000_000));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! Why a run was not faster: one verdict, computed from figures the report
+//! already holds (loss, the server's kernel drops, ENOBUFS back-offs, the
+//! pacer's shortfall, both ends' CPU).
+//!
+//! A user who sees "13 Gbit/s, 16 % lost" wants to know what to change.
+//! Each place a datagram can be held up or lost has its own counter, so the
+//! cap can be named instead of guessed: the server's socket buffer (kernel
+//! drops), the sender's own queue (ENOBUFS back-offs), the path between
+//! (loss nobody else counted), or a busy core on either end. The rules are
+//! written out in `docs/output.md` ("limited_by"); they are pure, and
+//! tested here without sockets.
+
+use serde::Serialize;
+
+/// A core at least this busy (% of one core) is the cap when nothing else
+/// explains the rate.
+pub const BUSY_PERCENT: f64 = 90.0;
+/// A paced run held its rate when it sent at least this share of it.
+pub const RATE_HELD: f64 = 0.98;
+/// Below this span there is too little to judge an unpaced run by: its
+/// rate is mostly the start-up.
+pub const SHORTEST_JUDGED_SECONDS: f64 = 0.2;
+/// Back-off time, as a share of the sending time, that makes the sender's
+/// own queue the cap of an unpaced run.
+pub const BACKOFF_SHARE: f64 = 0.05;
+
+/// What capped a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cap {
+    /// `--rate` was held and everything arrived: the limit is above it.
+    Paced,
+    /// The sending thread used a whole core.
+    SenderCpu,
+    /// The sender's own queue (qdisc, NIC) refused datagrams: ENOBUFS.
+    SenderQueue,
+    /// The server's socket buffer overflowed while its receive thread was
+    /// busy: the receiver could not keep up.
+    ReceiverCpu,
+    /// The server's socket buffer overflowed although its thread was not
+    /// busy: bursts outran the buffer.
+    ReceiveBuffer,
+    /// Datagrams lost where no end counted them: the path.
+    Network,
+    /// Too short, no answer, or no single cap stands out.
+    Unknown,
+}
+
+impl Cap {
+    /// The name used in JSON and by `--find-limit`'s causes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cap::Paced => "paced",
+            Cap::SenderCpu => "sender_cpu",
+            Cap::SenderQueue => "sender_queue",
+            Cap::ReceiverCpu => "receiver_cpu",
+            Cap::ReceiveBuffer => "receive_buffer",
+            Cap::Network => "network",
+            Cap::Unknown => "unknown",
+        }
+    }
+}
+
+/// The verdict: what capped the run, in one sentence that says what to try.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub cause: Cap,
+    pub text: String,
+}
+
+/// What the receiver said, as far as the verdict needs it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReceiverFacts {
+    pub lost: u64,
+    pub loss_percent: f64,
+    /// Kernel drops on the server's socket while the session(s) ran.
+    pub kernel_drops: Option<u64>,
+    /// The drops count GRO buffers, not datagrams.
+    pub drops_in_buffers: bool,
+    /// The receive threads' CPU, % of one core.
+    pub cpu_percent: Option<f64>,
+}
+
+/// The figures a verdict is computed from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Facts {
+    /// `--rate` over all clients, bit/s.
+    pub offered_bps: Option<u64>,
+    /// The sender-side rate, bit/s.
+    pub sent_bps: Option<f64>,
+    /// The sending span, seconds.
+    pub seconds: f64,
+    /// The busiest sending thread, % of one core.
+    pub sender_cpu_percent: Option<f64>,
+    pub enobufs_retries: u64,
+    /// Time spent backing off, summed over the clients.
+    pub backoff_seconds: f64,
+    pub clients: usize,
+    /// The datagrams are handed to the kernel in GSO buffers.
+    pub gso: bool,
+    /// None when the server did not answer (or was not asked).
+    pub receiver: Option<ReceiverFacts>,
+}
+
+fn gbit(bps: f64) -> String {
+    format!("{:.3} Gbit/s", bps / 1e9)
+}
+
+fn core(percent: Option<f64>) -> String {
+    percent.map_or("an unknown share".into(), |p| format!("{p:.0}%"))
+}
+
+fn busy(percent: Option<f64>) -> bool {
+    percent.is_some_and(|p| p >= BUSY_PERCENT)
+}
+
+/// The one-line verdict for a run with these figures.
+pub fn judge(f: &Facts) -> Verdict {
+    let verdict = |cause, text: String| Verdict { cause, text };
+    let backed_off = if f.enobufs_retries > 0 {
+        format!(
+            "; the sender also backed off {} times on a full queue ({:.3} s)",
+            f.enobufs_retries, f.backoff_seconds
+        )
+    } else {
+        String::new()
+    };
+    let Some(rx) = f.receiver else {
+        return verdict(
+            Cap::Unknown,
+            "unknown: without the server's figures the receiver side cannot be judged".into(),
+        );
+    };
+    if rx.lost > 0 {
+        let drops = rx.kernel_drops.unwrap_or(0);
+        if drops > 0 {
+            let share = if rx.drops_in_buffers {
+                format!("{drops} GRO buffers of the {} datagrams lost", rx.lost)
+            } else if drops >= rx.lost {
+                format!("{drops} datagrams, all the loss")
+            } else {
+                format!(
+                    "{drops} of the {} datagrams lost; the other {} were lost on the way",
+                    rx.lost,
+                    rx.lost - drops
+                )
+            };
+            return if busy(rx.cpu_percent) {
+                verdict(
+                    Cap::ReceiverCpu,
+                    format!(
+                        "receiver CPU-bound: the server's receive thread used {} of a core and its buffer dropped {share}: try `--recv-buffer-size 32M` or `--threads 2` on the server, or a lower --rate{backed_off}",
+                        core(rx.cpu_percent)
+                    ),
+                )
+            } else {
+                verdict(
+                    Cap::ReceiveBuffer,
+                    format!(
+                        "receive buffer: the server's socket buffer dropped {share} while its receive thread used {} of a core: bursts outran the buffer; try `--recv-buffer-size 32M` on the server, or pace with --rate{backed_off}",
+                        core(rx.cpu_percent)
+                    ),
+                )
+            };
+        }
+        let unknown = if rx.kernel_drops.is_none() {
+            " (the server cannot count its kernel drops on this platform)"
+        } else {
+            ""
+        };
+        return verdict(
+            Cap::Network,
+            format!(
+                "network: {} datagrams ({:.3}%) were lost on the way, not in the server's socket buffer{unknown} nor the sender's queue: a policer, a full queue on the path, or a firewall; `--find-limit` finds the rate the path carries{backed_off}",
+                rx.lost, rx.loss_percent
+            ),
+        );
+    }
+    let sent = f.sent_bps.unwrap_or(0.0);
+    let queue_full = |share: f64| {
+        verdict(
+            Cap::SenderQueue,
+            format!(
+                "sender's queue: the sender's own queue (qdisc or NIC) refused {} times and it waited {:.3} s backing off ({:.0}% of the time): the link or a shaper on this host is slower than the sender",
+                f.enobufs_retries,
+                f.backoff_seconds,
+                share * 100.0
+            ),
+        )
+    };
+    let backoff_share = if f.seconds > 0.0 {
+        f.backoff_seconds / (f.seconds * f.clients.max(1) as f64)
+    } else {
+        0.0
+    };
+    if let Some(offered) = f.offered_bps {
+        let offered = offered as f64;
+        if sent >= offered * RATE_HELD {
+            return verdict(
+                Cap::Paced,
+                format!(
+                    "paced: the sender held the requested {} and nothing was lost; the path may carry more (`--find-limit` finds how much)",
+                    gbit(offered)
+                ),
+            );
+        }
+        let short = format!("sent {} of the requested {}", gbit(sent), gbit(offered));
+        return if f.enobufs_retries > 0 {
+            let v = queue_full(backoff_share);
+            verdict(Cap::SenderQueue, format!("{}; {short}", v.text))
+        } else if busy(f.sender_cpu_percent) {
+            verdict(
+                Cap::SenderCpu,
+                format!(
+                    "sender CPU-bound: the sending thread used {} of a core and {short}: try --clients 2{}",
+                    core(f.sender_cpu_percent),
+                    if f.gso { "" } else { " or GSO (drop --no-gso)" }
+                ),
+            )
+        } else {
+            verdict(
+                Cap::Unknown,
+                format!(
+                    "sender fell behind: it {short} with no full queue and {} of a core: it was descheduled (another busy process, or a VM's stolen time)",
+                    core(f.sender_cpu_percent)
+                ),
+            )
+        };
+    }
+    if f.enobufs_retries > 0 && backoff_share >= BACKOFF_SHARE {
+        return queue_full(backoff_share);
+    }
+    if f.seconds < SHORTEST_JUDGED_SECONDS {
+        return verdict(
+            Cap::Unknown,
+            format!(
+                "too short to tell what caps it ({:.3} s of sending): give --duration 3s or a larger -t",
+                f.seconds
+            ),
+        );
+    }
+    if busy(f.sender_cpu_percent) {
+        return verdict(
+            Cap::SenderCpu,
+            format!(
+                "sender CPU-bound: the sending thread used {} of a core and nothing was lost: try --clients 2 or a larger -b (fewer datagrams per byte){}",
+                core(f.sender_cpu_percent),
+                if f.gso { "" } else { ", or GSO (drop --no-gso)" }
+            ),
+        );
+    }
+    if busy(rx.cpu_percent) {
+        return verdict(
+            Cap::ReceiverCpu,
+            format!(
+                "receiver CPU-bound: the server's receive thread used {} of a core; nothing was lost yet: `--threads 2` on the server spreads the work",
+                core(rx.cpu_percent)
+            ),
+        );
+    }
+    verdict(
+        Cap::Unknown,
+        format!(
+            "no single cap: the sender used {} and the receiver {} of a core, with no loss and no full queue ({})",
+            core(f.sender_cpu_percent),
+            core(rx.cpu_percent),
+            gbit(sent)
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unpaced(sender_cpu: f64, rx: ReceiverFacts) -> Facts {
+        Facts {
+            sent_bps: Some(10e9),
+            seconds: 3.0,
+            sender_cpu_percent: Some(sender_cpu),
+            clients: 1,
+            gso: true,
+            receiver: Some(rx),
+            ..Facts::default()
+        }
+    }
+
+    fn rx(lost: u64, drops: Option<u64>, cpu: f64) -> ReceiverFacts {
+        ReceiverFacts {
+            lost,
+            loss_percent: lost as f64 / 100.0,
+            kernel_drops: drops,
+            drops_in_buffers: false,
+            cpu_percent: Some(cpu),
+        }
+    }
+
+    #[test]
+    fn drops_with_a_busy_receiver_make_it_receiver_cpu_bound() {
+        let v = judge(&unpaced(60.0, rx(3965, Some(3965), 98.0)));
+        assert_eq!(v.cause, Cap::ReceiverCpu, "{}", v.text);
+        assert!(v.text.contains("98% of a core"), "{}", v.text);
+        assert!(
+            v.text.contains("3965 datagrams, all the loss"),
+            "{}",
+            v.text
+        );
+        assert!(v.text.contains("--recv-buffer-size"), "{}", v.text);
+    }
+
+    #[test]
+    fn drops_with_an_idle_receiver_blame_the_buffer_and_split_the_rest() {
+        let v = judge(&unpaced(60.0, rx(100, Some(40), 30.0)));
+        assert_eq!(v.cause, Cap::ReceiveBuffer, "{}", v.text);
+        assert!(v.text.contains("40 of the 100"), "{}", v.text);
+        assert!(
+            v.text.contains("other 60 were lost on the way"),
+            "{}",
+            v.text
+        );
+    }
+
+    #[test]
+    fn loss_nobody_counted_is_the_network() {
+        let v = judge(&unpaced(20.0, rx(17, Some(0), 5.0)));
+        assert_eq!(v.cause, Cap::Network, "{}", v.text);
+        let v = judge(&unpaced(20.0, rx(17, None, 5.0)));
+        assert_eq!(v.cause, Cap::Network, "{}", v.text);
+        assert!(v.text.contains("cannot count"), "{}", v.text);
+    }
+
+    #[test]
+    fn a_held_rate_without_loss_is_paced() {
+        let mut f = unpaced(5.0, rx(0, Some(0), 3.0));
+        f.offered_bps = Some(1_000_000_000);
+        f.sent_bps = Some(0.999e9);
+        assert_eq!(judge(&f).cause, Cap::Paced);
+        // Not held: a full queue, a busy core, or neither.
+        f.sent_bps = Some(0.5e9);
+        f.enobufs_retries = 7;
+        f.backoff_seconds = 0.4;
+        let v = judge(&f);
+        assert_eq!(v.cause, Cap::SenderQueue, "{}", v.text);
+        assert!(v.text.contains("refused 7 times"), "{}", v.text);
+        f.enobufs_retries = 0;
+        f.sender_cpu_percent = Some(99.0);
+        assert_eq!(judge(&f).cause, Cap::SenderCpu);
+        f.sender_cpu_percent = Some(10.0);
+        let v = judge(&f);
+        assert_eq!(v.cause, Cap::Unknown);
+        assert!(v.text.contains("descheduled"), "{}", v.text);
+    }
+
+    #[test]
+    fn unpaced_without_loss_is_capped_by_the_busiest_end() {
+        assert_eq!(
+            judge(&unpaced(101.0, rx(0, Some(0), 40.0))).cause,
+            Cap::SenderCpu
+        );
+        assert_eq!(
+            judge(&unpaced(50.0, rx(0, Some(0), 95.0))).cause,
+            Cap::ReceiverCpu
+        );
+        assert_eq!(
+            judge(&unpaced(50.0, rx(0, Some(0), 40.0))).cause,
+            Cap::Unknown
+        );
+        let mut f = unpaced(50.0, rx(0, Some(0), 40.0));
+        f.enobufs_retries = 1000;
+        f.backoff_seconds = 0.5;
+        assert_eq!(judge(&f).cause, Cap::SenderQueue);
+        // A few back-offs in a long run do not make the queue the cap.
+        f.backoff_seconds = 0.01;
+        assert_eq!(judge(&f).cause, Cap::Unknown);
+    }
+
+    #[test]
+    fn short_or_unanswered_runs_are_not_judged() {
+        let mut f = unpaced(100.0, rx(0, Some(0), 40.0));
+        f.seconds = 0.001;
+        let v = judge(&f);
+        assert_eq!(v.cause, Cap::Unknown);
+        assert!(v.text.contains("too short"), "{}", v.text);
+        // Loss is judged however short the run.
+        f.receiver = Some(rx(5, Some(5), 40.0));
+        assert_eq!(judge(&f).cause, Cap::ReceiveBuffer);
+        f.receiver = None;
+        assert_eq!(judge(&f).cause, Cap::Unknown);
+    }
+
+    #[test]
+    fn buffer_drops_are_not_compared_with_datagrams() {
+        let mut r = rx(6409, Some(493), 41.0);
+        r.drops_in_buffers = true;
+        let v = judge(&unpaced(70.0, r));
+        assert_eq!(v.cause, Cap::ReceiveBuffer);
+        assert!(v.text.contains("493 GRO buffers"), "{}", v.text);
+        assert!(!v.text.contains("on the way"), "{}", v.text);
+    }
+}

@@ -1,0 +1,134 @@
+//! `udp_client --find-limit`'s output: a header, one line per trial as it
+//! ends, then the rate found and where the first losses above it were
+//! counted. `docs/output.md` defines each figure.
+
+use crate::client::limit::{LimitReport, LossPlaces, SearchSettings, Trial};
+use crate::client::verdict::Cap;
+use crate::config::ClientConfig;
+
+fn gbit(bps: f64) -> String {
+    format!("{:.3}", bps / 1e9)
+}
+
+fn opt_gbit(bps: Option<f64>) -> String {
+    bps.map_or_else(|| "-".into(), gbit)
+}
+
+/// The line before the first trial, and the table's header.
+pub fn header(cfg: &ClientConfig, s: &SearchSettings) -> String {
+    format!(
+        "find-limit to {}: {}-byte datagrams, {} client{}, trials of {:.1} s, resolution {}%, loss tolerance {}%\n\
+         trial  phase     offered Gbit/s  sent Gbit/s  received Gbit/s        lost   loss %  result",
+        cfg.server,
+        cfg.buffer_size,
+        cfg.clients,
+        if cfg.clients == 1 { "" } else { "s" },
+        s.trial.as_secs_f64(),
+        s.resolution * 100.0,
+        s.loss_tolerance
+    )
+}
+
+/// Where a trial's shortfall was counted, in words.
+pub fn places(cause: Cap, p: &LossPlaces) -> String {
+    let drops = |p: &LossPlaces| {
+        format!(
+            "{} {}",
+            p.kernel_drops.unwrap_or(0),
+            match p.kernel_drops_unit {
+                Some("buffers") => "GRO buffers",
+                _ => "datagrams",
+            }
+        )
+    };
+    match cause {
+        Cap::ReceiveBuffer | Cap::ReceiverCpu => {
+            let rest = match p.network_lost {
+                Some(n) if n > 0 => format!(", {n} more lost on the way"),
+                _ => String::new(),
+            };
+            format!(
+                "the server's receive buffer ({} dropped by its socket; {} datagrams lost{rest})",
+                drops(p),
+                p.lost_packets
+            )
+        }
+        Cap::Network => format!(
+            "the network ({} datagrams lost on the way; none dropped by the server's socket, none refused by the sender's queue)",
+            p.lost_packets
+        ),
+        Cap::SenderQueue => format!(
+            "the sender's own queue ({} ENOBUFS back-offs; {} datagrams short of the offered rate)",
+            p.enobufs_retries, p.not_sent_packets
+        ),
+        _ => format!(
+            "the sender ({} datagrams short of the offered rate, with no full queue)",
+            p.not_sent_packets
+        ),
+    }
+}
+
+/// One trial, as it ends.
+pub fn trial_line(t: &Trial) -> String {
+    let result = match t.cause {
+        None => "ok".to_string(),
+        Some(cause) => format!("FAIL: {}", places(cause, &t.places)),
+    };
+    format!(
+        "{:>5}  {:<8}  {:>14}  {:>11}  {:>15}  {:>10}  {:>6.3}%  {result}",
+        t.index,
+        t.phase.name(),
+        t.offered_bps
+            .map_or_else(|| "unpaced".into(), |o| gbit(o as f64)),
+        opt_gbit(t.sent_bps),
+        opt_gbit(t.received_bps),
+        t.lost_packets,
+        t.loss_percent,
+    )
+}
+
+/// The result, as text (after the trial lines) or as one JSON object.
+pub fn report(r: &LimitReport, json: bool) -> String {
+    if json {
+        return serde_json::to_string(r).unwrap_or_else(|_| "{}".into());
+    }
+    let l = &r.limit;
+    let mut out = match l.rate_bps {
+        Some(rate) => format!(
+            "limit     no-drop rate {} Gbit/s ({}; received {} Gbit/s, loss {:.3}%)",
+            gbit(rate as f64),
+            if l.confirmed {
+                format!("passed {} more trials", l.confirmations)
+            } else {
+                "not confirmed".into()
+            },
+            opt_gbit(l.received_bps),
+            l.loss_percent.unwrap_or(0.0)
+        ),
+        None => "limit     none: no rate passed".into(),
+    };
+    match (l.first_loss_at_bps, l.first_loss_cause, &l.first_loss) {
+        (Some(at), Some(cause), Some(p)) => {
+            out += &format!(
+                "\nfirst loss at {} Gbit/s: {}",
+                gbit(at as f64),
+                places(cause, p)
+            );
+        }
+        _ if l.sender_bound => {
+            out += "\nfirst loss none: the path carried all the sender could send";
+        }
+        _ => {}
+    }
+    out += &format!(
+        "\nsearch    {} trials of {:.1} s from the unpaced {} Gbit/s, resolution {}%",
+        l.trials,
+        l.trial_seconds,
+        gbit(l.unpaced_bps),
+        l.resolution_percent
+    );
+    for note in &r.notes {
+        out += &format!("\nnote: {note}");
+    }
+    out
+}
