@@ -12,7 +12,9 @@
 //! The search ([`Search`]) is pure and tested without sockets:
 //! 1. an unpaced trial measures the sender's rate: the upper bound;
 //! 2. bracketing: from the lowest failing rate, step down (by half at
-//!    first) until a trial passes;
+//!    first) until a trial passes; or, when the unpaced trial passed (the
+//!    sender, or its own queue, set its rate), step up from it until a
+//!    paced trial fails, to say what stops it;
 //! 3. bisection between the highest pass and the lowest failure, until
 //!    they are within `--resolution` of each other;
 //! 4. confirmation: the highest pass must pass `--confirm` more times; a
@@ -24,7 +26,7 @@
 //! `1 - resolution / 2` of it): a rate the sender's own queue refused was
 //! not carried, even though back-off keeps the count whole.
 
-use super::verdict::{Cap, BUSY_PERCENT};
+use super::verdict::{dropped_datagrams, Cap, BUSY_PERCENT};
 use super::RunReport;
 use crate::config::{ClientConfig, Volume};
 use crate::error::{Error, Result};
@@ -57,6 +59,8 @@ pub const DEFAULT_CONFIRMATIONS: u32 = 2;
 pub const DEFAULT_MAX_TRIALS: u32 = 40;
 /// The first bracketing step down from the unpaced rate: half.
 const FIRST_STEP: f64 = 0.5;
+/// How often a trial that only the sender failed is run again.
+pub const SENDER_REPEATS: u32 = 2;
 /// No rate below the upper bound over this is tried: the path loses at
 /// any rate worth measuring.
 const FLOOR_DIVISOR: u64 = 4096;
@@ -127,9 +131,13 @@ impl Search {
             settings,
             pass: upper_passed.then_some(upper),
             fail: (!upper_passed).then_some(upper),
-            step: FIRST_STEP,
+            step: if upper_passed {
+                settings.resolution
+            } else {
+                FIRST_STEP
+            },
             floor: (upper / FLOOR_DIVISOR).max(1),
-            confirming: upper_passed,
+            confirming: false,
             confirmed: 0,
             trials: 1,
         }
@@ -185,9 +193,14 @@ impl Search {
                     }
                 }
             }
-            // Confirming (handled above) is the only way to have a pass
-            // and no failure; with neither there is nothing to search.
-            (_, None) => self.found(self.confirming, false),
+            // Only the unpaced trial passed so far: look above it (the
+            // paced sender may do better, and the first failure above says
+            // what stops it), in steps growing from the resolution.
+            (Some(pass), None) => Next::Trial {
+                rate_bps: ((pass as f64) * (1.0 + self.step)).ceil() as u64,
+                phase: Phase::Bracket,
+            },
+            (None, None) => self.found(false, false),
         }
     }
 
@@ -198,6 +211,10 @@ impl Search {
             if phase == Phase::Confirm {
                 self.confirmed += 1;
             } else {
+                if self.fail.is_none() {
+                    // Still looking for a failure above: bigger steps.
+                    self.step = (self.step * 2.0).min(1.0);
+                }
                 self.pass = Some(self.pass.map_or(rate, |p| p.max(rate)));
             }
             return;
@@ -333,9 +350,17 @@ pub fn judge_trial(
     let lossy = loss_percent > s.loss_tolerance;
     let passed = !lossy && held;
     let drops = kernel_drops.unwrap_or(0);
+    let dropped = v.map_or(drops, |v| {
+        dropped_datagrams(
+            drops,
+            unit == Some("buffers"),
+            v.received_packets,
+            v.gro_buffers,
+        )
+    });
     let cause = if passed {
         None
-    } else if lossy && drops > 0 {
+    } else if lossy && drops > 0 && dropped * 2 >= lost {
         Some(Cap::ReceiveBuffer)
     } else if lossy {
         Some(Cap::Network)
@@ -420,7 +445,20 @@ pub fn find(
         trials.push(trial.clone());
         Ok(trial)
     };
-    let unpaced = run_trial(None, Phase::Unpaced)?;
+    // A trial the sender alone failed (it fell behind with no full queue:
+    // descheduled) says nothing about the path: it is run again, up to
+    // SENDER_REPEATS times, before it counts as a failure.
+    let mut run_counted = |rate: Option<u64>, phase: Phase| -> Result<Trial> {
+        let mut repeats = 0;
+        loop {
+            let trial = run_trial(rate, phase)?;
+            if trial.cause != Some(Cap::SenderCpu) || repeats == SENDER_REPEATS {
+                return Ok(trial);
+            }
+            repeats += 1;
+        }
+    };
+    let unpaced = run_counted(None, Phase::Unpaced)?;
     let upper = unpaced.sent_bps.unwrap_or(0.0) as u64;
     if upper == 0 {
         return Err(Error::runtime(format!(
@@ -433,7 +471,7 @@ pub fn find(
         match search.next_step() {
             Next::Done(found) => break found,
             Next::Trial { rate_bps, phase } => {
-                let t = run_trial(Some(rate_bps), phase)?;
+                let t = run_counted(Some(rate_bps), phase)?;
                 // The offered rate is what the clients were paced at.
                 search.record(rate_bps, phase, t.passed);
             }
@@ -476,6 +514,8 @@ fn summarise(
             .filter(|t| searched_rate(t, clients) == Some(split(rate)))
             .collect()
     });
+    // Nothing paced above the unpaced rate passed: the sender (or its own
+    // queue) is the limit, not the path.
     let sender_bound =
         unpaced.passed && found.rate_bps == Some(unpaced.sent_bps.unwrap_or(0.0) as u64);
     // The lowest failing rate's trial (the unpaced one when nothing paced
@@ -502,7 +542,11 @@ fn summarise(
         ));
     }
     if sender_bound {
-        notes.push("the unpaced trial lost nothing: the sender is the limit, not the path (try --clients 2)".into());
+        notes.push(if unpaced.enobufs_retries > 0 {
+            "the unpaced trial lost nothing: the sender's own queue (a slower link or a shaper on this host) set its rate, and nothing faster passed".into()
+        } else {
+            "the unpaced trial lost nothing: the sender is the limit, not the path (try --clients 2)".into()
+        });
     }
     if let Some(t) = first_failure {
         if t.cause == Some(Cap::SenderCpu) && t.sender_cpu_percent.is_some_and(|c| c < BUSY_PERCENT)
@@ -606,18 +650,29 @@ mod tests {
     }
 
     #[test]
-    fn an_unpaced_pass_makes_the_sender_the_limit() {
-        let (f, seen) = search(5_000_000_000, 9_000_000_000, &[]);
+    fn an_unpaced_pass_is_probed_from_above() {
+        // The paced sender cannot beat its unpaced rate: the first step
+        // above fails, and the unpaced rate is confirmed.
+        let (f, seen) = search(5_000_000_000, 5_000_000_000, &[]);
         assert_eq!(f.rate_bps, Some(5_000_000_000));
         assert!(f.confirmed);
-        assert_eq!(f.first_failure_bps, None);
+        assert_eq!(f.first_failure_bps, Some(5_100_000_000));
         assert_eq!(
             seen,
             vec![
+                (5_100_000_000, Phase::Bracket),
                 (5_000_000_000, Phase::Confirm),
                 (5_000_000_000, Phase::Confirm)
             ]
         );
+        // A path above the unpaced rate: steps grow until one fails.
+        let (f, seen) = search(5_000_000_000, 9_000_000_000, &[]);
+        let rate = f.rate_bps.unwrap();
+        let fail = f.first_failure_bps.unwrap();
+        assert!(rate <= 9_000_000_000 && fail > 9_000_000_000, "{seen:?}");
+        assert!((fail - rate) as f64 <= 0.02 * fail as f64, "{seen:?}");
+        assert!(f.confirmed);
+        assert!(seen.len() < 15, "{seen:?}");
     }
 
     #[test]

@@ -1279,6 +1279,8 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
             loss_percent: v.loss_percent,
             kernel_drops: v.kernel_drops.or(v.socket_kernel_drops),
             drops_in_buffers: v.kernel_drops_unit == Some("buffers"),
+            received: v.received_packets,
+            gro_buffers: v.gro_buffers,
             cpu_percent: v.cpu.as_ref().and_then(|c| c.percent_of_core),
         }),
     });

@@ -68,6 +68,17 @@ pub struct Verdict {
     pub text: String,
 }
 
+/// The datagrams `drops` kernel drops stand for: themselves, or with GRO
+/// (`in_buffers`) an estimate of `received / gro_buffers` datagrams per
+/// dropped buffer (the mean of the buffers that were received).
+pub fn dropped_datagrams(drops: u64, in_buffers: bool, received: u64, gro_buffers: u64) -> u64 {
+    if !in_buffers || gro_buffers == 0 {
+        return drops;
+    }
+    let per_buffer = (received as f64 / gro_buffers as f64).max(1.0);
+    (drops as f64 * per_buffer).round() as u64
+}
+
 /// What the receiver said, as far as the verdict needs it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReceiverFacts {
@@ -77,6 +88,9 @@ pub struct ReceiverFacts {
     pub kernel_drops: Option<u64>,
     /// The drops count GRO buffers, not datagrams.
     pub drops_in_buffers: bool,
+    /// Datagrams received, and the GRO buffers that held several.
+    pub received: u64,
+    pub gro_buffers: u64,
     /// The receive threads' CPU, % of one core.
     pub cpu_percent: Option<f64>,
 }
@@ -133,7 +147,9 @@ pub fn judge(f: &Facts) -> Verdict {
     };
     if rx.lost > 0 {
         let drops = rx.kernel_drops.unwrap_or(0);
-        if drops > 0 {
+        let dropped = dropped_datagrams(drops, rx.drops_in_buffers, rx.received, rx.gro_buffers);
+        // The buffer is the cause when its drops are most of the loss.
+        if drops > 0 && dropped * 2 >= rx.lost {
             let share = if rx.drops_in_buffers {
                 format!("{drops} GRO buffers of the {} datagrams lost", rx.lost)
             } else if drops >= rx.lost {
@@ -164,9 +180,18 @@ pub fn judge(f: &Facts) -> Verdict {
             };
         }
         let unknown = if rx.kernel_drops.is_none() {
-            " (the server cannot count its kernel drops on this platform)"
+            " (the server cannot count its kernel drops on this platform)".to_string()
+        } else if drops > 0 {
+            format!(
+                " (it dropped only {drops} {})",
+                if rx.drops_in_buffers {
+                    "GRO buffers"
+                } else {
+                    "datagrams"
+                }
+            )
         } else {
-            ""
+            String::new()
         };
         return verdict(
             Cap::Network,
@@ -291,6 +316,8 @@ mod tests {
             loss_percent: lost as f64 / 100.0,
             kernel_drops: drops,
             drops_in_buffers: false,
+            received: 10_000,
+            gro_buffers: 0,
             cpu_percent: Some(cpu),
         }
     }
@@ -318,6 +345,22 @@ mod tests {
             "{}",
             v.text
         );
+    }
+
+    #[test]
+    fn a_few_drops_in_much_loss_leave_it_to_the_network() {
+        let v = judge(&unpaced(20.0, rx(1000, Some(25), 5.0)));
+        assert_eq!(v.cause, Cap::Network, "{}", v.text);
+        assert!(v.text.contains("only 25 datagrams"), "{}", v.text);
+        // 25 buffers of about 13 datagrams each are 325: still a minority.
+        let mut r = rx(1000, Some(25), 5.0);
+        r.drops_in_buffers = true;
+        r.received = 13_000;
+        r.gro_buffers = 1_000;
+        assert_eq!(dropped_datagrams(25, true, 13_000, 1_000), 325);
+        assert_eq!(judge(&unpaced(20.0, r)).cause, Cap::Network);
+        r.kernel_drops = Some(40);
+        assert_eq!(judge(&unpaced(20.0, r)).cause, Cap::ReceiveBuffer);
     }
 
     #[test]
@@ -392,6 +435,8 @@ mod tests {
     fn buffer_drops_are_not_compared_with_datagrams() {
         let mut r = rx(6409, Some(493), 41.0);
         r.drops_in_buffers = true;
+        r.received = 33_682;
+        r.gro_buffers = 2_584;
         let v = judge(&unpaced(70.0, r));
         assert_eq!(v.cause, Cap::ReceiveBuffer);
         assert!(v.text.contains("493 GRO buffers"), "{}", v.text);

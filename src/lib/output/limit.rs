@@ -6,19 +6,27 @@ use crate::client::limit::{LimitReport, LossPlaces, SearchSettings, Trial};
 use crate::client::verdict::Cap;
 use crate::config::ClientConfig;
 
-fn gbit(bps: f64) -> String {
-    format!("{:.3}", bps / 1e9)
+/// A rate with the unit that keeps four significant digits: the search
+/// runs from tens of Gbit/s down to a shaper's few Mbit/s.
+pub fn rate(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.3} Gbit/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.2} Mbit/s", bps / 1e6)
+    } else {
+        format!("{:.1} kbit/s", bps / 1e3)
+    }
 }
 
-fn opt_gbit(bps: Option<f64>) -> String {
-    bps.map_or_else(|| "-".into(), gbit)
+fn opt_rate(bps: Option<f64>) -> String {
+    bps.map_or_else(|| "-".into(), rate)
 }
 
 /// The line before the first trial, and the table's header.
 pub fn header(cfg: &ClientConfig, s: &SearchSettings) -> String {
     format!(
         "find-limit to {}: {}-byte datagrams, {} client{}, trials of {:.1} s, resolution {}%, loss tolerance {}%\n\
-         trial  phase     offered Gbit/s  sent Gbit/s  received Gbit/s        lost   loss %  result",
+         trial  phase            offered           sent       received        lost   loss %  result",
         cfg.server,
         cfg.buffer_size,
         cfg.clients,
@@ -75,13 +83,13 @@ pub fn trial_line(t: &Trial) -> String {
         Some(cause) => format!("FAIL: {}", places(cause, &t.places)),
     };
     format!(
-        "{:>5}  {:<8}  {:>14}  {:>11}  {:>15}  {:>10}  {:>6.3}%  {result}",
+        "{:>5}  {:<8}  {:>15}  {:>13}  {:>13}  {:>10}  {:>6.3}%  {result}",
         t.index,
         t.phase.name(),
         t.offered_bps
-            .map_or_else(|| "unpaced".into(), |o| gbit(o as f64)),
-        opt_gbit(t.sent_bps),
-        opt_gbit(t.received_bps),
+            .map_or_else(|| "unpaced".into(), |o| rate(o as f64)),
+        opt_rate(t.sent_bps),
+        opt_rate(t.received_bps),
         t.lost_packets,
         t.loss_percent,
     )
@@ -94,26 +102,22 @@ pub fn report(r: &LimitReport, json: bool) -> String {
     }
     let l = &r.limit;
     let mut out = match l.rate_bps {
-        Some(rate) => format!(
-            "limit     no-drop rate {} Gbit/s ({}; received {} Gbit/s, loss {:.3}%)",
-            gbit(rate as f64),
+        Some(bps) => format!(
+            "limit     no-drop rate {} ({}; received {}, loss {:.3}%)",
+            rate(bps as f64),
             if l.confirmed {
                 format!("passed {} more trials", l.confirmations)
             } else {
                 "not confirmed".into()
             },
-            opt_gbit(l.received_bps),
+            opt_rate(l.received_bps),
             l.loss_percent.unwrap_or(0.0)
         ),
         None => "limit     none: no rate passed".into(),
     };
     match (l.first_loss_at_bps, l.first_loss_cause, &l.first_loss) {
         (Some(at), Some(cause), Some(p)) => {
-            out += &format!(
-                "\nfirst loss at {} Gbit/s: {}",
-                gbit(at as f64),
-                places(cause, p)
-            );
+            out += &format!("\nfirst loss at {}: {}", rate(at as f64), places(cause, p));
         }
         _ if l.sender_bound => {
             out += "\nfirst loss none: the path carried all the sender could send";
@@ -121,10 +125,10 @@ pub fn report(r: &LimitReport, json: bool) -> String {
         _ => {}
     }
     out += &format!(
-        "\nsearch    {} trials of {:.1} s from the unpaced {} Gbit/s, resolution {}%",
+        "\nsearch    {} trials of {:.1} s from the unpaced {}, resolution {}%",
         l.trials,
         l.trial_seconds,
-        gbit(l.unpaced_bps),
+        rate(l.unpaced_bps),
         l.resolution_percent
     );
     for note in &r.notes {

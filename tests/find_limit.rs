@@ -1,0 +1,408 @@
+//! `udp_client --find-limit` and the `limited_by` verdict (issue 17), each
+//! against a limit built on purpose between two hosts (network
+//! namespaces joined by a veth pair), and checked against a witness that
+//! netspeed does not control:
+//!
+//! - an nftables policer on the server host's input: the limit found must
+//!   be the policer's rate net of the header bytes it counts, and the
+//!   policer's own drop counter must equal the datagrams the trials lost;
+//! - a tbf qdisc on the client's link: the cause must be the sender's
+//!   queue, and the qdisc's drops must equal the ENOBUFS back-offs;
+//! - a small receive buffer on the server: the cause must be the buffer,
+//!   and `/proc/net/snmp`'s RcvbufErrors must equal the kernel drops.
+//!
+//! The searches run one at a time ([`ONE_AT_A_TIME`]): a search measures
+//! the machine, and two at once would each see the other's load.
+
+mod common;
+
+use common::impair::{
+    delta, nft_apply, nft_counter, read_snmp, require_nft, require_tc, tc, tc_drops,
+};
+use common::netns::{two_hosts, Netns};
+use common::run_bounded;
+use common::udp::{client_in, u, Server, CLIENT};
+use serde_json::Value;
+use std::sync::Mutex;
+use std::time::Duration;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `udp_client --find-limit --json ARGS` in `ns`; its JSON report.
+fn find_limit_in(ns: &Netns, args: &[&str]) -> Value {
+    let out = run_bounded(
+        ns.cmd(CLIENT).arg("--find-limit").arg("--json").args(args),
+        Duration::from_secs(240),
+    );
+    assert!(
+        out.status.success(),
+        "udp_client --find-limit {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON object ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+fn trials(report: &Value) -> &Vec<Value> {
+    report["trials"].as_array().expect("trials")
+}
+
+/// The sum of `key` over all trials.
+fn sum(report: &Value, key: &str) -> u64 {
+    trials(report).iter().map(|t| u(t, key)).sum()
+}
+
+fn limit_figure(report: &Value) -> String {
+    let l = &report["limit"];
+    format!(
+        "limit {} bit/s, first loss at {} ({}), {} trials",
+        l["rate_bps"], l["first_loss_at_bps"], l["first_loss_cause"], l["trials"]
+    )
+}
+
+/// Every trial's figures are consistent with its own verdict.
+fn check_trials(report: &Value) {
+    for t in trials(report) {
+        let passed = t["passed"].as_bool().expect("passed");
+        assert_eq!(passed, t["cause"].is_null(), "{t}");
+        assert_eq!(
+            u(t, "lost_packets") + u(t, "received_packets"),
+            u(t, "sent_packets"),
+            "a trial's datagrams are received or lost: {t}"
+        );
+        if passed {
+            assert_eq!(f(t, "loss_percent"), 0.0, "{t}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// An nftables policer on the server's input.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn policer_limit_is_found_and_its_drops_are_the_loss() {
+    require_nft();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (srv, cli, _) = two_hosts("fl1", "10.67.1");
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
+    let port = server.port();
+    // 2 MiB/s (nft's "mbytes" are MiB) of 1400-byte datagrams: IP length
+    // 1428, UDP length 1408. Only data datagrams are policed, so a Hello
+    // or an End is never dropped.
+    const RATE: f64 = 2.0 * 1024.0 * 1024.0;
+    const BURST: f64 = 16.0 * 1024.0;
+    nft_apply(
+        &srv,
+        &format!(
+            "table inet pol {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
+             udp dport {port} udp length 1408 limit rate over 2 mbytes/second burst 16 kbytes counter drop\n  }}\n}}\n"
+        ),
+    );
+    let target = format!("10.67.1.1:{port}");
+    // The verdict of an ordinary run at twice the policer's rate.
+    let run = client_in(
+        &cli,
+        &[
+            "-s",
+            &target,
+            "-b",
+            "1400",
+            "--rate",
+            "40Mbit",
+            "--duration",
+            "3s",
+            "--no-gso",
+        ],
+    );
+    assert_eq!(run["limited_by"]["cause"], "network", "{run}");
+    let (dropped_by_run, _) = nft_counter(&srv, "inet", "pol");
+    assert_eq!(
+        dropped_by_run,
+        u(&run["server"], "lost_packets"),
+        "the policer's drops are the run's loss: {run}"
+    );
+    // The search. --no-gso: one datagram per packet, so the policer's
+    // packet counter counts datagrams.
+    let report = find_limit_in(
+        &cli,
+        &[
+            "-s",
+            &target,
+            "-b",
+            "1400",
+            "--no-gso",
+            "--trial-duration",
+            "1s",
+            "--trial-pause",
+            "1.2s",
+            "--resolution",
+            "3",
+            "--confirm",
+            "1",
+        ],
+    );
+    check_trials(&report);
+    let (dropped, _) = nft_counter(&srv, "inet", "pol");
+    assert_eq!(
+        dropped - dropped_by_run,
+        sum(&report, "lost_packets"),
+        "the policer's drop counter equals the datagrams the trials lost: {report}"
+    );
+    // nft's byte limit lets through, in a trial of T seconds after a full
+    // refill, T seconds of its rate plus its bucket (one second of rate
+    // plus the burst): the no-drop payload rate is that, net of the 28
+    // header bytes per datagram it counts.
+    let t = 1.0;
+    let expected = 8.0 * (RATE * (t + 1.0) + BURST) / t * 1400.0 / 1428.0;
+    let l = &report["limit"];
+    let found = f(l, "rate_bps");
+    eprintln!(
+        "FIGURE policer: expected {expected:.0} bit/s, {}",
+        limit_figure(&report)
+    );
+    assert!(
+        found <= expected * 1.02 && found >= expected * (1.0 - 0.03 - 0.03),
+        "found {found} bit/s, expected {expected:.0} within the resolution: {report}"
+    );
+    assert!(f(l, "first_loss_at_bps") > found, "{report}");
+    assert_eq!(l["confirmed"], true, "{report}");
+    // Every loss was the policer's: no trial blamed the server's buffer or
+    // the sender's queue. The first failure above the limit is the
+    // network's, unless the sender could not hold that rate (a busy
+    // machine), which the report then says.
+    let causes: Vec<&str> = trials(&report)
+        .iter()
+        .filter_map(|t| t["cause"].as_str())
+        .collect();
+    assert!(causes.contains(&"network"), "{report}");
+    assert!(
+        causes.iter().all(|c| *c == "network" || *c == "sender_cpu"),
+        "{causes:?}: {report}"
+    );
+    match l["first_loss_cause"].as_str() {
+        Some("network") => {}
+        Some("sender_cpu") => assert!(!report["notes"].as_array().unwrap().is_empty()),
+        other => panic!("first loss {other:?}: {report}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A tbf on the client's link: the sender's own queue is the limit.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn tbf_on_the_client_link_is_the_senders_queue() {
+    require_tc();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (srv, cli, (_, cli_dev)) = two_hosts("fl2", "10.67.2");
+    // No IPv6 on the client: router solicitations must not land in the
+    // tiny qdisc and skew its drop counter.
+    common::impair::sysctl(
+        &cli,
+        &[
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ],
+    );
+    tc(
+        &cli,
+        &[
+            "qdisc", "add", "dev", &cli_dev, "root", "tbf", "rate", "50mbit", "burst", "16kb",
+            "limit", "32kb",
+        ],
+    );
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
+    let target = format!("10.67.2.1:{}", server.port());
+    let before = tc_drops(&cli, &cli_dev);
+    // An ordinary run paced above the shaper: the verdict.
+    let run = client_in(
+        &cli,
+        &[
+            "-s",
+            &target,
+            "-b",
+            "1400",
+            "--rate",
+            "80Mbit",
+            "--duration",
+            "2s",
+            "--no-gso",
+        ],
+    );
+    assert_eq!(run["limited_by"]["cause"], "sender_queue", "{run}");
+    assert_eq!(u(&run["server"], "lost_packets"), 0, "{run}");
+    let after_run = tc_drops(&cli, &cli_dev);
+    assert_eq!(after_run - before, u(&run, "enobufs_retries"), "{run}");
+    // --no-gso: tbf drops a GSO buffer larger than its burst segment by
+    // segment, without ENOBUFS; one datagram per packet keeps every drop
+    // a back-off.
+    let report = find_limit_in(
+        &cli,
+        &[
+            "-s",
+            &target,
+            "-b",
+            "1400",
+            "--no-gso",
+            "--trial-duration",
+            "1s",
+            "--trial-pause",
+            "0.2s",
+            "--resolution",
+            "3",
+            "--confirm",
+            "1",
+        ],
+    );
+    check_trials(&report);
+    assert_eq!(
+        tc_drops(&cli, &cli_dev) - after_run,
+        sum(&report, "enobufs_retries"),
+        "the qdisc's drops are the trials' back-offs: {report}"
+    );
+    assert_eq!(
+        sum(&report, "lost_packets"),
+        0,
+        "back-off loses nothing: {report}"
+    );
+    // tbf counts the Ethernet frame: 1400 + 28 + 14 bytes per datagram.
+    let expected = 50e6 * 1400.0 / 1442.0;
+    let l = &report["limit"];
+    let found = f(l, "rate_bps");
+    eprintln!(
+        "FIGURE tbf: expected {expected:.0} bit/s, {}",
+        limit_figure(&report)
+    );
+    assert!(
+        found >= expected * 0.94 && found <= expected * 1.04,
+        "found {found} bit/s, expected {expected:.0}: {report}"
+    );
+    assert_eq!(l["first_loss_cause"], "sender_queue", "{report}");
+    assert!(u(&l["first_loss"], "enobufs_retries") > 0, "{report}");
+}
+
+// ---------------------------------------------------------------------------
+// A small receive buffer on the server: kernel drops.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn small_receive_buffer_is_the_kernel_drop_cause() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (srv, cli, _) = two_hosts("fl3", "10.67.3");
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "64K"]);
+    let target = format!("10.67.3.1:{}", server.port());
+    let snmp_before = read_snmp(&srv, "Udp");
+    // An ordinary unpaced run overflows the buffer: the verdict.
+    let run = client_in(&cli, &["-s", &target, "-b", "1400", "--duration", "1s"]);
+    let cause = run["limited_by"]["cause"].as_str().unwrap_or("");
+    assert!(
+        cause == "receive_buffer" || cause == "receiver_cpu",
+        "{cause}: {run}"
+    );
+    let run_drops = u(&run["server"], "kernel_drops");
+    assert!(run_drops > 0, "{run}");
+    let report = find_limit_in(
+        &cli,
+        &[
+            "-s",
+            &target,
+            "-b",
+            "1400",
+            "--trial-duration",
+            "0.5s",
+            "--trial-pause",
+            "0.2s",
+            "--resolution",
+            "5",
+            "--confirm",
+            "1",
+        ],
+    );
+    check_trials(&report);
+    let snmp_after = read_snmp(&srv, "Udp");
+    let drops: u64 = trials(&report)
+        .iter()
+        .map(|t| {
+            t["kernel_drops"]
+                .as_u64()
+                .expect("kernel drops known on Linux")
+        })
+        .sum();
+    assert_eq!(
+        delta(&snmp_before, &snmp_after, "RcvbufErrors"),
+        run_drops + drops,
+        "the kernel's RcvbufErrors are the drops the server reported: {report}"
+    );
+    let l = &report["limit"];
+    eprintln!("FIGURE small buffer: {}", limit_figure(&report));
+    assert_eq!(l["first_loss_cause"], "receive_buffer", "{report}");
+    assert!(u(&l["first_loss"], "kernel_drops") > 0, "{report}");
+    assert!(l["rate_bps"].as_u64().is_some(), "{report}");
+}
+
+// ---------------------------------------------------------------------------
+// Verdicts that need no special host: pacing, and an unpaced run.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn paced_and_unpaced_runs_name_their_cap() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (srv, cli, _) = two_hosts("fl4", "10.67.4");
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
+    let target = format!("10.67.4.1:{}", server.port());
+    let paced = client_in(
+        &cli,
+        &[
+            "-s",
+            &target,
+            "-b",
+            "1400",
+            "--rate",
+            "200Mbit",
+            "--duration",
+            "1s",
+        ],
+    );
+    assert_eq!(paced["limited_by"]["cause"], "paced", "{paced}");
+    assert!(
+        paced["limited_by"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("0.200 Gbit/s"),
+        "{paced}"
+    );
+    // Unpaced: whatever capped it, the verdict must match its figures.
+    let run = client_in(&cli, &["-s", &target, "-b", "1400", "--duration", "2s"]);
+    let v = &run["limited_by"];
+    let cpu = |x: &Value| x["cpu"]["percent_of_core"].as_f64().unwrap_or(0.0);
+    let lost = u(&run["server"], "lost_packets");
+    match v["cause"].as_str().unwrap() {
+        "sender_cpu" => {
+            assert_eq!(lost, 0, "{run}");
+            assert!(cpu(&run["clients"][0]) >= 90.0, "{run}");
+        }
+        "receiver_cpu" => assert!(cpu(&run["server"]) >= 90.0, "{run}"),
+        "receive_buffer" => assert!(u(&run["server"], "kernel_drops") > 0, "{run}"),
+        "unknown" => {
+            assert_eq!(lost, 0, "{run}");
+            assert!(
+                cpu(&run["clients"][0]) < 90.0 && cpu(&run["server"]) < 90.0,
+                "{run}"
+            );
+        }
+        other => panic!("an unpaced run over a clean link capped by {other}: {run}"),
+    }
+    eprintln!("FIGURE unpaced veth: {}", v["text"]);
+}
