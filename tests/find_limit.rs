@@ -406,3 +406,101 @@ fn paced_and_unpaced_runs_name_their_cap() {
     }
     eprintln!("FIGURE unpaced veth: {}", v["text"]);
 }
+
+// ---------------------------------------------------------------------------
+// As a user meets it: --local, text, --plot, and bad input.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn local_find_limit_prints_every_trial_and_draws_the_plot() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = common::TempDir::new("netspeed-findlimit");
+    let svg = dir.path().join("limit.svg");
+    let out = run_bounded(
+        std::process::Command::new(CLIENT).args([
+            "--local",
+            "--find-limit",
+            "-b",
+            "1460",
+            "--trial-duration",
+            "0.2s",
+            "--trial-pause",
+            "0s",
+            "--resolution",
+            "10",
+            "--confirm",
+            "1",
+            "--plot",
+            svg.to_str().unwrap(),
+        ]),
+        Duration::from_secs(120),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("find-limit to 127.0.0.1:"), "{text}");
+    let trial_lines: Vec<&&str> = lines
+        .iter()
+        .filter(|l| {
+            l.trim_start()
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        })
+        .collect();
+    assert!(trial_lines[0].contains("unpaced"), "{text}");
+    let search = lines
+        .iter()
+        .find(|l| l.starts_with("search "))
+        .unwrap_or_else(|| panic!("no search line: {text}"));
+    // "search    N trials ...": one line per trial, repeats included.
+    let n: usize = search.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(trial_lines.len(), n, "{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("limit     no-drop rate")),
+        "{text}"
+    );
+    let drawn = std::fs::read_to_string(&svg).expect("the plot was written");
+    assert!(
+        drawn.contains("<svg") && drawn.contains("offered"),
+        "{drawn}"
+    );
+}
+
+#[test]
+fn find_limit_bad_input_exits_2_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--loss-tolerance", "1"], "--find-limit"),
+        (&["--find-limit", "--rate", "1G"], "--rate"),
+        (&["--find-limit", "-t", "1G"], "--total-send"),
+        (&["--find-limit", "--loss-tolerance", "101"], "101"),
+        (&["--find-limit", "--resolution", "0"], "--resolution"),
+        (
+            &["--find-limit", "--trial-duration", "10ms"],
+            "--trial-duration",
+        ),
+        (&["--find-limit", "--max-trials", "1"], "--max-trials"),
+        (&["--find-limit", "--confirm", "500"], "--confirm"),
+        (&["--plot", "x.svg"], "--plot"),
+    ];
+    for (args, mention) in cases {
+        let out = run_bounded(
+            std::process::Command::new(CLIENT).args(*args),
+            Duration::from_secs(20),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(mention),
+            "{args:?} should mention {mention}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}

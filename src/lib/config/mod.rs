@@ -402,11 +402,23 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
                 let line = text.lines().next().unwrap_or("invalid arguments");
                 let line = line.strip_prefix("error: ").unwrap_or(line);
                 // An invalid choice names the valid ones on the same line.
-                let valid = match e.get(clap::error::ContextKind::ValidValue) {
-                    Some(clap::error::ContextValue::Strings(v)) if !v.is_empty() => {
+                use clap::error::{ContextKind, ContextValue};
+                let valid = match e.get(ContextKind::ValidValue) {
+                    Some(ContextValue::Strings(v)) if !v.is_empty() => {
                         format!("; valid values: {}", v.join(", "))
                     }
                     _ => String::new(),
+                };
+                // A missing argument (`--loss-tolerance` without
+                // `--find-limit`) is named on the next lines: bring it up.
+                let valid = match e.get(ContextKind::InvalidArg) {
+                    Some(ContextValue::Strings(v))
+                        if e.kind() == clap::error::ErrorKind::MissingRequiredArgument
+                            && !v.is_empty() =>
+                    {
+                        format!(" {}{valid}", v.join(", "))
+                    }
+                    _ => valid,
                 };
                 Err(Error::usage(format!("{}{valid} (see --help)", clip(line))))
             }
