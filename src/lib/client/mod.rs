@@ -47,6 +47,7 @@ const PACED_BATCH: usize = 64;
 const SIGNALLED_WAIT: Duration = Duration::from_millis(300);
 
 /// What the server said it received for one session, or for all of them.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ServerView {
     pub received_packets: u64,
@@ -55,7 +56,6 @@ pub struct ServerView {
     pub lost_packets: u64,
     /// Present when some arrivals could not be classified: the loss is then
     /// between this and `lost_packets`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lost_fewest: Option<u64>,
     pub loss_percent: f64,
     pub duplicates: u64,
@@ -71,18 +71,16 @@ pub struct ServerView {
     pub jitter_ms: f64,
     /// Receive rate: what arrived after the first arrival, over the time
     /// from the first to the last (server's clock); null under 1 ms.
+    #[serialize_always]
     pub gbps: Option<f64>,
     pub seconds: f64,
     /// Drops on the server's socket while the session ran, when nothing
     /// else used that socket meanwhile: this session's own.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
     /// Drops on the server's socket(s) while the session(s) ran, whoever's
     /// datagrams they were.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub socket_kernel_drops: Option<u64>,
     /// `datagrams`, or `buffers` when the datagrams arrived coalesced.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops_unit: Option<&'static str>,
     /// Buffers the server received that held several datagrams (GRO).
     pub gro_buffers: u64,
@@ -101,7 +99,6 @@ pub struct ServerView {
     pub disputed: bool,
     /// The server's receive threads' CPU while the session(s) ran (shared
     /// with anything else it received meanwhile); absent where unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
 }
 
@@ -178,6 +175,7 @@ impl SendTiming {
 }
 
 /// One client socket's result.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientReport {
     pub session: String,
@@ -190,24 +188,23 @@ pub struct ClientReport {
     pub seconds: f64,
     /// Send rate over `seconds` of what the calls after the first sent;
     /// null under 1 ms.
+    #[serialize_always]
     pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
     /// How the datagrams were really sent: batch, GSO, fallbacks.
     pub send_path: SendPath,
     /// SO_SNDBUF as granted, when --sndbuf was given.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sndbuf: Option<sys::BufferGrant>,
     /// The sending thread's CPU over the send loop (getrusage
     /// RUSAGE_THREAD); absent where the platform cannot tell.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
     /// How the rate was held, with --rate.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pacing: Option<PacingReport>,
     /// What was sent per `--interval` (sender side); empty when off.
     pub intervals: Vec<SendInterval>,
     pub answer: Answer,
+    #[serialize_always]
     pub server: Option<ServerView>,
     #[serde(skip)]
     timing: SendTiming,
@@ -220,6 +217,7 @@ pub struct ClientReport {
 }
 
 /// The whole run: every client socket, and their totals.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
     /// netspeed's version.
@@ -233,20 +231,20 @@ pub struct RunReport {
     pub server_addr: String,
     pub buffer_size: usize,
     pub connected: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_bps: Option<u64>,
     pub sent_packets: u64,
     pub sent_bytes: u64,
     /// From the first client's first send call to the last one's last.
     pub seconds: f64,
     /// Send rate over `seconds` (sender side); null under 1 ms.
+    #[serialize_always]
     pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
     /// All sending threads' CPU, over the run's wall time.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
     /// Combined over the clients the server answered for; null if none did.
+    #[serialize_always]
     pub server: Option<ServerView>,
     pub clients_answered: usize,
     /// Every client that asked got its answer (or none asked: --no-server).
@@ -1087,12 +1085,12 @@ fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCost> {
 }
 
 /// The sending host, for the record.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct Host {
     /// `linux`, `macos`, ...
     pub os: &'static str,
     /// The kernel release, where the platform tells.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<String>,
     /// CPUs this process may use.
     pub cpus: usize,

@@ -110,11 +110,11 @@ impl Default for TableConfig {
 
 /// One peer's figures, for an interval line or a final summary. Optional
 /// fields are left out of JSON when unknown. `docs/output.md` defines each.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerReport {
     pub peer: String,
     pub tagged: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
     /// Distinct datagrams received (duplicates are not counted again).
     pub packets: u64,
@@ -123,33 +123,26 @@ pub struct PeerReport {
     pub seconds: f64,
     /// Rates over `seconds`, of what arrived after its start; null when the
     /// span is under `stats::MIN_RATE_SPAN`.
+    #[serialize_always]
     pub gbps: Option<f64>,
+    #[serialize_always]
     pub pps: Option<f64>,
+    #[serialize_always]
     pub wire_gbps: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub total_packets: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub total_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sent_packets: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sent_bytes: Option<u64>,
     /// Lost datagrams (at most this many, see `lost_fewest`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lost: Option<u64>,
     /// Present only when some arrivals could not be classified: the loss is
     /// then between this and `lost`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lost_fewest: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_percent: Option<f64>,
     /// `declared` (the client's end-of-test totals) or `sequence` (estimated
     /// from the highest sequence number, when no end-of-test arrived).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_basis: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub duplicates: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reordered: Option<u64>,
     /// Arrivals that could not be classified as new or duplicate.
     #[serde(skip_serializing_if = "is_zero")]
@@ -157,7 +150,6 @@ pub struct PeerReport {
     /// Datagrams whose sequence numbers the sender never sent.
     #[serde(skip_serializing_if = "is_zero")]
     pub unexpected: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<f64>,
     /// Datagrams without a netspeed header counted in this session (a
     /// client's datagrams shorter than the header).
@@ -165,15 +157,12 @@ pub struct PeerReport {
     pub untagged_packets: u64,
     /// Drops on the server socket while this peer was active, when nothing
     /// else arrived on that socket meanwhile: this peer's own.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
     /// Drops on the server socket while this peer was active, whoever's
     /// datagrams they were.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub socket_kernel_drops: Option<u64>,
     /// What the drop counts count: `datagrams`, or `buffers` when this
     /// peer's datagrams arrived coalesced (UDP GRO).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops_unit: Option<&'static str>,
     /// Buffers received that held more than one datagram (UDP GRO).
     pub gro_buffers: u64,
@@ -185,17 +174,15 @@ pub struct PeerReport {
     pub transit_discarded: u64,
     /// The server's receive threads' CPU over this span (shared with any
     /// other peer active at the same time); absent where unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
     /// Why this session's figures are disputed: Ends with different
     /// totals, or data after an End that its total does not cover.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub conflict: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<DoneReason>,
 }
 
 /// A session whose End is contradicted.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct ConflictReport {
     pub peer: String,
@@ -205,11 +192,8 @@ pub struct ConflictReport {
     pub sent_packets: u64,
     pub sent_bytes: u64,
     /// What contradicts them: another End's totals, or a sequence number.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub other_sent_packets: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub other_sent_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
 }
 

@@ -320,19 +320,20 @@ impl CpuTime {
 }
 
 /// What some work cost in CPU, as iperf3 and netperf report it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct CpuCost {
     /// User and system CPU seconds (absent when only the total is known).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub user_seconds: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub system_seconds: Option<f64>,
     pub seconds: f64,
     /// `seconds` over the wall-clock span, in % of one core (can pass 100
     /// with several threads); null under [`MIN_RATE_SPAN`].
+    #[serialize_always]
     pub percent_of_core: Option<f64>,
     /// CPU seconds per 10^9 payload bytes moved (netperf's service demand,
     /// per GB); null when nothing moved.
+    #[serialize_always]
     pub seconds_per_gb: Option<f64>,
 }
 
