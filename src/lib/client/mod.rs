@@ -1230,30 +1230,7 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
         );
     }
     if let Some(v) = &server {
-        if v.idle_finished {
-            notes.push("the server had already finished a session as idle (no datagram for its --idle-timeout) when the End arrived: its figures stop there; raise the server's --idle-timeout for slow senders".into());
-        }
-        if v.late > 0 {
-            notes.push(format!(
-                "{} datagrams reached the server after it had finished the session: they are not in its figures (raise the server's --end-grace on a path that delays datagrams this much)",
-                v.late
-            ));
-        }
-        if v.unexpected > 0 {
-            notes.push(format!(
-                "the server received {} datagrams for this session with sequence numbers it never sent: forged, or from another sender",
-                v.unexpected
-            ));
-        }
-        if v.disputed {
-            notes.push("DISPUTED: the server received another End for this session (with other totals), or data after the End that its total does not cover: a forged End, or a confused sender; these figures cannot be trusted (--psk on both ends makes Ends unforgeable)".into());
-        }
-        if v.truncated > 0 {
-            notes.push(format!(
-                "the server's kernel cut {} buffers short (MSG_TRUNC): their datagrams count as lost",
-                v.truncated
-            ));
-        }
+        notes.extend(server_notes(v));
     }
     let answered_count = count(Answer::Answered);
     RunReport {
@@ -1290,6 +1267,28 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
         clients,
         notes,
     }
+}
+
+/// What the server's answer says about its own figures: where they stop
+/// short, what they leave out, and whether they can be trusted.
+fn server_notes(v: &ServerView) -> impl Iterator<Item = String> {
+    let ServerView {
+        idle_finished,
+        late,
+        unexpected,
+        disputed,
+        truncated,
+        ..
+    } = *v;
+    [
+        (idle_finished, "the server had already finished a session as idle (no datagram for its --idle-timeout) when the End arrived: its figures stop there; raise the server's --idle-timeout for slow senders".to_string()),
+        (late > 0, format!("{late} datagrams reached the server after it had finished the session: they are not in its figures (raise the server's --end-grace on a path that delays datagrams this much)")),
+        (unexpected > 0, format!("the server received {unexpected} datagrams for this session with sequence numbers it never sent: forged, or from another sender")),
+        (disputed, "DISPUTED: the server received another End for this session (with other totals), or data after the End that its total does not cover: a forged End, or a confused sender; these figures cannot be trusted (--psk on both ends makes Ends unforgeable)".to_string()),
+        (truncated > 0, format!("the server's kernel cut {truncated} buffers short (MSG_TRUNC): their datagrams count as lost")),
+    ]
+    .into_iter()
+    .filter_map(|(due, note)| due.then_some(note))
 }
 
 #[cfg(test)]
