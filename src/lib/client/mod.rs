@@ -17,7 +17,7 @@ pub mod send;
 use crate::config::{ClientConfig, GsoRequest, Volume};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
-use crate::stats::{self, percent, CpuCost, CpuTime, IntervalClock, SendInterval};
+use crate::stats::{self, percent, CpuCost, CpuTime, IntervalClock, KernelDrops, SendInterval};
 use crate::sys;
 use crate::wire::{self, End, EndAck, Header, Hello, Message};
 use pacing::{Pacer, Release};
@@ -74,14 +74,9 @@ pub struct ServerView {
     #[serialize_always]
     pub gbps: Option<f64>,
     pub seconds: f64,
-    /// Drops on the server's socket while the session ran, when nothing
-    /// else used that socket meanwhile: this session's own.
-    pub kernel_drops: Option<u64>,
-    /// Drops on the server's socket(s) while the session(s) ran, whoever's
-    /// datagrams they were.
-    pub socket_kernel_drops: Option<u64>,
-    /// `datagrams`, or `buffers` when the datagrams arrived coalesced.
-    pub kernel_drops_unit: Option<&'static str>,
+    /// Drops on the server's socket(s) while the session(s) ran.
+    #[serde(flatten)]
+    pub drops: KernelDrops,
     /// Buffers the server received that held several datagrams (GRO).
     pub gro_buffers: u64,
     /// Buffers the server's kernel cut short (MSG_TRUNC).
@@ -1035,16 +1030,9 @@ fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
         entry.1 = entry.1.max(a.drops_end);
     }
     v.cpu = server_cpu(answers, v.received_bytes);
-    if known && !sockets.is_empty() {
-        let drops: u64 = sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum();
-        v.socket_kernel_drops = Some(drops);
-        v.kernel_drops = (!shared).then_some(drops);
-        v.kernel_drops_unit = Some(if v.gro_buffers > 0 {
-            "buffers"
-        } else {
-            "datagrams"
-        });
-    }
+    let drops = (known && !sockets.is_empty())
+        .then(|| sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum());
+    v.drops = KernelDrops::new(drops, shared, v.gro_buffers > 0);
     v
 }
 

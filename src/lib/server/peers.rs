@@ -29,7 +29,9 @@
 //! down, but not lock every real client out.
 
 use crate::auth::Psk;
-use crate::stats::{self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, SeqSet};
+use crate::stats::{
+    self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, KernelDrops, SeqSet,
+};
 use crate::wire::{self, End, EndAck, Hello, HelloAck, Message};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -155,15 +157,9 @@ pub struct PeerReport {
     /// client's datagrams shorter than the header).
     #[serde(skip_serializing_if = "is_zero")]
     pub untagged_packets: u64,
-    /// Drops on the server socket while this peer was active, when nothing
-    /// else arrived on that socket meanwhile: this peer's own.
-    pub kernel_drops: Option<u64>,
-    /// Drops on the server socket while this peer was active, whoever's
-    /// datagrams they were.
-    pub socket_kernel_drops: Option<u64>,
-    /// What the drop counts count: `datagrams`, or `buffers` when this
-    /// peer's datagrams arrived coalesced (UDP GRO).
-    pub kernel_drops_unit: Option<&'static str>,
+    /// Drops on the server socket while this peer was active.
+    #[serde(flatten)]
+    pub drops: KernelDrops,
     /// Buffers received that held more than one datagram (UDP GRO).
     pub gro_buffers: u64,
     /// Buffers the kernel cut to fit (MSG_TRUNC): should never happen.
@@ -482,14 +478,6 @@ impl Peer {
         Some(self.drops_end?.saturating_sub(self.drops_start?))
     }
 
-    fn drops_unit(&self) -> &'static str {
-        if self.gro_buffers > 0 {
-            "buffers"
-        } else {
-            "datagrams"
-        }
-    }
-
     /// A report of `amount` over the span from `start` to `end`, where
     /// `after_start` is the part of `amount` that arrived after `start`.
     #[allow(clippy::too_many_arguments)]
@@ -505,7 +493,6 @@ impl Peer {
         let t = self.tagged.as_deref();
         let figures = t.map(Tagged::figures);
         let loss = figures.and_then(|f| f.loss);
-        let socket_drops = self.socket_drops();
         PeerReport {
             peer: self.addr.to_string(),
             tagged: t.is_some(),
@@ -530,9 +517,7 @@ impl Peer {
             unexpected: figures.map_or(0, |f| f.unexpected),
             jitter_ms: t.map(|t| t.jitter.nanos() / 1e6),
             untagged_packets: t.map_or(0, |t| t.untagged_packets),
-            kernel_drops: socket_drops.filter(|_| !shared),
-            socket_kernel_drops: socket_drops,
-            kernel_drops_unit: socket_drops.map(|_| self.drops_unit()),
+            drops: KernelDrops::new(self.socket_drops(), shared, self.gro_buffers > 0),
             gro_buffers: self.gro_buffers,
             truncated: self.truncated,
             transit_discarded: t.map_or(0, |t| t.jitter.discarded),
@@ -2260,7 +2245,7 @@ mod tests {
         assert_eq!(t.sink.done.len(), 1);
         let done = &t.sink.done[0];
         assert_eq!((done.packets, done.lost), (6, Some(0)));
-        assert_eq!(done.kernel_drops, Some(5), "alone on the socket: its own");
+        assert_eq!(done.drops.kernel_drops, Some(5), "alone on the socket: its own");
         assert_eq!(replies[0].bytes.as_slice().len(), wire::END_LEN);
     }
 
@@ -2661,7 +2646,7 @@ mod tests {
             "drops from the peer's start"
         );
         assert_eq!(ack.gro_buffers, 2, "both buffers held several datagrams");
-        assert_eq!(t.sink.done[0].kernel_drops_unit, Some("buffers"));
+        assert_eq!(t.sink.done[0].drops.kernel_drops_unit, Some("buffers"));
         assert_eq!(t.table.kernel_drops(), Some(3));
         assert_eq!(
             (ack.first_arrival_packets, ack.first_arrival_bytes),
@@ -2732,7 +2717,7 @@ mod tests {
         t.data(a, 1, 1, 100, START);
         t.end(a, 1, 2, 200, 1, START);
         t.expire(200 * MS);
-        assert_eq!(t.sink.done[0].kernel_drops, Some(7));
+        assert_eq!(t.sink.done[0].drops.kernel_drops, Some(7));
     }
 
     #[test]
