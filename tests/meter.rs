@@ -6,7 +6,7 @@
 mod common;
 
 use common::args;
-use common::udp::{args_to, client, u, Server};
+use common::udp::{client, u, Server};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ fn f(v: &Value, key: &str) -> f64 {
 
 /// One second of 1400-byte datagrams at `rate` to a fresh server.
 fn paced_second(rate: &str) -> (Server, Value) {
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     let report = client(&[
         "-s",
         &server.addr,
@@ -60,10 +60,7 @@ fn cpu_is_reported_on_both_ends_and_in_every_line() {
     let server = Server::start_args(&args(
         "--listen 127.0.0.1:0 --interval 200ms --recv-buffer-size 4M",
     ));
-    let report = client(&args_to(
-        &server.addr,
-        "-b 1400 --rate 100Mbit --duration 1s --clients 2",
-    ));
+    let report = server.client("-b 1400 --rate 100Mbit --duration 1s --clients 2");
     for c in report["clients"].as_array().unwrap() {
         check_cpu(&c["cpu"], f(c, "seconds") + 0.01, 1.0, "client");
         let answer = &c["server"];

@@ -229,7 +229,7 @@ fn server_udp(ns: &Netns) -> std::collections::HashMap<String, u64> {
 
 #[test]
 fn relay_swaps_are_counted_as_reordered() {
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     let server_addr: SocketAddr = server.addr.parse().unwrap();
     let relay = SwapRelay::start(server_addr, 50, Duration::from_secs(30));
     let target = relay.addr.to_string();

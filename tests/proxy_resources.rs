@@ -79,8 +79,7 @@ fn nofile_limits() -> (u64, u64) {
 
 /// Every test here holds `CONNS` client sockets and `CONNS` upstream
 /// sockets at once, and the proxy (which inherits the limit) twice that
-/// many: raise the soft limit to the hard one if it is short (with
-/// prlimit(1), so the test needs no unsafe code).
+/// many: raise the soft limit to the hard one if it is short.
 fn ensure_fds() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -94,17 +93,23 @@ fn ensure_fds() {
             hard >= need,
             "cannot run: RLIMIT_NOFILE hard limit {hard} < {need} needed"
         );
-        let status = Command::new("prlimit")
-            .arg(format!("--pid={}", std::process::id()))
-            .arg(format!("--nofile={hard}:{hard}"))
-            .status()
-            .expect("cannot run: prlimit (util-linux) is needed to raise RLIMIT_NOFILE");
-        assert!(status.success(), "prlimit failed: {status}");
+        raise_soft_nofile_to(hard);
         assert!(
             nofile_limits().0 >= need,
             "prlimit did not raise the soft limit"
         );
     });
+}
+
+/// Sets this process's RLIMIT_NOFILE to `hard` (soft and hard), with
+/// prlimit(1), so the tests need no unsafe code.
+fn raise_soft_nofile_to(hard: u64) {
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={}", std::process::id()))
+        .arg(format!("--nofile={hard}:{hard}"))
+        .status()
+        .expect("cannot run: prlimit (util-linux) is needed to raise RLIMIT_NOFILE");
+    assert!(status.success(), "prlimit failed: {status}");
 }
 
 /// An upstream on 127.0.0.1:0 that accepts and holds every connection
@@ -170,13 +175,16 @@ fn start_proxy(upstream: SocketAddr, mode: &str) -> Proxy {
 fn rss(proxy: &Proxy) -> usize {
     let status = std::fs::read_to_string(format!("/proc/{}/status", proxy.guard.id()))
         .expect("the proxy is running");
-    let kib: usize = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+    kib_field(&status, "VmRSS:").expect("VmRSS in /proc/PID/status") * 1024
+}
+
+/// A `Key:   1234 kB` line's number, as /proc/PID/status and
+/// /proc/meminfo write them.
+fn kib_field(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS in /proc/PID/status");
-    kib * 1024
 }
 
 /// Polls `done` until it holds, for up to `WAIT`.
@@ -385,13 +393,7 @@ fn memory_per_connection_in_every_mode() {
 /// with everything else running; the figure below is a rough one.
 fn mem_available() -> usize {
     let info = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
-    let kib: usize = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("MemAvailable in /proc/meminfo");
-    kib * 1024
+    kib_field(&info, "MemAvailable:").expect("MemAvailable in /proc/meminfo") * 1024
 }
 
 /// The memory of tcp_proxy's default (splice, pipes growing to 1 MiB,
@@ -414,12 +416,7 @@ fn default_splice_with_4000_connections() {
     // CAP_SYS_RESOURCE to raise it) as many as fit are opened, and said.
     let (_, hard) = nofile_limits();
     let open = 4000.min((hard.saturating_sub(256) / 6) as usize);
-    let status = Command::new("prlimit")
-        .arg(format!("--pid={}", std::process::id()))
-        .arg(format!("--nofile={hard}:{hard}"))
-        .status()
-        .expect("prlimit");
-    assert!(status.success(), "prlimit failed: {status}");
+    raise_soft_nofile_to(hard);
     if open < 4000 {
         eprintln!("RLIMIT_NOFILE {hard}: {open} connections, not 4,000 (6 fds each in the proxy)");
     }

@@ -129,7 +129,7 @@ fn run_with_a_spoofed_end(server: &Server, client_args: &[&str]) -> (common::udp
 fn a_spoofed_end_is_reported_as_a_dispute() {
     // Before: the forged End fixed the totals at 300, the real client read
     // "lost 0" of a stale answer, or its real End landed in a new entry.
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     let (out, relay) =
         run_with_a_spoofed_end(&server, &["-b", "1000", "-n", "3000", "--rate", "20Mbit"]);
     relay.finish();
@@ -272,10 +272,7 @@ fn duration_bounds_a_paced_run() {
     // still end after about a second (before: 4 s).
     let server = Server::start("127.0.0.1:0", &[]);
     let started = Instant::now();
-    let report = client(&args_to(
-        &server.addr,
-        "-b 5000 --rate 10kbit --duration 1s",
-    ));
+    let report = server.client("-b 5000 --rate 10kbit --duration 1s");
     let took = started.elapsed();
     assert!(took < Duration::from_millis(1800), "took {took:?}");
     assert_eq!(u(&report, "sent_packets"), 1, "{report}");
@@ -380,7 +377,7 @@ fn a_flood_of_forged_sessions_does_not_lock_out_a_real_client() {
         );
         s.send_to(&d, &target).unwrap();
     }
-    let report = client(&args_to(&server.addr, "-b 1000 -n 2000 --rate 100Mbit"));
+    let report = server.client("-b 1000 -n 2000 --rate 100Mbit");
     let answer = &report["server"];
     assert_eq!(u(answer, "received_packets"), 2000, "{report}");
     assert_eq!(u(answer, "lost_packets"), 0);
@@ -517,7 +514,7 @@ fn small_fd_limits_give_one_line_errors_never_panics() {
 #[test]
 fn forged_send_times_cannot_blow_up_jitter() {
     // Before: random send_time_ns values pushed jitter to 1.7e12 ms.
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     let relay = server.relay(&[]);
     let target = relay.addr().to_string();
     let run = std::thread::spawn(move || {

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 #[test]
 fn one_client_exact_counts_on_both_sides() {
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     // 1000003 bytes in 1000-byte datagrams: 1000 full ones and a 3-byte
     // tail too short for a header, which the server merges at end of test.
-    let report = client(&args_to(&server.addr, "-b 1000 -t 1000003 --rate 400Mbit"));
+    let report = server.client("-b 1000 -t 1000003 --rate 400Mbit");
     assert_eq!(u(&report, "sent_bytes"), 1_000_003);
     assert_eq!(u(&report, "sent_packets"), 1001);
     let c = &report["clients"][0];
@@ -33,11 +33,8 @@ fn one_client_exact_counts_on_both_sides() {
 
 #[test]
 fn three_clients_are_three_exact_peers() {
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let report = client(&args_to(
-        &server.addr,
-        "-b 1400 -t 2M --clients 3 --rate 150Mbit",
-    ));
+    let server = Server::loopback();
+    let report = server.client("-b 1400 -t 2M --clients 3 --rate 150Mbit");
     let clients = report["clients"].as_array().unwrap();
     assert_eq!(clients.len(), 3);
     let mut sessions: Vec<&str> = clients
@@ -67,7 +64,7 @@ fn three_clients_are_three_exact_peers() {
 fn ipv6_loopback() {
     let server = Server::start("[::1]:0", &["--recv-buffer-size", "4M"]);
     assert!(server.addr.starts_with("[::1]:"), "{}", server.addr);
-    let report = client(&args_to(&server.addr, "-b 1200 -t 600K --rate 200Mbit"));
+    let report = server.client("-b 1200 -t 600K --rate 200Mbit");
     let c = &report["clients"][0];
     let done = server.done_for(c["session"].as_str().unwrap());
     assert_exact(&report, c, &done);
@@ -149,7 +146,7 @@ fn garbage_during_a_session_changes_nothing() {
         }
         sent
     });
-    let report = client(&args_to(&server.addr, "-b 1000 -t 3M --rate 200Mbit"));
+    let report = server.client("-b 1000 -t 3M --rate 200Mbit");
     assert_eq!(flood.join().unwrap(), 10_000);
     let c = &report["clients"][0];
     let done = server.done_for(c["session"].as_str().unwrap());
@@ -194,7 +191,7 @@ fn receive_buffer_overflow_is_reported_as_kernel_drops() {
 fn interval_lines_while_traffic_flows() {
     let server = Server::start_args(&args("--listen 127.0.0.1:0 --interval 100ms"));
     let lines = &server.lines;
-    let report = client(&args_to(&server.addr, "-b 1000 -t 5M --rate 100Mbit"));
+    let report = server.client("-b 1000 -t 5M --rate 100Mbit");
     let session = report["clients"][0]["session"]
         .as_str()
         .unwrap()
@@ -408,7 +405,7 @@ fn port_in_use_is_a_runtime_error() {
 fn small_datagrams_still_get_an_exact_answer() {
     // Smaller than the end-of-test message, smaller than the
     // 32-byte header (untagged, merged at end of test), and empty.
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     for args in [
         &["-b", "64", "-n", "3000", "--batch", "16"][..],
         &["-b", "64", "-n", "3000", "--connected"],
@@ -452,7 +449,7 @@ fn sweep_prints_seed_001s_table_from_the_servers_answers() {
 fn bind_sends_from_the_address_given() {
     // -B/--bind (iperf3's -B): the server sees the datagrams come from the
     // address given, with or without a port, and counts them exactly.
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     let free_port = UdpSocket::bind("127.0.0.3:0")
         .and_then(|s| s.local_addr())
         .expect("a free port")
@@ -477,11 +474,8 @@ fn bind_sends_from_the_address_given() {
 
 #[test]
 fn client_intervals_add_up_and_the_json_records_the_run() {
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let report = client(&args_to(
-        &server.addr,
-        "-b 1000 --duration 1s --rate 100Mbit -i 200ms",
-    ));
+    let server = Server::loopback();
+    let report = server.client("-b 1000 --duration 1s --rate 100Mbit -i 200ms");
     let c = &report["clients"][0];
     let intervals = c["intervals"].as_array().expect("intervals");
     assert!((5..=6).contains(&intervals.len()), "{intervals:?}");

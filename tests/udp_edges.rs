@@ -126,7 +126,7 @@ fn rates_count_the_gaps_not_the_datagrams() {
     // the first to the last. Counting all 10 over 9 gaps reads 111 kbit/s.
     // (Gaps this long keep scheduling noise far below the 3 % allowed.)
     let server = Server::start("127.0.0.1:0", &[]);
-    let report = client(&args_to(&server.addr, "-b 1250 -n 10 --rate 100kbit"));
+    let report = server.client("-b 1250 -n 10 --rate 100kbit");
     let done = server.done_for(&session(&report));
     for (side, gbps) in [
         ("receiver", done["gbps"].as_f64()),
@@ -168,10 +168,10 @@ fn a_burst_too_short_for_a_rate_has_none() {
 
 #[test]
 fn totals_are_total_bytes_over_the_time_they_span() {
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     // --no-gso: the first arrival per client is one datagram (with GRO it
     // would be a buffer of up to 46), which the slack below relies on.
-    let report = client(&args_to(&server.addr, "-b 1400 -t 5M --clients 3 --no-gso"));
+    let report = server.client("-b 1400 -t 5M --clients 3 --no-gso");
     let total = &report["server"];
     let received = u(total, "received_bytes");
     let seconds = total["seconds"].as_f64().unwrap();
@@ -218,10 +218,7 @@ fn interval_lines_add_up_to_the_summary() {
     let server = Server::start_args(&args(
         "--listen 127.0.0.1:0 --interval 300ms --recv-buffer-size 4M",
     ));
-    let report = client(&args_to(
-        &server.addr,
-        "-b 1000 --duration 1s --rate 50Mbit",
-    ));
+    let report = server.client("-b 1000 --duration 1s --rate 50Mbit");
     let session = session(&report);
     let done = server.done_for(&session);
     let events = server.stop();
@@ -242,20 +239,14 @@ fn interval_lines_add_up_to_the_summary() {
 fn the_gro_label_says_what_was_observed() {
     // GRO is on (the default), but a sender without GSO sends datagrams the
     // kernel never coalesces: its drops are datagrams.
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
-    let plain = client(&args_to(
-        &server.addr,
-        "-b 1400 -n 2000 --rate 200Mbit --no-gso",
-    ));
+    let server = Server::loopback();
+    let plain = server.client("-b 1400 -n 2000 --rate 200Mbit --no-gso");
     let done = server.done_for(&session(&plain));
     assert_eq!(u(&done, "gro_buffers"), 0, "{done}");
     assert_eq!(done["kernel_drops_unit"], "datagrams", "{done}");
     assert_eq!(plain["server"]["kernel_drops_unit"], "datagrams");
     // A GSO sender's buffers arrive whole: its drops are buffers.
-    let gso = client(&args_to(
-        &server.addr,
-        "-b 1400 -n 2000 --rate 200Mbit --gso",
-    ));
+    let gso = server.client("-b 1400 -n 2000 --rate 200Mbit --gso");
     let done = server.done_for(&session(&gso));
     assert!(u(&done, "gro_buffers") > 0, "{done}");
     assert_eq!(done["kernel_drops_unit"], "buffers", "{done}");
@@ -269,7 +260,7 @@ fn a_lost_first_answer_is_answered_again_from_the_record() {
     // The first answer is lost and a data datagram arrives 400 ms late;
     // the retry comes 3 s later (--end-timeout 15s). Before, the session
     // had been forgotten after 2 s and the retry read "received 0".
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     let relay = server.relay(&[
         (pick(Dir::ToClient, END_ACK, 0), Action::Drop),
         (
@@ -309,7 +300,7 @@ fn a_lost_first_answer_is_answered_again_from_the_record() {
 
 #[test]
 fn a_straggler_after_the_end_is_late_not_a_new_peer() {
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     let relay = server.relay(&[(
         pick(Dir::ToServer, DATA, 50),
         Action::Delay(Duration::from_secs(3)),
@@ -342,7 +333,7 @@ fn a_straggler_after_the_end_is_late_not_a_new_peer() {
 fn a_late_duplicate_cannot_hide_a_loss() {
     // The relay drops seq 10 and repeats seq 20 after 4980 more datagrams:
     // a 4096-datagram window took the copy for the lost one.
-    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M"]);
+    let server = Server::loopback();
     let relay = server.relay(&[
         (pick(Dir::ToServer, DATA, 10), Action::Drop),
         (pick(Dir::ToServer, DATA, 20), Action::RepeatAfter(4980)),

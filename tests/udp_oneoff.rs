@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::udp::{args_to, assert_exact, client, u, Server, WAIT};
+use common::udp::{assert_exact, u, Server, WAIT};
 use serde_json::Value;
 use std::net::UdpSocket;
 use std::time::Duration;
@@ -37,7 +37,7 @@ fn peer_dones<'a>(events: &'a [Value], session: &str) -> Vec<&'a Value> {
 
 /// One exact session, then the server's own exit.
 fn run_one_session(server: Server) -> (Value, Vec<Value>) {
-    let report = client(&args_to(&server.addr, "-n 1000 --rate 100Mbit"));
+    let report = server.client("-n 1000 --rate 100Mbit");
     assert_eq!(u(&report, "sent_packets"), 1000);
     let c = report["clients"][0].clone();
     let session = c["session"].as_str().expect("session").to_string();

@@ -124,10 +124,7 @@ fn method_mmsg() {
 fn gso_at_64_bytes_counts_each_segment() {
     // 128 segments per GSO buffer, coalesced again by GRO at the server.
     let server = Server::start("127.0.0.1:0", &["--gro", "--recv-buffer-size", "8M"]);
-    let report = client(&args_to(
-        &server.addr,
-        "-b 64 -n 20000 --gso --rate 100Mbit",
-    ));
+    let report = server.client("-b 64 -n 20000 --gso --rate 100Mbit");
     let c = &report["clients"][0];
     assert_eq!(u(c, "sent_packets"), 20_000);
     assert_eq!(u(&c["send_path"], "gso_segments"), 128);
@@ -142,10 +139,7 @@ fn threads_share_one_table() {
     );
     let listening = server.find("listening", |v| v["event"] == "listening");
     assert_eq!(listening["threads"], 2);
-    let report = client(&args_to(
-        &server.addr,
-        "-b 1000 -t 1M --clients 4 --rate 100Mbit",
-    ));
+    let report = server.client("-b 1000 -t 1M --clients 4 --rate 100Mbit");
     for c in report["clients"].as_array().unwrap() {
         let session = c["session"].as_str().unwrap();
         assert_exact(&report, c, &server.done_for(session));

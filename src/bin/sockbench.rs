@@ -3,19 +3,16 @@
 //! `netspeed::output::bench`; this parses the flags, installs the signal
 //! handlers, hands the report to output and maps errors to exit codes.
 
+use clap::CommandFactory;
 use netspeed::bench::Cli;
 use netspeed::config::parse_args;
 use netspeed::error::{Error, Result};
 use netspeed::output::bench::{CellBar, Format};
-use netspeed::output::exit_with;
+use netspeed::output::run_binary;
 use netspeed::shutdown::Shutdown;
 
 fn main() {
-    let argv: Vec<_> = std::env::args_os().collect();
-    netspeed::output::manual::handle(&argv, <Cli as clap::CommandFactory>::command);
-    if let Err(e) = run() {
-        exit_with(&e);
-    }
+    run_binary(Cli::command, run);
 }
 
 fn run() -> Result<()> {

@@ -2,29 +2,31 @@
 //! `tcp_proxy bench`, the latency benchmark that compares them. See
 //! `--help`, `tcp_proxy bench --help` and docs/proxy.md.
 
+use clap::CommandFactory;
 use netspeed::config::parse_args;
 use netspeed::config::proxy::{BenchArgs, BenchConfig, ProxyArgs, ProxyConfig};
 use netspeed::error::{Error, Result};
-use netspeed::output::{self, exit_with};
+use netspeed::output;
 use netspeed::proxy::{self, bench};
 use netspeed::shutdown::Shutdown;
 use std::ffi::OsString;
 
 fn main() {
+    output::run_binary(command, run);
+}
+
+/// One page and one script for both: `bench` appears as a subcommand.
+fn command() -> clap::Command {
+    ProxyArgs::command().subcommand(BenchArgs::command().name("bench"))
+}
+
+fn run() -> Result<()> {
     let mut args: Vec<OsString> = std::env::args_os().collect();
-    // One page and one script for both: `bench` appears as a subcommand.
-    output::manual::handle(&args, || {
-        use clap::CommandFactory;
-        ProxyArgs::command().subcommand(BenchArgs::command().name("bench"))
-    });
-    let result = if args.get(1).is_some_and(|a| a == "bench") {
+    if args.get(1).is_some_and(|a| a == "bench") {
         args.splice(0..2, [OsString::from("tcp_proxy bench")]);
         run_bench(args)
     } else {
         run_proxy(args)
-    };
-    if let Err(e) = result {
-        exit_with(&e);
     }
 }
 

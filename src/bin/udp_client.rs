@@ -1,22 +1,16 @@
 //! udp_client: sends an exact volume of UDP data and reports both ends.
 //! See `--help`.
 
+use clap::CommandFactory;
 use netspeed::client;
-use netspeed::config::ClientConfig;
+use netspeed::config::{ClientArgs, ClientConfig};
 use netspeed::error::Result;
 use netspeed::output::progress::Progress;
-use netspeed::output::{exit_with, report, start};
+use netspeed::output::{report, run_binary, start};
 use netspeed::shutdown::Shutdown;
 
 fn main() {
-    let argv: Vec<_> = std::env::args_os().collect();
-    netspeed::output::manual::handle(
-        &argv,
-        <netspeed::config::ClientArgs as clap::CommandFactory>::command,
-    );
-    if let Err(e) = run() {
-        exit_with(&e);
-    }
+    run_binary(ClientArgs::command, run);
 }
 
 fn run() -> Result<()> {

@@ -1,20 +1,14 @@
 //! udp_server: counts what each peer sends and reports it. See `--help`.
 
-use netspeed::config::ServerConfig;
+use clap::CommandFactory;
+use netspeed::config::{ServerArgs, ServerConfig};
 use netspeed::error::Result;
-use netspeed::output::{exit_with, report, start};
+use netspeed::output::{report, run_binary, start};
 use netspeed::server::{self, ServerEvent};
 use std::io::Write;
 
 fn main() {
-    let argv: Vec<_> = std::env::args_os().collect();
-    netspeed::output::manual::handle(
-        &argv,
-        <netspeed::config::ServerArgs as clap::CommandFactory>::command,
-    );
-    if let Err(e) = run() {
-        exit_with(&e);
-    }
+    run_binary(ServerArgs::command, run);
 }
 
 fn run() -> Result<()> {

@@ -28,6 +28,12 @@ impl Server {
         Self::start_with(Command::new(SERVER), listen, extra)
     }
 
+    /// A server on a free loopback port, with a 4 MB receive buffer: room
+    /// for the bursts a loopback test sends.
+    pub fn loopback() -> Server {
+        Self::start("127.0.0.1:0", &["--recv-buffer-size", "4M"])
+    }
+
     /// Starts the server inside a network namespace.
     pub fn start_in(ns: &Netns, listen: &str, extra: &[&str]) -> Server {
         Self::start_with(ns.cmd(SERVER), listen, extra)
@@ -120,6 +126,12 @@ impl Server {
     pub fn relay(&self, rules: &[(Pick, Action)]) -> Relay {
         let addr = self.addr.parse().expect("server address");
         Relay::start(addr, rules, Duration::from_secs(60))
+    }
+
+    /// Runs `udp_client --json` against this server with `rest` (split at
+    /// whitespace, see [`args_to`]); returns its JSON report.
+    pub fn client(&self, rest: &str) -> Value {
+        client(&args_to(&self.addr, rest))
     }
 
     pub fn done_for_peer(&self, peer: &str) -> Value {

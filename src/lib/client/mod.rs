@@ -19,7 +19,7 @@ pub mod verdict;
 use crate::config::{ClientConfig, GsoRequest, Volume};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
-use crate::stats::{self, percent, CpuCost, CpuTime, IntervalClock, SendInterval};
+use crate::stats::{self, percent, CpuCost, CpuTime, IntervalClock, KernelDrops, SendInterval};
 use crate::sys;
 use crate::wire::{self, End, EndAck, Header, Hello, Message};
 use pacing::{Pacer, Release};
@@ -49,6 +49,7 @@ const PACED_BATCH: usize = 64;
 const SIGNALLED_WAIT: Duration = Duration::from_millis(300);
 
 /// What the server said it received for one session, or for all of them.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ServerView {
     pub received_packets: u64,
@@ -57,7 +58,6 @@ pub struct ServerView {
     pub lost_packets: u64,
     /// Present when some arrivals could not be classified: the loss is then
     /// between this and `lost_packets`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lost_fewest: Option<u64>,
     pub loss_percent: f64,
     pub duplicates: u64,
@@ -73,19 +73,12 @@ pub struct ServerView {
     pub jitter_ms: f64,
     /// Receive rate: what arrived after the first arrival, over the time
     /// from the first to the last (server's clock); null under 1 ms.
+    #[serialize_always]
     pub gbps: Option<f64>,
     pub seconds: f64,
-    /// Drops on the server's socket while the session ran, when nothing
-    /// else used that socket meanwhile: this session's own.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel_drops: Option<u64>,
-    /// Drops on the server's socket(s) while the session(s) ran, whoever's
-    /// datagrams they were.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub socket_kernel_drops: Option<u64>,
-    /// `datagrams`, or `buffers` when the datagrams arrived coalesced.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel_drops_unit: Option<&'static str>,
+    /// Drops on the server's socket(s) while the session(s) ran.
+    #[serde(flatten)]
+    pub drops: KernelDrops,
     /// Buffers the server received that held several datagrams (GRO).
     pub gro_buffers: u64,
     /// Buffers the server's kernel cut short (MSG_TRUNC).
@@ -103,7 +96,6 @@ pub struct ServerView {
     pub disputed: bool,
     /// The server's receive threads' CPU while the session(s) ran (shared
     /// with anything else it received meanwhile); absent where unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
 }
 
@@ -180,6 +172,7 @@ impl SendTiming {
 }
 
 /// One client socket's result.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientReport {
     pub session: String,
@@ -192,24 +185,23 @@ pub struct ClientReport {
     pub seconds: f64,
     /// Send rate over `seconds` of what the calls after the first sent;
     /// null under 1 ms.
+    #[serialize_always]
     pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
     /// How the datagrams were really sent: batch, GSO, fallbacks.
     pub send_path: SendPath,
     /// SO_SNDBUF as granted, when --sndbuf was given.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sndbuf: Option<sys::BufferGrant>,
     /// The sending thread's CPU over the send loop (getrusage
     /// RUSAGE_THREAD); absent where the platform cannot tell.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
     /// How the rate was held, with --rate.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pacing: Option<PacingReport>,
     /// What was sent per `--interval` (sender side); empty when off.
     pub intervals: Vec<SendInterval>,
     pub answer: Answer,
+    #[serialize_always]
     pub server: Option<ServerView>,
     #[serde(skip)]
     timing: SendTiming,
@@ -222,6 +214,7 @@ pub struct ClientReport {
 }
 
 /// The whole run: every client socket, and their totals.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
     /// netspeed's version.
@@ -235,20 +228,20 @@ pub struct RunReport {
     pub server_addr: String,
     pub buffer_size: usize,
     pub connected: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_bps: Option<u64>,
     pub sent_packets: u64,
     pub sent_bytes: u64,
     /// From the first client's first send call to the last one's last.
     pub seconds: f64,
     /// Send rate over `seconds` (sender side); null under 1 ms.
+    #[serialize_always]
     pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
     /// All sending threads' CPU, over the run's wall time.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
     /// Combined over the clients the server answered for; null if none did.
+    #[serialize_always]
     pub server: Option<ServerView>,
     pub clients_answered: usize,
     /// Every client that asked got its answer (or none asked: --no-server).
@@ -1041,16 +1034,9 @@ fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
         entry.1 = entry.1.max(a.drops_end);
     }
     v.cpu = server_cpu(answers, v.received_bytes);
-    if known && !sockets.is_empty() {
-        let drops: u64 = sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum();
-        v.socket_kernel_drops = Some(drops);
-        v.kernel_drops = (!shared).then_some(drops);
-        v.kernel_drops_unit = Some(if v.gro_buffers > 0 {
-            "buffers"
-        } else {
-            "datagrams"
-        });
-    }
+    let drops = (known && !sockets.is_empty())
+        .then(|| sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum());
+    v.drops = KernelDrops::new(drops, shared, v.gro_buffers > 0);
     v
 }
 
@@ -1091,12 +1077,12 @@ fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCost> {
 }
 
 /// The sending host, for the record.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct Host {
     /// `linux`, `macos`, ...
     pub os: &'static str,
     /// The kernel release, where the platform tells.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<String>,
     /// CPUs this process may use.
     pub cpus: usize,
@@ -1236,30 +1222,7 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
         );
     }
     if let Some(v) = &server {
-        if v.idle_finished {
-            notes.push("the server had already finished a session as idle (no datagram for its --idle-timeout) when the End arrived: its figures stop there; raise the server's --idle-timeout for slow senders".into());
-        }
-        if v.late > 0 {
-            notes.push(format!(
-                "{} datagrams reached the server after it had finished the session: they are not in its figures (raise the server's --end-grace on a path that delays datagrams this much)",
-                v.late
-            ));
-        }
-        if v.unexpected > 0 {
-            notes.push(format!(
-                "the server received {} datagrams for this session with sequence numbers it never sent: forged, or from another sender",
-                v.unexpected
-            ));
-        }
-        if v.disputed {
-            notes.push("DISPUTED: the server received another End for this session (with other totals), or data after the End that its total does not cover: a forged End, or a confused sender; these figures cannot be trusted (--psk on both ends makes Ends unforgeable)".into());
-        }
-        if v.truncated > 0 {
-            notes.push(format!(
-                "the server's kernel cut {} buffers short (MSG_TRUNC): their datagrams count as lost",
-                v.truncated
-            ));
-        }
+        notes.extend(server_notes(v));
     }
     let answered_count = count(Answer::Answered);
     let limited_by = verdict::judge(&verdict::Facts {
@@ -1319,6 +1282,28 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
         notes,
         limited_by,
     }
+}
+
+/// What the server's answer says about its own figures: where they stop
+/// short, what they leave out, and whether they can be trusted.
+fn server_notes(v: &ServerView) -> impl Iterator<Item = String> {
+    let ServerView {
+        idle_finished,
+        late,
+        unexpected,
+        disputed,
+        truncated,
+        ..
+    } = *v;
+    [
+        (idle_finished, "the server had already finished a session as idle (no datagram for its --idle-timeout) when the End arrived: its figures stop there; raise the server's --idle-timeout for slow senders".to_string()),
+        (late > 0, format!("{late} datagrams reached the server after it had finished the session: they are not in its figures (raise the server's --end-grace on a path that delays datagrams this much)")),
+        (unexpected > 0, format!("the server received {unexpected} datagrams for this session with sequence numbers it never sent: forged, or from another sender")),
+        (disputed, "DISPUTED: the server received another End for this session (with other totals), or data after the End that its total does not cover: a forged End, or a confused sender; these figures cannot be trusted (--psk on both ends makes Ends unforgeable)".to_string()),
+        (truncated > 0, format!("the server's kernel cut {truncated} buffers short (MSG_TRUNC): their datagrams count as lost")),
+    ]
+    .into_iter()
+    .filter_map(|(due, note)| due.then_some(note))
 }
 
 #[cfg(test)]

@@ -67,6 +67,7 @@ pub enum Gso {
 }
 
 /// How the datagrams were really sent, for the report.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct SendPath {
     /// The system call and offload, in a word: `sendto`, `send`,
@@ -77,7 +78,6 @@ pub struct SendPath {
     /// "on", "off" or "not requested".
     pub gso: String,
     /// Segments per GSO buffer, when on.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub gso_segments: Option<usize>,
     /// Why a requested feature is off.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -8,8 +8,10 @@
 //! (intervals, CPU figures, metrics) has one obvious home.
 //!
 //! It also holds the two ends of a binary's run that sit next to that
-//! output: [`start`] (flags, signals and scheduler, as the UDP binaries
-//! begin) and [`exit_with`] (the one-line error and the exit code).
+//! output: [`run_binary`] (what every `main` is: `--completions` and
+//! `--man`, the run, the one-line error and the exit code), [`start`]
+//! (flags, signals and scheduler, as the UDP binaries begin) and
+//! [`exit_with`] (the one-line error and the exit code).
 
 pub mod bench;
 pub mod limit;
@@ -21,6 +23,18 @@ pub mod report;
 use crate::config::{parse_args, Sched};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
+
+/// A binary's whole `main`: `--completions` and `--man` answered from
+/// `command` (the clap definition of its flags, see [`manual`]), then
+/// `run`; an error is printed on one line and ends the process with its
+/// exit code.
+pub fn run_binary(command: impl FnOnce() -> clap::Command, run: impl FnOnce() -> Result<()>) {
+    let argv: Vec<_> = std::env::args_os().collect();
+    manual::handle(&argv, command);
+    if let Err(e) = run() {
+        exit_with(&e);
+    }
+}
 
 /// Prints a one-line error to stderr and exits with its code.
 pub fn exit_with(err: &Error) -> ! {

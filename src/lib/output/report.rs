@@ -234,8 +234,8 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
     } else {
         out += "\n  loss      unknown: these datagrams carry no netspeed header";
     }
-    if let (Some(d), Some(unit)) = (r.socket_kernel_drops, r.kernel_drops_unit) {
-        let whose = if r.kernel_drops.is_some() {
+    if let (Some(d), Some(unit)) = (r.drops.socket_kernel_drops, r.drops.kernel_drops_unit) {
+        let whose = if r.drops.kernel_drops.is_some() {
             "this peer's, the only traffic on it"
         } else {
             "shared with other traffic on it"
@@ -333,11 +333,11 @@ pub fn server_summary(s: &ServerSummary, json_out: bool) -> String {
 }
 
 fn drops_text(v: &ServerView, total: bool) -> String {
-    let unit = match v.kernel_drops_unit {
+    let unit = match v.drops.kernel_drops_unit {
         Some("buffers") => " GRO buffers",
         _ => "",
     };
-    match (v.kernel_drops, v.socket_kernel_drops) {
+    match (v.drops.kernel_drops, v.drops.socket_kernel_drops) {
         (Some(d), _) if !total => format!(", kernel drops {d}{unit}"),
         (_, Some(d)) => {
             format!(", kernel drops {d}{unit} on the server socket (all traffic on it)")

@@ -43,6 +43,7 @@ impl Serialize for End {
 }
 
 /// One finished connection.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct ConnReport {
     pub id: u64,
@@ -56,9 +57,7 @@ pub struct ConnReport {
     /// `--mode splice`: the size each direction's pipe had reached when
     /// the connection closed (it starts at 64 KiB and grows up to
     /// `--buffer-size`). Absent in the other modes.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe_client_to_upstream: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe_upstream_to_client: Option<usize>,
 }
 
@@ -79,6 +78,7 @@ pub struct Summary {
 }
 
 /// The proxy is up: what it listens on and how it will relay.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct Listening {
     pub addr: SocketAddr,
@@ -89,13 +89,13 @@ pub struct Listening {
     pub nodelay: bool,
     /// The algorithm the proxy's sockets get: the configured one, or the
     /// system's default (None where the platform cannot tell).
+    #[serialize_always]
     pub congestion: Option<String>,
     /// No `--congestion` was given.
     pub congestion_is_system_default: bool,
     pub max_conns: usize,
     /// `--mode splice`: the pipes may grow by this much in all (`--pipe-budget`);
     /// `buffer_size` is then each pipe's maximum. Absent in the other modes.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe_budget: Option<usize>,
 }
 

@@ -135,16 +135,14 @@ pub enum ServerEvent {
 }
 
 /// Totals over the server's whole run.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerSummary {
     #[serde(flatten)]
     pub totals: Totals,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_drops: Option<u64>,
     /// The whole process's CPU over its run, and the receive threads'.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub receive_cpu: Option<CpuCost>,
     pub method: &'static str,
     pub threads: usize,

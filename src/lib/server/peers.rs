@@ -29,7 +29,9 @@
 //! down, but not lock every real client out.
 
 use crate::auth::Psk;
-use crate::stats::{self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, SeqSet};
+use crate::stats::{
+    self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, KernelDrops, SeqSet,
+};
 use crate::wire::{self, End, EndAck, Hello, HelloAck, Message};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -110,11 +112,11 @@ impl Default for TableConfig {
 
 /// One peer's figures, for an interval line or a final summary. Optional
 /// fields are left out of JSON when unknown. `docs/output.md` defines each.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct PeerReport {
     pub peer: String,
     pub tagged: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
     /// Distinct datagrams received (duplicates are not counted again).
     pub packets: u64,
@@ -123,33 +125,26 @@ pub struct PeerReport {
     pub seconds: f64,
     /// Rates over `seconds`, of what arrived after its start; null when the
     /// span is under `stats::MIN_RATE_SPAN`.
+    #[serialize_always]
     pub gbps: Option<f64>,
+    #[serialize_always]
     pub pps: Option<f64>,
+    #[serialize_always]
     pub wire_gbps: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub total_packets: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub total_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sent_packets: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sent_bytes: Option<u64>,
     /// Lost datagrams (at most this many, see `lost_fewest`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lost: Option<u64>,
     /// Present only when some arrivals could not be classified: the loss is
     /// then between this and `lost`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lost_fewest: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_percent: Option<f64>,
     /// `declared` (the client's end-of-test totals) or `sequence` (estimated
     /// from the highest sequence number, when no end-of-test arrived).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_basis: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub duplicates: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reordered: Option<u64>,
     /// Arrivals that could not be classified as new or duplicate.
     #[serde(skip_serializing_if = "is_zero")]
@@ -157,24 +152,14 @@ pub struct PeerReport {
     /// Datagrams whose sequence numbers the sender never sent.
     #[serde(skip_serializing_if = "is_zero")]
     pub unexpected: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<f64>,
     /// Datagrams without a netspeed header counted in this session (a
     /// client's datagrams shorter than the header).
     #[serde(skip_serializing_if = "is_zero")]
     pub untagged_packets: u64,
-    /// Drops on the server socket while this peer was active, when nothing
-    /// else arrived on that socket meanwhile: this peer's own.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel_drops: Option<u64>,
-    /// Drops on the server socket while this peer was active, whoever's
-    /// datagrams they were.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub socket_kernel_drops: Option<u64>,
-    /// What the drop counts count: `datagrams`, or `buffers` when this
-    /// peer's datagrams arrived coalesced (UDP GRO).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel_drops_unit: Option<&'static str>,
+    /// Drops on the server socket while this peer was active.
+    #[serde(flatten)]
+    pub drops: KernelDrops,
     /// Buffers received that held more than one datagram (UDP GRO).
     pub gro_buffers: u64,
     /// Buffers the kernel cut to fit (MSG_TRUNC): should never happen.
@@ -185,17 +170,15 @@ pub struct PeerReport {
     pub transit_discarded: u64,
     /// The server's receive threads' CPU over this span (shared with any
     /// other peer active at the same time); absent where unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuCost>,
     /// Why this session's figures are disputed: Ends with different
     /// totals, or data after an End that its total does not cover.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub conflict: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<DoneReason>,
 }
 
 /// A session whose End is contradicted.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 pub struct ConflictReport {
     pub peer: String,
@@ -205,11 +188,8 @@ pub struct ConflictReport {
     pub sent_packets: u64,
     pub sent_bytes: u64,
     /// What contradicts them: another End's totals, or a sequence number.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub other_sent_packets: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub other_sent_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
 }
 
@@ -498,14 +478,6 @@ impl Peer {
         Some(self.drops_end?.saturating_sub(self.drops_start?))
     }
 
-    fn drops_unit(&self) -> &'static str {
-        if self.gro_buffers > 0 {
-            "buffers"
-        } else {
-            "datagrams"
-        }
-    }
-
     /// A report of `amount` over the span from `start` to `end`, where
     /// `after_start` is the part of `amount` that arrived after `start`.
     #[allow(clippy::too_many_arguments)]
@@ -521,7 +493,6 @@ impl Peer {
         let t = self.tagged.as_deref();
         let figures = t.map(Tagged::figures);
         let loss = figures.and_then(|f| f.loss);
-        let socket_drops = self.socket_drops();
         PeerReport {
             peer: self.addr.to_string(),
             tagged: t.is_some(),
@@ -546,9 +517,7 @@ impl Peer {
             unexpected: figures.map_or(0, |f| f.unexpected),
             jitter_ms: t.map(|t| t.jitter.nanos() / 1e6),
             untagged_packets: t.map_or(0, |t| t.untagged_packets),
-            kernel_drops: socket_drops.filter(|_| !shared),
-            socket_kernel_drops: socket_drops,
-            kernel_drops_unit: socket_drops.map(|_| self.drops_unit()),
+            drops: KernelDrops::new(self.socket_drops(), shared, self.gro_buffers > 0),
             gro_buffers: self.gro_buffers,
             truncated: self.truncated,
             transit_discarded: t.map_or(0, |t| t.jitter.discarded),
@@ -2276,7 +2245,7 @@ mod tests {
         assert_eq!(t.sink.done.len(), 1);
         let done = &t.sink.done[0];
         assert_eq!((done.packets, done.lost), (6, Some(0)));
-        assert_eq!(done.kernel_drops, Some(5), "alone on the socket: its own");
+        assert_eq!(done.drops.kernel_drops, Some(5), "alone on the socket: its own");
         assert_eq!(replies[0].bytes.as_slice().len(), wire::END_LEN);
     }
 
@@ -2677,7 +2646,7 @@ mod tests {
             "drops from the peer's start"
         );
         assert_eq!(ack.gro_buffers, 2, "both buffers held several datagrams");
-        assert_eq!(t.sink.done[0].kernel_drops_unit, Some("buffers"));
+        assert_eq!(t.sink.done[0].drops.kernel_drops_unit, Some("buffers"));
         assert_eq!(t.table.kernel_drops(), Some(3));
         assert_eq!(
             (ack.first_arrival_packets, ack.first_arrival_bytes),
@@ -2748,7 +2717,7 @@ mod tests {
         t.data(a, 1, 1, 100, START);
         t.end(a, 1, 2, 200, 1, START);
         t.expire(200 * MS);
-        assert_eq!(t.sink.done[0].kernel_drops, Some(7));
+        assert_eq!(t.sink.done[0].drops.kernel_drops, Some(7));
     }
 
     #[test]

@@ -319,20 +319,49 @@ impl CpuTime {
     }
 }
 
+/// Drops on a server receive socket (its drop counter's growth) while a
+/// session ran: what the server reports for a peer, and what the client
+/// works out from the server's answers. `docs/output.md` defines each.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KernelDrops {
+    /// This session's own: nothing else arrived on the socket meanwhile.
+    pub kernel_drops: Option<u64>,
+    /// Whoever's datagrams they were.
+    pub socket_kernel_drops: Option<u64>,
+    /// What the counts count: `datagrams`, or `buffers` when the session's
+    /// datagrams arrived coalesced (UDP GRO).
+    pub kernel_drops_unit: Option<&'static str>,
+}
+
+impl KernelDrops {
+    /// `drops` on the socket (None where unknown); `shared` when other
+    /// traffic used it meanwhile, `coalesced` when the session's datagrams
+    /// arrived in GRO buffers.
+    pub fn new(drops: Option<u64>, shared: bool, coalesced: bool) -> KernelDrops {
+        KernelDrops {
+            kernel_drops: drops.filter(|_| !shared),
+            socket_kernel_drops: drops,
+            kernel_drops_unit: drops.map(|_| if coalesced { "buffers" } else { "datagrams" }),
+        }
+    }
+}
+
 /// What some work cost in CPU, as iperf3 and netperf report it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct CpuCost {
     /// User and system CPU seconds (absent when only the total is known).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub user_seconds: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub system_seconds: Option<f64>,
     pub seconds: f64,
     /// `seconds` over the wall-clock span, in % of one core (can pass 100
     /// with several threads); null under [`MIN_RATE_SPAN`].
+    #[serialize_always]
     pub percent_of_core: Option<f64>,
     /// CPU seconds per 10^9 payload bytes moved (netperf's service demand,
     /// per GB); null when nothing moved.
+    #[serialize_always]
     pub seconds_per_gb: Option<f64>,
 }
 
