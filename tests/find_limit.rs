@@ -17,35 +17,23 @@
 mod common;
 
 use common::impair::{
-    delta, nft_apply, nft_counter, read_snmp, require_nft, require_tc, tc, tc_drops,
+    delta, nft_apply, nft_counter, read_snmp, require_nft, require_tc, tbf_alone, tc_drops,
 };
 use common::netns::{two_hosts, Netns};
 use common::run_bounded;
-use common::udp::{client_in, u, Server, CLIENT};
+use common::udp::{args_to, client_in, client_json, u, Server, CLIENT};
 use serde_json::Value;
 use std::sync::Mutex;
 use std::time::Duration;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Runs `udp_client --find-limit --json ARGS` in `ns`; its JSON report.
-fn find_limit_in(ns: &Netns, args: &[&str]) -> Value {
-    let out = run_bounded(
-        ns.cmd(CLIENT).arg("--find-limit").arg("--json").args(args),
-        Duration::from_secs(240),
-    );
-    assert!(
-        out.status.success(),
-        "udp_client --find-limit {args:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not one JSON object ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
+/// Runs `udp_client -s TARGET --find-limit REST --json` in `ns`; its
+/// JSON report.
+fn find_limit_in(ns: &Netns, target: &str, rest: &str) -> Value {
+    let mut cmd = ns.cmd(CLIENT);
+    cmd.arg("--find-limit");
+    client_json(cmd, &args_to(target, rest), Duration::from_secs(240))
 }
 
 fn f(v: &Value, key: &str) -> f64 {
@@ -114,17 +102,7 @@ fn policer_limit_is_found_and_its_drops_are_the_loss() {
     // The verdict of an ordinary run at twice the policer's rate.
     let run = client_in(
         &cli,
-        &[
-            "-s",
-            &target,
-            "-b",
-            "1400",
-            "--rate",
-            "40Mbit",
-            "--duration",
-            "3s",
-            "--no-gso",
-        ],
+        &args_to(&target, "-b 1400 --rate 40Mbit --duration 3s --no-gso"),
     );
     assert_eq!(run["limited_by"]["cause"], "network", "{run}");
     let (dropped_by_run, _) = nft_counter(&srv, "inet", "pol");
@@ -137,21 +115,8 @@ fn policer_limit_is_found_and_its_drops_are_the_loss() {
     // packet counter counts datagrams.
     let report = find_limit_in(
         &cli,
-        &[
-            "-s",
-            &target,
-            "-b",
-            "1400",
-            "--no-gso",
-            "--trial-duration",
-            "1s",
-            "--trial-pause",
-            "1.2s",
-            "--resolution",
-            "3",
-            "--confirm",
-            "1",
-        ],
+        &target,
+        "-b 1400 --no-gso --trial-duration 1s --trial-pause 1.2s --resolution 3 --confirm 1",
     );
     check_trials(&report);
     let (dropped, _) = nft_counter(&srv, "inet", "pol");
@@ -207,39 +172,14 @@ fn tbf_on_the_client_link_is_the_senders_queue() {
     require_tc();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (srv, cli, (_, cli_dev)) = two_hosts("fl2", "10.67.2");
-    // No IPv6 on the client: router solicitations must not land in the
-    // tiny qdisc and skew its drop counter.
-    common::impair::sysctl(
-        &cli,
-        &[
-            "net.ipv6.conf.all.disable_ipv6=1",
-            "net.ipv6.conf.default.disable_ipv6=1",
-        ],
-    );
-    tc(
-        &cli,
-        &[
-            "qdisc", "add", "dev", &cli_dev, "root", "tbf", "rate", "50mbit", "burst", "16kb",
-            "limit", "32kb",
-        ],
-    );
+    tbf_alone(&cli, &cli_dev, "50mbit", "16kb", "32kb");
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
     let target = format!("10.67.2.1:{}", server.port());
     let before = tc_drops(&cli, &cli_dev);
     // An ordinary run paced above the shaper: the verdict.
     let run = client_in(
         &cli,
-        &[
-            "-s",
-            &target,
-            "-b",
-            "1400",
-            "--rate",
-            "80Mbit",
-            "--duration",
-            "2s",
-            "--no-gso",
-        ],
+        &args_to(&target, "-b 1400 --rate 80Mbit --duration 2s --no-gso"),
     );
     assert_eq!(run["limited_by"]["cause"], "sender_queue", "{run}");
     assert_eq!(u(&run["server"], "lost_packets"), 0, "{run}");
@@ -250,21 +190,8 @@ fn tbf_on_the_client_link_is_the_senders_queue() {
     // a back-off.
     let report = find_limit_in(
         &cli,
-        &[
-            "-s",
-            &target,
-            "-b",
-            "1400",
-            "--no-gso",
-            "--trial-duration",
-            "1s",
-            "--trial-pause",
-            "0.2s",
-            "--resolution",
-            "3",
-            "--confirm",
-            "1",
-        ],
+        &target,
+        "-b 1400 --no-gso --trial-duration 1s --trial-pause 0.2s --resolution 3 --confirm 1",
     );
     check_trials(&report);
     assert_eq!(
@@ -305,7 +232,7 @@ fn small_receive_buffer_is_the_kernel_drop_cause() {
     let target = format!("10.67.3.1:{}", server.port());
     let snmp_before = read_snmp(&srv, "Udp");
     // An ordinary unpaced run overflows the buffer: the verdict.
-    let run = client_in(&cli, &["-s", &target, "-b", "1400", "--duration", "1s"]);
+    let run = client_in(&cli, &args_to(&target, "-b 1400 --duration 1s"));
     let cause = run["limited_by"]["cause"].as_str().unwrap_or("");
     assert!(
         cause == "receive_buffer" || cause == "receiver_cpu",
@@ -315,20 +242,8 @@ fn small_receive_buffer_is_the_kernel_drop_cause() {
     assert!(run_drops > 0, "{run}");
     let report = find_limit_in(
         &cli,
-        &[
-            "-s",
-            &target,
-            "-b",
-            "1400",
-            "--trial-duration",
-            "0.5s",
-            "--trial-pause",
-            "0.2s",
-            "--resolution",
-            "5",
-            "--confirm",
-            "1",
-        ],
+        &target,
+        "-b 1400 --trial-duration 0.5s --trial-pause 0.2s --resolution 5 --confirm 1",
     );
     check_trials(&report);
     let snmp_after = read_snmp(&srv, "Udp");
@@ -364,16 +279,7 @@ fn paced_and_unpaced_runs_name_their_cap() {
     let target = format!("10.67.4.1:{}", server.port());
     let paced = client_in(
         &cli,
-        &[
-            "-s",
-            &target,
-            "-b",
-            "1400",
-            "--rate",
-            "200Mbit",
-            "--duration",
-            "1s",
-        ],
+        &args_to(&target, "-b 1400 --rate 200Mbit --duration 1s"),
     );
     assert_eq!(paced["limited_by"]["cause"], "paced", "{paced}");
     assert!(
@@ -384,7 +290,7 @@ fn paced_and_unpaced_runs_name_their_cap() {
         "{paced}"
     );
     // Unpaced: whatever capped it, the verdict must match its figures.
-    let run = client_in(&cli, &["-s", &target, "-b", "1400", "--duration", "2s"]);
+    let run = client_in(&cli, &args_to(&target, "-b 1400 --duration 2s"));
     let v = &run["limited_by"];
     let cpu = |x: &Value| x["cpu"]["percent_of_core"].as_f64().unwrap_or(0.0);
     let lost = u(&run["server"], "lost_packets");

@@ -11,7 +11,7 @@ mod common;
 
 use common::impair::{
     delta, nft_apply, nft_counter, read_snmp, require_nft, require_tc, run_capture, spawn_in,
-    sysctl, tc, tc_drops, vm_rss_kib, SwapRelay,
+    tbf_alone, tc_drops, vm_rss_kib, SwapRelay,
 };
 use common::netns::{two_hosts, veth_pair, Bridge, Netns};
 use common::udp::{args_to, assert_exact, client, client_in, u, Server, CLIENT};
@@ -264,23 +264,8 @@ fn enobufs_backoff_skips_nothing_and_matches_qdisc_drops() {
     require_tc();
     let srv = Netns::new("f5srv");
     let cli = Netns::new("f5cli");
-    // No IPv6 on the client host: router/neighbour solicitations must not
-    // land in (or be dropped by) the tiny qdisc and skew its counter.
-    sysctl(
-        &cli,
-        &[
-            "net.ipv6.conf.all.disable_ipv6=1",
-            "net.ipv6.conf.default.disable_ipv6=1",
-        ],
-    );
     let (_, cli_dev) = veth_pair(&srv, "10.61.5.1/24", &cli, "10.61.5.2/24");
-    tc(
-        &cli,
-        &[
-            "qdisc", "add", "dev", &cli_dev, "root", "tbf", "rate", "50mbit", "burst", "16kb",
-            "limit", "32kb",
-        ],
-    );
+    tbf_alone(&cli, &cli_dev, "50mbit", "16kb", "32kb");
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
     let target = format!("10.61.5.1:{}", server.port());
     let drops_before = tc_drops(&cli, &cli_dev);

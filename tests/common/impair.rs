@@ -110,6 +110,26 @@ pub fn tc(ns: &Netns, args: &[&str]) -> String {
     ns.run(&full)
 }
 
+/// A tbf root qdisc on `dev` in `ns` (`rate`, `burst`, `limit` in tc's
+/// units), on a host with IPv6 off: router and neighbour solicitations
+/// must not land in (or be dropped by) the tiny qdisc and skew its drop
+/// counter, which tests compare with ENOBUFS back-offs.
+pub fn tbf_alone(ns: &Netns, dev: &str, rate: &str, burst: &str, limit: &str) {
+    sysctl(
+        ns,
+        &[
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ],
+    );
+    tc(
+        ns,
+        &[
+            "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst, "limit", limit,
+        ],
+    );
+}
+
 /// The root qdisc's `drops` counter on `dev` (`tc -s -j qdisc show`).
 pub fn tc_drops(ns: &Netns, dev: &str) -> u64 {
     let json = tc(ns, &["-s", "-j", "qdisc", "show", "dev", dev]);

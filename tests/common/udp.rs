@@ -159,8 +159,14 @@ pub fn client_in(ns: &Netns, args: &[&str]) -> Value {
     client_with(ns.cmd(CLIENT), args)
 }
 
-fn client_with(mut cmd: Command, args: &[&str]) -> Value {
-    let out = run_bounded(cmd.args(args).arg("--json"), WAIT);
+fn client_with(cmd: Command, args: &[&str]) -> Value {
+    client_json(cmd, args, WAIT)
+}
+
+/// Runs `cmd ARGS --json` (a udp_client command) within `timeout`, and
+/// returns its JSON report; panics unless it exits 0 with one object.
+pub fn client_json(mut cmd: Command, args: &[&str], timeout: Duration) -> Value {
+    let out = run_bounded(cmd.args(args).arg("--json"), timeout);
     assert!(
         out.status.success(),
         "udp_client {args:?} failed: {}\n{}",

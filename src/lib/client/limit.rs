@@ -263,19 +263,18 @@ pub struct Trial {
     pub seconds: f64,
     pub sent_packets: u64,
     pub received_packets: u64,
-    pub lost_packets: u64,
     pub loss_percent: f64,
-    pub enobufs_retries: u64,
     pub backoff_seconds: f64,
-    pub kernel_drops: Option<u64>,
-    pub kernel_drops_unit: Option<&'static str>,
+    /// Lost datagrams, kernel drops, back-offs and the shortfall, at the
+    /// trial's top level in JSON.
+    #[serde(flatten)]
+    pub places: LossPlaces,
     pub sender_cpu_percent: Option<f64>,
     pub receiver_cpu_percent: Option<f64>,
     pub passed: bool,
     /// Why it failed: `receive_buffer`, `network`, `sender_queue` or
     /// `sender_cpu`; null when it passed.
     pub cause: Option<Cap>,
-    pub places: LossPlaces,
 }
 
 /// The result: `limit` in the JSON report.
@@ -332,8 +331,8 @@ pub fn judge_trial(
     let v = r.server.as_ref();
     let lost = v.map_or(0, |v| v.lost_packets);
     let loss_percent = v.map_or(0.0, |v| v.loss_percent);
-    let kernel_drops = v.and_then(|v| v.kernel_drops.or(v.socket_kernel_drops));
-    let unit = v.and_then(|v| v.kernel_drops_unit);
+    let kernel_drops = v.and_then(|v| v.drops.kernel_drops.or(v.drops.socket_kernel_drops));
+    let unit = v.and_then(|v| v.drops.kernel_drops_unit);
     let sent_bps = r.gbps.map(|g| g * 1e9);
     // Datagrams the pacer asked for that did not go out.
     let trial_seconds = s.trial.as_secs_f64();
@@ -379,12 +378,8 @@ pub fn judge_trial(
         seconds: r.seconds,
         sent_packets: r.sent_packets,
         received_packets: v.map_or(0, |v| v.received_packets),
-        lost_packets: lost,
         loss_percent,
-        enobufs_retries: r.enobufs_retries,
         backoff_seconds: r.backoff_seconds,
-        kernel_drops,
-        kernel_drops_unit: unit,
         sender_cpu_percent: r
             .clients
             .iter()
@@ -542,7 +537,7 @@ fn summarise(
         ));
     }
     if sender_bound {
-        notes.push(if unpaced.enobufs_retries > 0 {
+        notes.push(if unpaced.places.enobufs_retries > 0 {
             "the unpaced trial lost nothing: the sender's own queue (a slower link or a shaper on this host) set its rate, and nothing faster passed".into()
         } else {
             "the unpaced trial lost nothing: the sender is the limit, not the path (try --clients 2)".into()

@@ -1240,8 +1240,8 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
         receiver: server.as_ref().map(|v| verdict::ReceiverFacts {
             lost: v.lost_packets,
             loss_percent: v.loss_percent,
-            kernel_drops: v.kernel_drops.or(v.socket_kernel_drops),
-            drops_in_buffers: v.kernel_drops_unit == Some("buffers"),
+            kernel_drops: v.drops.kernel_drops.or(v.drops.socket_kernel_drops),
+            drops_in_buffers: v.drops.kernel_drops_unit == Some("buffers"),
             received: v.received_packets,
             gro_buffers: v.gro_buffers,
             cpu_percent: v.cpu.as_ref().and_then(|c| c.percent_of_core),

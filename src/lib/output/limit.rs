@@ -90,7 +90,7 @@ pub fn trial_line(t: &Trial) -> String {
             .map_or_else(|| "unpaced".into(), |o| rate(o as f64)),
         opt_rate(t.sent_bps),
         opt_rate(t.received_bps),
-        t.lost_packets,
+        t.places.lost_packets,
         t.loss_percent,
     )
 }

@@ -2245,7 +2245,11 @@ mod tests {
         assert_eq!(t.sink.done.len(), 1);
         let done = &t.sink.done[0];
         assert_eq!((done.packets, done.lost), (6, Some(0)));
-        assert_eq!(done.drops.kernel_drops, Some(5), "alone on the socket: its own");
+        assert_eq!(
+            done.drops.kernel_drops,
+            Some(5),
+            "alone on the socket: its own"
+        );
         assert_eq!(replies[0].bytes.as_slice().len(), wire::END_LEN);
     }
 
