@@ -13,6 +13,7 @@
 
 pub mod bench;
 pub mod manual;
+pub mod metrics;
 pub mod progress;
 pub mod proxy;
 pub mod report;
