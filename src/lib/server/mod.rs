@@ -436,7 +436,8 @@ pub fn run_with(
                     table.expire(now, &mut sink, queued);
                 }
                 if let Some(board) = board.filter(|b| b.take_wanted()) {
-                    let kernel_drops = table.kernel_drops().filter(|_| drops_supported);
+                    // Known to be counted: 0 until the first drop report.
+                    let kernel_drops = drops_supported.then(|| table.kernel_drops().unwrap_or(0));
                     board.publish(metrics::Live {
                         peers: table
                             .live_reports()
