@@ -8,7 +8,7 @@ mod common;
 
 use common::impair::{kind, Action, Pick};
 use common::udp::{args_to, client, u, Server, SERVER, WAIT};
-use common::{run_bounded, wait_until, ChildGuard, TempDir};
+use common::{run_bounded, ChildGuard, TempDir};
 use netspeed::config::{parse_args, ServerArgs, ServerConfig};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -34,6 +34,18 @@ fn start(extra: &[&str]) -> (Server, String) {
         .unwrap_or_else(|| panic!("no metrics address in {listening}"))
         .to_string();
     (server, metrics)
+}
+
+/// Waits for `done`, scraping at most ten times a second.
+fn poll_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn agent() -> ureq::Agent {
@@ -250,7 +262,7 @@ fn an_active_peer_is_shown_while_it_sends_then_its_final_figures() {
     let sender =
         std::thread::spawn(move || client(&args_to(&target, "-b 1000 -n 3000 --rate 8Mbit")));
     let mut live = None;
-    wait_until(WAIT, "the session's live series", || {
+    poll_until(WAIT, "the session's live series", || {
         let samples = scrape(&metrics);
         let active = samples.iter().find(|s| {
             s.name == "netspeed_peer_finished" && s.value == "0" && !s.labels["session"].is_empty()
@@ -274,7 +286,9 @@ fn an_active_peer_is_shown_while_it_sends_then_its_final_figures() {
 
 #[test]
 fn finished_peers_age_out_and_at_most_max_peers_are_kept() {
-    let (server, metrics) = start(&["--max-peers", "2", "--metrics-retain", "2s"]);
+    // Long enough that the second session is still kept when the third
+    // has run, on a slow machine too.
+    let (server, metrics) = start(&["--max-peers", "2", "--metrics-retain", "5s"]);
     let mut all = Vec::new();
     for _ in 0..3 {
         let session = session_of(&client(&args_to(&server.addr, "-t 100K")));
@@ -289,7 +303,7 @@ fn finished_peers_age_out_and_at_most_max_peers_are_kept() {
     assert_eq!(server_wide(&samples, "netspeed_peers_finished_total"), "3");
     assert_eq!(server_wide(&samples, "netspeed_max_peers"), "2");
     // After --metrics-retain, none; the server-wide counters stay.
-    wait_until(Duration::from_secs(15), "finished peers to age out", || {
+    poll_until(Duration::from_secs(30), "finished peers to age out", || {
         sessions(&scrape(&metrics)).is_empty()
     });
     let samples = scrape(&metrics);
