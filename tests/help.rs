@@ -126,6 +126,8 @@ fn the_servers_help_shows_every_default() {
         "--max-peers",
         "--method",
         "--threads",
+        "--metrics",
+        "--metrics-retain",
     ] {
         let start = text
             .find(&format!("{flag} <"))

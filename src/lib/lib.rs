@@ -14,12 +14,15 @@
 //!   stderr and the only user of indicatif and plotters: [`output::report`]
 //!   (UDP text and JSON), [`output::progress`], [`output::bench`]
 //!   (sockbench tables, CSV and charts), [`output::proxy`] (tcp_proxy's
-//!   event lines and benchmark tables), and process start and end for
+//!   event lines and benchmark tables), [`output::metrics`]
+//!   (`udp_server --metrics`: the Prometheus exposition and its HTTP
+//!   endpoint), and process start and end for
 //!   the binaries ([`output::start`]: flags, config, signal flag,
 //!   scheduler; [`output::exit_with`]).
 //! - **Roles**, which compute and return report structs or send typed
 //!   events to a sink; they never print and never exit:
 //!   - [`server`]: bind, receive, count per peer ([`server::peers`]);
+//!     what `--metrics` exposes ([`server::metrics`]);
 //!   - [`client`]: send an exact volume, pace, back off, ask for the
 //!     server's count;
 //!   - [`local`]: `udp_client --local`, a client and a server in one

@@ -337,11 +337,11 @@ mod tests {
 
     #[test]
     fn drops_with_an_idle_receiver_blame_the_buffer_and_split_the_rest() {
-        let v = judge(&unpaced(60.0, rx(100, Some(40), 30.0)));
+        let v = judge(&unpaced(60.0, rx(100, Some(60), 30.0)));
         assert_eq!(v.cause, Cap::ReceiveBuffer, "{}", v.text);
-        assert!(v.text.contains("40 of the 100"), "{}", v.text);
+        assert!(v.text.contains("60 of the 100"), "{}", v.text);
         assert!(
-            v.text.contains("other 60 were lost on the way"),
+            v.text.contains("other 40 were lost on the way"),
             "{}",
             v.text
         );

@@ -145,6 +145,15 @@ pub struct ServerArgs {
     /// summarised. Foreign traffic and idle sessions do not end it.
     #[arg(short = '1', long)]
     pub one_off: bool,
+    /// Serve Prometheus metrics over HTTP at this address (e.g.
+    /// 127.0.0.1:9477; port 0 picks a free port, printed at start): GET
+    /// /metrics. Bind it to localhost or a management network [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// How long --metrics keeps a finished peer's final figures (at most
+    /// --max-peers of them), so a scrape sees them [default: 5m].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub metrics_retain: Option<Duration>,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -173,12 +182,14 @@ pub struct ServerFile {
     pub psk_file: Option<PathBuf>,
     pub json: Option<bool>,
     pub one_off: Option<bool>,
+    pub metrics: Option<String>,
+    pub metrics_retain: Option<DurationValue>,
 }
 
 crate::impl_layer!(ServerFile {
     option: [
         interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
-        scheduler, priority, psk_file, json, one_off,
+        scheduler, priority, psk_file, json, one_off, metrics, metrics_retain,
     ]
     group: [[listen, port]]
 });
@@ -196,6 +207,7 @@ impl ServerFile {
             gro: Some(crate::sys::LINUX_SOCKETS),
             json: Some(false),
             one_off: Some(false),
+            metrics_retain: Some(DurationValue::Parsed(DEFAULT_METRICS_RETAIN)),
             ..ServerFile::default()
         }
     }
@@ -218,6 +230,8 @@ impl ServerFile {
             psk_file: args.psk.psk_file.clone(),
             json: args.json.then_some(true),
             one_off: args.one_off.then_some(true),
+            metrics: args.metrics.clone(),
+            metrics_retain: args.metrics_retain.map(DurationValue::Parsed),
         }
     }
 }
@@ -243,6 +257,10 @@ pub struct ServerConfig {
     pub json: bool,
     /// `--one-off`: stop after the first session that ends with an End.
     pub one_off: bool,
+    /// `--metrics`: where to serve Prometheus metrics, if anywhere.
+    pub metrics: Option<SocketAddr>,
+    /// `--metrics-retain`: how long finished peers stay in the metrics.
+    pub metrics_retain: Duration,
 }
 
 /// How long the server counts datagrams still in flight after an End: a
@@ -256,6 +274,10 @@ pub const MAX_END_GRACE: Duration = Duration::from_secs(5);
 /// The largest `--max-peers`: the server's table, its records and their
 /// sequence sets stay within a few hundred MiB even then.
 pub const MAX_PEERS_LIMIT: usize = 65536;
+
+/// How long `--metrics` keeps a finished peer: several scrapes at the
+/// usual 15-60 s interval see its final figures.
+pub const DEFAULT_METRICS_RETAIN: Duration = Duration::from_secs(300);
 
 /// The port seed 001 used, kept as our default.
 pub const DEFAULT_PORT: u16 = 35000;
@@ -310,6 +332,21 @@ impl ServerConfig {
             .map(|b| check_between("--recv-buffer-size", b, MAX_SOCKET_BUFFER))
             .transpose()?;
         let max_peers = check_between("--max-peers", l.max_peers.unwrap_or(4096), MAX_PEERS_LIMIT)?;
+        let metrics = l
+            .metrics
+            .map(|m| {
+                m.parse::<SocketAddr>().map_err(|_| {
+                    Error::usage(format!(
+                        "invalid --metrics address '{m}': expected IP:PORT, e.g. 127.0.0.1:9477"
+                    ))
+                })
+            })
+            .transpose()?;
+        let metrics_retain =
+            duration(l.metrics_retain, "metrics_retain")?.unwrap_or(DEFAULT_METRICS_RETAIN);
+        if metrics_retain < Duration::from_secs(1) {
+            return Err(Error::usage("--metrics-retain must be at least 1s"));
+        }
         let method = l.method.unwrap_or_else(Method::default_for_platform);
         method.check_available()?;
         let psk = psk_from(
@@ -334,6 +371,8 @@ impl ServerConfig {
             psk,
             json: l.json.unwrap_or(false),
             one_off: l.one_off.unwrap_or(false),
+            metrics,
+            metrics_retain,
         })
     }
 }

@@ -1,5 +1,6 @@
 //! The only code that writes to stdout or stderr, and the only user of
-//! indicatif and plotters. Roles (server, client, proxy, bench) compute and
+//! indicatif and plotters (and of prometheus-client and hyper, for
+//! `udp_server --metrics`: [`metrics`]). Roles (server, client, proxy, bench) compute and
 //! return report structs or send typed events to a sink; this module turns
 //! them into text, JSON, CSV, tables, charts and progress bars.
 //!
@@ -16,6 +17,7 @@
 pub mod bench;
 pub mod limit;
 pub mod manual;
+pub mod metrics;
 pub mod progress;
 pub mod proxy;
 pub mod report;

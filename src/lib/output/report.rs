@@ -27,19 +27,35 @@ pub fn json_event(event: &str, fields: &impl Serialize) -> String {
 
 /// The `listening` event.
 pub fn listening(bound: &Bound, cfg: &ServerConfig, json_out: bool) -> String {
+    listening_with_metrics(bound, cfg, None, json_out)
+}
+
+/// The `listening` event, naming the `--metrics` endpoint when it serves.
+pub fn listening_with_metrics(
+    bound: &Bound,
+    cfg: &ServerConfig,
+    metrics: Option<std::net::SocketAddr>,
+    json_out: bool,
+) -> String {
     let addr = bound.addr;
     let buffer = &bound.buffer;
     if json_out {
-        return json!({
+        let mut line = json!({
             "event": "listening",
             "addr": addr.to_string(),
             "recv_buffer": buffer,
             "method": cfg.method.name(),
             "threads": bound.sockets.len(),
             "gro": bound.gro,
-        })
-        .to_string();
+        });
+        if let Some(m) = metrics {
+            line["metrics"] = json!(m.to_string());
+        }
+        return line.to_string();
     }
+    let metrics = metrics.map_or_else(String::new, |m| {
+        format!("; metrics at http://{m}{}", super::metrics::PATH)
+    });
     let dual = if addr.is_ipv6() && addr.ip().is_unspecified() {
         " (IPv4 and IPv6)"
     } else {
@@ -64,7 +80,7 @@ pub fn listening(bound: &Bound, cfg: &ServerConfig, json_out: bool) -> String {
         (false, None) => "gro: off".to_string(),
     };
     format!(
-        "udp_server listening on {addr}{dual}; receive buffer {} bytes granted{doubled}{forced}; method {}, {} thread{}, {gro}",
+        "udp_server listening on {addr}{dual}; receive buffer {} bytes granted{doubled}{forced}; method {}, {} thread{}, {gro}{metrics}",
         buffer.granted,
         cfg.method.name(),
         bound.sockets.len(),

@@ -12,6 +12,7 @@
 //! batch, so a peer is reported once. The caller's thread writes interval
 //! lines, expires idle peers and passes events on every 20 ms.
 
+pub mod metrics;
 pub mod peers;
 pub mod recv;
 
@@ -319,6 +320,28 @@ pub fn run(
     shutdown: &Shutdown,
     events: &mut dyn FnMut(ServerEvent),
 ) -> Result<ServerSummary> {
+    run_with(bound, cfg, shutdown, events, None)
+}
+
+/// [`run`], also publishing to `board` for `--metrics`: a snapshot when a
+/// scrape asks for one (taken here, not on the receive threads), and
+/// every `peer_done` report as it is passed on.
+pub fn run_with(
+    bound: &Bound,
+    cfg: &ServerConfig,
+    shutdown: &Shutdown,
+    events: &mut dyn FnMut(ServerEvent),
+    board: Option<&metrics::Board>,
+) -> Result<ServerSummary> {
+    let mut events = |event: ServerEvent| {
+        if let (Some(board), ServerEvent::PeerDone(r)) = (board, &event) {
+            board.finished(r);
+        }
+        events(event)
+    };
+    if let Some(board) = board {
+        board.attach();
+    }
     let drops_supported = bound
         .sockets
         .iter()
@@ -410,6 +433,22 @@ pub fn run(
                     }
                     table.expire(now, &mut sink, queued);
                 }
+                if let Some(board) = board.filter(|b| b.take_wanted()) {
+                    // Known to be counted: 0 until the first drop report.
+                    let kernel_drops = drops_supported.then(|| table.kernel_drops().unwrap_or(0));
+                    board.publish(metrics::Live {
+                        peers: table
+                            .live_reports()
+                            .iter()
+                            .map(|r| metrics::PeerSample::of(r, false))
+                            .collect(),
+                        server: metrics::ServerSample::of(
+                            &table.totals,
+                            kernel_drops,
+                            receive_cpu.total(),
+                        ),
+                    });
+                }
                 let due = [next_interval, table.next_due(now)]
                     .into_iter()
                     .flatten()
@@ -447,6 +486,9 @@ pub fn run(
     send_replies(&sockets, replies);
     for event in pending.drain(..) {
         events(event);
+    }
+    if let Some(board) = board {
+        board.detach();
     }
     result.map_err(|e| Error::runtime(format!("receive failed: {e}")))?;
     let wall = start.elapsed();

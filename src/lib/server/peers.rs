@@ -1864,6 +1864,22 @@ impl PeerTable {
         }
     }
 
+    /// Every unfinished peer's figures so far, as its summary would give
+    /// them now (no reason: it is not done), for `--metrics`. Finished
+    /// sessions' records are left out: their `peer_done` was the last word.
+    pub fn live_reports(&self) -> Vec<PeerReport> {
+        self.tagged
+            .peers()
+            .chain(self.untagged.peers())
+            .filter(|peer| !peer.is_finished() && peer.total.packets > 0)
+            .map(|peer| {
+                let mut report = peer.summary(peer.shared_now(&self.flags), DoneReason::Idle);
+                report.reason = None;
+                report
+            })
+            .collect()
+    }
+
     /// A peer's last interval (when interval lines are on) and summary.
     fn write_done(&self, peer: &Peer, reason: DoneReason, events: &mut dyn FnMut(Event)) {
         let shared = peer.shared_now(&self.flags);

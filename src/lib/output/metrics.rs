@@ -1,0 +1,491 @@
+//! `udp_server --metrics ADDR`: the Prometheus (OpenMetrics) text
+//! exposition of a [`View`], served over HTTP.
+//!
+//! The text is written by the Prometheus project's own client
+//! (`prometheus-client`): a [`Collector`] reads the view a scrape took, so
+//! there are no metric families to keep in step with the peer table, and
+//! a peer that ages out simply is not in the next view. Names carry the
+//! `netspeed_` prefix and their unit; `docs/metrics.md` defines each.
+//!
+//! The HTTP server is hyper (HTTP/1.1) on a current-thread tokio runtime
+//! of its own thread: it never touches the receive threads, and it stops
+//! through the server's [`Shutdown`] flag like everything else.
+
+use crate::error::{Error, Result};
+use crate::server::metrics::{Board, PeerSample, View, SNAPSHOT_WAIT};
+use crate::shutdown::{Shutdown, POLL};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What `prometheus-client`'s text encoder writes.
+pub const CONTENT_TYPE_OPENMETRICS: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The one path served.
+pub const PATH: &str = "/metrics";
+
+/// Connections served at once; more are closed at once. A scraper uses one.
+const MAX_CONNECTIONS: usize = 32;
+/// A client that has not sent its request headers by then is dropped, and
+/// no connection lives longer than [`CONNECTION_LIFE`].
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECTION_LIFE: Duration = Duration::from_secs(300);
+
+/// The exposition of `view`, `# EOF` included.
+pub fn exposition(view: &View) -> String {
+    let mut registry = Registry::with_prefix("netspeed");
+    registry.register_collector(Box::new(Exposition(view.clone())));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
+        .expect("writing to a String cannot fail");
+    text
+}
+
+#[derive(Debug)]
+struct Exposition(View);
+
+/// One unlabelled sample.
+fn single(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    metric: impl EncodeMetric,
+) -> fmt::Result {
+    let family = encoder.encode_descriptor(name, help, unit.as_ref(), metric.metric_type())?;
+    metric.encode(family)
+}
+
+/// A counter or gauge family with one sample per peer that has a value.
+fn per_peer<N: Copy>(
+    encoder: &mut DescriptorEncoder,
+    peers: &[PeerSample],
+    (name, help, unit, kind): (&str, &str, Option<Unit>, MetricType),
+    value: impl Fn(&PeerSample) -> Option<N>,
+    encode: impl Fn(N, prometheus_client::encoding::MetricEncoder) -> fmt::Result,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), kind)?;
+    for peer in peers {
+        if let Some(v) = value(peer) {
+            let labels = [
+                ("peer", peer.peer.as_str()),
+                ("session", peer.session.as_str()),
+            ];
+            encode(v, family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+fn counter_u64(v: u64, e: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+    ConstCounter::new(v).encode(e)
+}
+
+fn counter_f64(v: f64, e: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+    ConstCounter::new(v).encode(e)
+}
+
+fn gauge_u64(v: u64, e: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+    ConstGauge::new(v).encode(e)
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let v = &self.0;
+        let s = &v.server;
+        let info = Info::new([
+            ("version", v.info.version.to_string()),
+            ("method", v.info.method.to_string()),
+            ("threads", v.info.threads.to_string()),
+        ]);
+        single(
+            &mut e,
+            "build",
+            "udp_server's version and receive setup.",
+            None,
+            info,
+        )?;
+        single(
+            &mut e,
+            "receive_buffer",
+            "SO_RCVBUF of each receive socket, as the kernel granted it.",
+            Some(Unit::Bytes),
+            ConstGauge::new(v.info.recv_buffer),
+        )?;
+        single(
+            &mut e,
+            "max_peers",
+            "--max-peers: unfinished peers tracked at once, and finished peers kept here.",
+            None,
+            ConstGauge::new(v.info.max_peers as u64),
+        )?;
+        single(
+            &mut e,
+            "received_packets",
+            "Datagrams counted: data (duplicates included), untagged, late and overflow.",
+            None,
+            ConstCounter::new(s.packets),
+        )?;
+        single(
+            &mut e,
+            "received",
+            "Payload bytes of those datagrams.",
+            Some(Unit::Bytes),
+            ConstCounter::new(s.bytes),
+        )?;
+        single(
+            &mut e,
+            "peers",
+            "Peers seen (sessions and untagged sources).",
+            None,
+            ConstCounter::new(s.peers),
+        )?;
+        single(
+            &mut e,
+            "peers_finished",
+            "Peers finished (a peer_done written).",
+            None,
+            ConstCounter::new(v.peers_finished),
+        )?;
+        single(
+            &mut e,
+            "peers_active",
+            "Peers not yet finished.",
+            None,
+            ConstGauge::new(v.active() as u64),
+        )?;
+        single(
+            &mut e,
+            "overflow_packets",
+            "Datagrams that found the peer table full (--max-peers), counted in bulk.",
+            None,
+            ConstCounter::new(s.overflow_packets),
+        )?;
+        single(
+            &mut e,
+            "late_packets",
+            "Datagrams for sessions already finished, in no peer's figures.",
+            None,
+            ConstCounter::new(s.late_packets),
+        )?;
+        if let Some(drops) = s.kernel_drops {
+            single(
+                &mut e,
+                "kernel_drops",
+                "Datagrams the kernel dropped on the receive socket(s): receive buffer full.",
+                None,
+                ConstCounter::new(drops),
+            )?;
+        }
+        if let Some(cpu) = s.receive_cpu_seconds {
+            single(
+                &mut e,
+                "receive_cpu",
+                "CPU time of the receive threads (user and system).",
+                Some(Unit::Seconds),
+                ConstCounter::new(cpu),
+            )?;
+        }
+        let peers = &v.peers;
+        use MetricType::{Counter, Gauge};
+        let families = [
+            ("peer_packets", "Distinct datagrams received from the peer (peer_done packets).", None, Counter, (|p| Some(p.packets)) as fn(&PeerSample) -> Option<u64>),
+            ("peer", "Payload bytes of those datagrams (peer_done bytes).", Some(Unit::Bytes), Counter, |p| Some(p.bytes)),
+            ("peer_duplicates", "Datagrams received more than once (peer_done duplicates).", None, Counter, |p| p.duplicates),
+            ("peer_reordered", "Datagrams that arrived after a later one (peer_done reordered).", None, Counter, |p| p.reordered),
+            ("peer_kernel_drops", "Drops on the peer's receive socket while it was active (peer_done socket_kernel_drops).", None, Counter, |p| p.kernel_drops),
+        ];
+        for (name, help, unit, kind, value) in families {
+            per_peer(&mut e, peers, (name, help, unit, kind), value, counter_u64)?;
+        }
+        per_peer(
+            &mut e,
+            peers,
+            (
+                "peer_cpu",
+                "Receive threads' CPU time while the peer was active, shared with any other active peer (peer_done cpu.seconds).",
+                Some(Unit::Seconds),
+                Counter,
+            ),
+            |p| p.cpu_seconds,
+            counter_f64,
+        )?;
+        per_peer(
+            &mut e,
+            peers,
+            (
+                "peer_lost_packets",
+                "Datagrams lost: estimated from sequence numbers until the End arrives (can fall as late datagrams fill holes), then against the sender's total (peer_done lost).",
+                None,
+                Gauge,
+            ),
+            |p| p.lost,
+            gauge_u64,
+        )?;
+        per_peer(
+            &mut e,
+            peers,
+            (
+                "peer_kernel_drops_shared",
+                "1 when other traffic shared the peer's receive socket: its kernel drops are not all its own.",
+                None,
+                Gauge,
+            ),
+            |p| p.kernel_drops.map(|_| u64::from(p.kernel_drops_shared)),
+            gauge_u64,
+        )?;
+        per_peer(
+            &mut e,
+            peers,
+            (
+                "peer_finished",
+                "1 once the peer's peer_done was written: its figures are final.",
+                None,
+                Gauge,
+            ),
+            |p| Some(u64::from(p.finished)),
+            gauge_u64,
+        )?;
+        Ok(())
+    }
+}
+
+/// The running HTTP endpoint.
+pub struct Endpoint {
+    /// The address bound (port 0 resolved).
+    pub addr: SocketAddr,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Endpoint {
+    /// Waits for the endpoint's thread, which ends within
+    /// [`crate::shutdown::POLL`] of the shutdown flag being set.
+    pub fn join(self) {
+        let _ = self.thread.join();
+    }
+}
+
+/// Binds `addr` (a failure is an error now, before the server starts) and
+/// serves `board` on a thread of its own until `shutdown` is set.
+pub fn start(addr: SocketAddr, board: Arc<Board>, shutdown: Shutdown) -> Result<Endpoint> {
+    let cannot =
+        |e: std::io::Error| Error::runtime(format!("cannot serve --metrics on {addr}: {e}"));
+    let listener = std::net::TcpListener::bind(addr).map_err(cannot)?;
+    listener.set_nonblocking(true).map_err(cannot)?;
+    let bound = listener.local_addr().map_err(cannot)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::runtime(format!("cannot start the --metrics runtime: {e}")))?;
+    let thread = std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || runtime.block_on(accept_loop(listener, board, shutdown)))
+        .map_err(|e| Error::runtime(format!("cannot start the --metrics thread: {e}")))?;
+    Ok(Endpoint {
+        addr: bound,
+        thread,
+    })
+}
+
+async fn accept_loop(listener: std::net::TcpListener, board: Arc<Board>, shutdown: Shutdown) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    let open = Arc::new(AtomicUsize::new(0));
+    while !shutdown.is_triggered() {
+        let stream = match tokio::time::timeout(POLL, listener.accept()).await {
+            Err(_) => continue,
+            Ok(Ok((stream, _))) => stream,
+            // Out of descriptors, say: try again a little later.
+            Ok(Err(_)) => {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+        };
+        if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            continue;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (board, open) = (Arc::clone(&board), Arc::clone(&open));
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| respond(req, Arc::clone(&board)));
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFE, connection).await;
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+async fn respond(
+    req: Request<Incoming>,
+    board: Arc<Board>,
+) -> std::result::Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    if req.uri().path() != PATH {
+        return Ok(plain(
+            StatusCode::NOT_FOUND,
+            "not found: udp_server serves its metrics at /metrics\n",
+        ));
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Ok(response);
+    }
+    // Waiting for the server's snapshot blocks: not on the runtime's thread.
+    let text = tokio::task::spawn_blocking(move || exposition(&board.view(SNAPSHOT_WAIT))).await;
+    Ok(match text {
+        Ok(text) => {
+            let mut response = Response::new(Full::new(Bytes::from(text)));
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(CONTENT_TYPE_OPENMETRICS),
+            );
+            response
+        }
+        Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "no metrics\n"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::metrics::{ServerInfo, ServerSample};
+
+    fn view() -> View {
+        let peer = |peer: &str, session: &str, finished| PeerSample {
+            peer: peer.into(),
+            session: session.into(),
+            packets: 1000,
+            bytes: 1_460_000,
+            lost: (!session.is_empty()).then_some(3),
+            duplicates: (!session.is_empty()).then_some(1),
+            reordered: (!session.is_empty()).then_some(2),
+            kernel_drops: Some(4),
+            kernel_drops_shared: false,
+            cpu_seconds: Some(0.012),
+            finished,
+        };
+        View {
+            info: ServerInfo {
+                version: "0.1.0",
+                method: "mmsg",
+                threads: 1,
+                recv_buffer: 425_984,
+                max_peers: 4096,
+            },
+            server: ServerSample {
+                packets: 2000,
+                bytes: 2_920_000,
+                peers: 2,
+                overflow_packets: 0,
+                late_packets: 0,
+                kernel_drops: Some(4),
+                receive_cpu_seconds: Some(0.5),
+            },
+            peers_finished: 1,
+            peers: vec![
+                peer("127.0.0.1:5000", "", false),
+                peer("127.0.0.1:5001", "00000000000000ab", true),
+            ],
+        }
+    }
+
+    fn line<'a>(text: &'a str, start: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line starting {start}:\n{text}"))
+    }
+
+    #[test]
+    fn the_exposition_names_each_series_with_prefix_unit_and_labels() {
+        let text = exposition(&view());
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let tagged = r#"{peer="127.0.0.1:5001",session="00000000000000ab"}"#;
+        let untagged = r#"{peer="127.0.0.1:5000",session=""}"#;
+        for (series, value) in [
+            (format!("netspeed_peer_packets_total{tagged}"), "1000"),
+            (format!("netspeed_peer_bytes_total{tagged}"), "1460000"),
+            (format!("netspeed_peer_duplicates_total{tagged}"), "1"),
+            (format!("netspeed_peer_reordered_total{tagged}"), "2"),
+            (format!("netspeed_peer_kernel_drops_total{tagged}"), "4"),
+            (format!("netspeed_peer_cpu_seconds_total{tagged}"), "0.012"),
+            (format!("netspeed_peer_lost_packets{tagged}"), "3"),
+            (format!("netspeed_peer_finished{tagged}"), "1"),
+            (format!("netspeed_peer_finished{untagged}"), "0"),
+            (format!("netspeed_peer_bytes_total{untagged}"), "1460000"),
+            ("netspeed_receive_buffer_bytes".into(), "425984"),
+            ("netspeed_received_packets_total".into(), "2000"),
+            ("netspeed_received_bytes_total".into(), "2920000"),
+            ("netspeed_peers_total".into(), "2"),
+            ("netspeed_peers_finished_total".into(), "1"),
+            ("netspeed_peers_active".into(), "1"),
+            ("netspeed_kernel_drops_total".into(), "4"),
+            ("netspeed_receive_cpu_seconds_total".into(), "0.5"),
+        ] {
+            assert_eq!(
+                line(&text, &format!("{series} ")),
+                format!("{series} {value}")
+            );
+        }
+        assert!(
+            text.contains("# TYPE netspeed_peer_bytes counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# UNIT netspeed_peer_bytes bytes\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE netspeed_peer_lost_packets gauge\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"netspeed_build_info{version="0.1.0",method="mmsg",threads="1"} 1"#)
+        );
+        // Untagged peers have no sequence figures: no sample, not a zero.
+        assert!(!text.contains(&format!("netspeed_peer_duplicates_total{untagged}")));
+        assert!(!text.contains(&format!("netspeed_peer_lost_packets{untagged}")));
+    }
+
+    #[test]
+    fn figures_the_kernel_does_not_give_are_left_out() {
+        let mut v = view();
+        v.server.kernel_drops = None;
+        v.server.receive_cpu_seconds = None;
+        v.peers.clear();
+        let text = exposition(&v);
+        assert!(!text.contains("netspeed_kernel_drops"), "{text}");
+        assert!(!text.contains("netspeed_receive_cpu"), "{text}");
+        assert!(!text.contains("netspeed_peer_bytes_total{"), "{text}");
+        assert!(text.contains("netspeed_peers_active 0\n"), "{text}");
+    }
+}
