@@ -3,7 +3,7 @@
 # an nftables policer, each beside what iperf3 reports when asked to send
 # at the rate found (same datagram size, same length).
 #
-#   sudo bash bench/find-limit.sh          # from the repo root; needs root
+#   bash bench/find-limit.sh               # from the repo root, as root
 #
 # Knobs (environment):
 #   SIZE      datagram payload, bytes                 (default 1460)
@@ -75,9 +75,9 @@ row() { # name, limit report summary, iperf3 result
     local name=$1 rate first cause trials unpaced gbps loss
     read -r rate first cause trials unpaced <<<"$2"
     read -r gbps loss <<<"$3"
-    printf '| %s | %.4f | %.4f | %s | %s | %.3f | %s | %s |\n' "$name" \
-        "$(echo "$rate / 1e9" | bc -l)" "$(echo "$first / 1e9" | bc -l)" "$cause" "$trials" \
-        "$(echo "$unpaced / 1e9" | bc -l)" "$gbps" "$loss"
+    awk -v n="$name" -v r="$rate" -v f="$first" -v c="$cause" -v t="$trials" -v u="$unpaced" \
+        -v g="$gbps" -v l="$loss" \
+        'BEGIN { printf "| %s | %.4f | %.4f | %s | %s | %.3f | %s | %s |\n", n, r / 1e9, f / 1e9, c, t, u / 1e9, g, l }'
 }
 
 echo "Command: \`SIZE=$SIZE TRIAL=$TRIAL POLICE='$POLICE' SECS=$SECS bash bench/find-limit.sh\`"

@@ -151,7 +151,10 @@ pub fn judge(f: &Facts) -> Verdict {
         // The buffer is the cause when its drops are most of the loss.
         if drops > 0 && dropped * 2 >= rx.lost {
             let share = if rx.drops_in_buffers {
-                format!("{drops} GRO buffers of the {} datagrams lost", rx.lost)
+                format!(
+                    "{drops} GRO buffers (most of the {} datagrams lost)",
+                    rx.lost
+                )
             } else if drops >= rx.lost {
                 format!("{drops} datagrams, all the loss")
             } else {
