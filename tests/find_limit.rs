@@ -272,7 +272,7 @@ fn small_receive_buffer_is_the_kernel_drop_cause() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn paced_and_unpaced_runs_name_their_cap() {
+fn paced_and_unpaced_loopback_runs_name_their_cap() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (srv, cli, _) = two_hosts("fl4", "10.67.4");
     let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
@@ -289,8 +289,9 @@ fn paced_and_unpaced_runs_name_their_cap() {
             .contains("0.200 Gbit/s"),
         "{paced}"
     );
-    // Unpaced: whatever capped it, the verdict must match its figures.
-    let run = client_in(&cli, &args_to(&target, "-b 1400 --duration 2s"));
+    // Unpaced on loopback: whatever capped it, the verdict must match its
+    // figures.
+    let run = Server::loopback().client("-b 1400 --duration 2s");
     let v = &run["limited_by"];
     let cpu = |x: &Value| x["cpu"]["percent_of_core"].as_f64().unwrap_or(0.0);
     let lost = u(&run["server"], "lost_packets");
@@ -310,7 +311,7 @@ fn paced_and_unpaced_runs_name_their_cap() {
         }
         other => panic!("an unpaced run over a clean link capped by {other}: {run}"),
     }
-    eprintln!("FIGURE unpaced veth: {}", v["text"]);
+    eprintln!("FIGURE unpaced loopback: {}", v["text"]);
 }
 
 // ---------------------------------------------------------------------------

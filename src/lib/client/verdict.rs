@@ -164,7 +164,7 @@ pub fn judge(f: &Facts) -> Verdict {
                     rx.lost - drops
                 )
             };
-            return if busy(rx.cpu_percent) {
+            return if f.seconds >= SHORTEST_JUDGED_SECONDS && busy(rx.cpu_percent) {
                 verdict(
                     Cap::ReceiverCpu,
                     format!(
@@ -176,8 +176,14 @@ pub fn judge(f: &Facts) -> Verdict {
                 verdict(
                     Cap::ReceiveBuffer,
                     format!(
-                        "receive buffer: the server's socket buffer dropped {share} while its receive thread used {} of a core: bursts outran the buffer; try `--recv-buffer-size 32M` on the server, or pace with --rate{backed_off}",
-                        core(rx.cpu_percent)
+                        "receive buffer: the server's socket buffer dropped {share}{}: bursts outran the buffer; try `--recv-buffer-size 32M` on the server, or pace with --rate{backed_off}",
+                        // CPU sampled every 10 ms says nothing of a
+                        // shorter run.
+                        match rx.cpu_percent {
+                            Some(p) if f.seconds >= SHORTEST_JUDGED_SECONDS =>
+                                format!(" while its receive thread used {p:.0}% of a core"),
+                            _ => String::new(),
+                        }
                     ),
                 )
             };
@@ -427,9 +433,12 @@ mod tests {
         let v = judge(&f);
         assert_eq!(v.cause, Cap::Unknown);
         assert!(v.text.contains("too short"), "{}", v.text);
-        // Loss is judged however short the run.
+        // Loss is judged however short the run, without a CPU figure that
+        // the 10 ms sampling cannot give.
         f.receiver = Some(rx(5, Some(5), 40.0));
-        assert_eq!(judge(&f).cause, Cap::ReceiveBuffer);
+        let v = judge(&f);
+        assert_eq!(v.cause, Cap::ReceiveBuffer);
+        assert!(!v.text.contains("of a core"), "{}", v.text);
         f.receiver = None;
         assert_eq!(judge(&f).cause, Cap::Unknown);
     }
