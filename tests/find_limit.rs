@@ -411,3 +411,34 @@ fn find_limit_bad_input_exits_2_with_one_line() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn json_stream_gives_one_event_per_trial_then_the_report() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = run_bounded(
+        std::process::Command::new(CLIENT).args(common::args(
+            "--local --find-limit --json-stream -b 1460 --trial-duration 0.2s --trial-pause 0s --resolution 10 --confirm 1",
+        )),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let (end, trial_events) = events.split_last().expect("events");
+    assert_eq!(end["event"], "end", "{end}");
+    assert_eq!(trial_events.len() as u64, u(&end["limit"], "trials"));
+    for (i, t) in trial_events.iter().enumerate() {
+        assert_eq!(t["event"], "trial", "{t}");
+        assert_eq!(u(t, "index"), i as u64 + 1, "{t}");
+        // The streamed trial is the one in the final report.
+        let mut same = t.clone();
+        same.as_object_mut().unwrap().remove("event");
+        assert_eq!(same, end["trials"][i], "trial {i}");
+    }
+}

@@ -103,6 +103,8 @@ fn find_limit(
         client::limit::find(cfg, search, shutdown, &mut |trial| {
             if text {
                 println!("{}", limit::trial_line(trial));
+            } else if cfg.json_stream {
+                println!("{}", report::json_event("trial", trial));
             }
         })
     };
@@ -111,7 +113,11 @@ fn find_limit(
     } else {
         go(cfg)?
     };
-    println!("{}", limit::report(&report, cfg.json));
+    if cfg.json_stream {
+        println!("{}", report::json_event("end", &report));
+    } else {
+        println!("{}", limit::report(&report, cfg.json));
+    }
     if let Some(path) = &cfg.plot {
         netspeed::output::bench::limit_plot(&report, path)?;
     }

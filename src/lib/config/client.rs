@@ -84,8 +84,9 @@ pub struct ClientArgs {
     /// (RFC 2544 throughput): an unpaced trial, then paced trials of
     /// --trial-duration, bisected to --resolution and confirmed. Prints each
     /// trial, the rate found, and where the first losses above it were
-    /// counted.
-    #[arg(long, conflicts_with_all = ["sweep", "rate", "total_send", "packets", "duration", "json_stream", "no_server"])]
+    /// counted. With --json-stream, one `trial` event per trial, then
+    /// `end` with the --json report.
+    #[arg(long, conflicts_with_all = ["sweep", "rate", "total_send", "packets", "duration", "no_server"])]
     pub find_limit: bool,
     /// With --find-limit: the loss a passing trial may have, in percent
     /// [default: 0].
