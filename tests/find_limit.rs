@@ -364,9 +364,14 @@ fn local_find_limit_prints_every_trial_and_draws_the_plot() {
         .iter()
         .find(|l| l.starts_with("search "))
         .unwrap_or_else(|| panic!("no search line: {text}"));
-    // "search    N trials ...": one line per trial, repeats included.
+    // "search    N trials ...": one line per trial, repeats included,
+    // numbered 1..=N in order.
     let n: usize = search.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert_eq!(trial_lines.len(), n, "{text}");
+    for (i, line) in trial_lines.iter().enumerate() {
+        let index: usize = line.split_whitespace().next().unwrap().parse().unwrap();
+        assert_eq!(index, i + 1, "{text}");
+    }
     assert!(
         lines
             .iter()
@@ -382,6 +387,9 @@ fn local_find_limit_prints_every_trial_and_draws_the_plot() {
 
 #[test]
 fn find_limit_bad_input_exits_2_with_one_line() {
+    let dir = common::TempDir::new("netspeed-findlimit-bad");
+    let no_server = dir.file("no-server.toml", "no_server = true\n");
+    let no_server = no_server.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["--loss-tolerance", "1"], "--find-limit"),
         (&["--find-limit", "--rate", "1G"], "--rate"),
@@ -395,6 +403,8 @@ fn find_limit_bad_input_exits_2_with_one_line() {
         (&["--find-limit", "--max-trials", "1"], "--max-trials"),
         (&["--find-limit", "--confirm", "500"], "--confirm"),
         (&["--plot", "x.svg"], "--plot"),
+        (&["--find-limit", "-b", "0"], "--buffer-size"),
+        (&["--find-limit", "--config", no_server], "no_server"),
     ];
     for (args, mention) in cases {
         let out = run_bounded(
@@ -436,9 +446,81 @@ fn json_stream_gives_one_event_per_trial_then_the_report() {
     for (i, t) in trial_events.iter().enumerate() {
         assert_eq!(t["event"], "trial", "{t}");
         assert_eq!(u(t, "index"), i as u64 + 1, "{t}");
-        // The streamed trial is the one in the final report.
-        let mut same = t.clone();
-        same.as_object_mut().unwrap().remove("event");
-        assert_eq!(same, end["trials"][i], "trial {i}");
+        // The streamed trial is the one in the final report, but for
+        // `repeated`, which is known only once its repeat has run.
+        let mut streamed = t.clone();
+        let streamed = streamed.as_object_mut().unwrap();
+        streamed.remove("event");
+        streamed.remove("repeated");
+        let mut kept = end["trials"][i].clone();
+        kept.as_object_mut().unwrap().remove("repeated");
+        assert_eq!(Value::Object(streamed.clone()), kept, "trial {i}");
     }
+}
+
+#[test]
+fn several_clients_split_the_rate_and_max_trials_bounds_repeats_too() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Three clients start a few ms apart: a 200 ms trial must still count
+    // as holding its rate when every client sent its share.
+    let out = run_bounded(
+        std::process::Command::new(CLIENT).args(common::args(
+            "--local --find-limit --json --clients 3 -b 1400 --trial-duration 0.2s --trial-pause 0.05s --max-trials 8",
+        )),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    check_trials(&report);
+    let all = trials(&report);
+    assert!(all.len() <= 8, "--max-trials 8 ran {}: {report}", all.len());
+    assert_eq!(u(&report["limit"], "trials"), all.len() as u64);
+    assert_eq!(u(&report["limit"], "clients"), 3);
+    let passed: Vec<&Value> = all
+        .iter()
+        .filter(|t| t["passed"] == true && !t["offered_bps"].is_null())
+        .collect();
+    assert!(!passed.is_empty(), "no paced trial passed: {report}");
+    for t in passed {
+        // The offered rate is split evenly: a multiple of the client count.
+        assert_eq!(u(t, "offered_bps") % 3, 0, "{t}");
+        let sent = u(t, "sent_packets") as f64 * 1400.0 * 8.0;
+        assert!(sent >= f(t, "offered_bps") * 0.2 * 0.99, "{t}");
+    }
+    assert!(report["limit"]["rate_bps"].as_u64().is_some(), "{report}");
+}
+
+#[test]
+fn ctrl_c_ends_the_search_with_the_result_so_far() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = std::process::Command::new(CLIENT);
+    cmd.args(common::args(
+        "--local --find-limit --json -b 1400 --trial-duration 0.5s --trial-pause 0.1s",
+    ))
+    .stdout(std::process::Stdio::piped());
+    let mut child = common::ChildGuard::spawn(&mut cmd, "udp_client --find-limit");
+    let lines = child.stdout_lines();
+    // Past the unpaced trial and into the search.
+    std::thread::sleep(Duration::from_millis(2500));
+    child.signal(libc::SIGINT);
+    let status = child
+        .wait_timeout(Duration::from_secs(10))
+        .expect("stopped within 10 s of Ctrl-C");
+    assert_eq!(status.code(), Some(0), "{status}");
+    let text = lines.drain(Duration::from_secs(5)).join("\n");
+    let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(report["limit"]["interrupted"], true, "{report}");
+    assert!(
+        report["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted"),
+        "{report}"
+    );
+    assert!(trials(&report).len() >= 2, "{report}");
+    assert_eq!(report["limit"]["confirmed"], false, "{report}");
 }

@@ -204,6 +204,21 @@ impl Search {
         }
     }
 
+    /// Trials run again (see [`SENDER_REPEATS`]) spend the budget too.
+    pub fn add_repeats(&mut self, n: u32) {
+        self.trials += n;
+    }
+
+    /// Where the search stands, for a search stopped early.
+    pub fn so_far(&self) -> Found {
+        Found {
+            rate_bps: self.pass,
+            confirmed: false,
+            first_failure_bps: self.fail,
+            out_of_trials: false,
+        }
+    }
+
     /// Feeds the outcome of the trial [`Search::next_step`] asked for.
     pub fn record(&mut self, rate: u64, phase: Phase, passed: bool) {
         self.trials += 1;
@@ -275,6 +290,9 @@ pub struct Trial {
     /// Why it failed: `receive_buffer`, `network`, `sender_queue` or
     /// `sender_cpu`; null when it passed.
     pub cause: Option<Cap>,
+    /// The sender alone failed this attempt, and it was run again: the
+    /// search did not count it.
+    pub repeated: bool,
 }
 
 /// The result: `limit` in the JSON report.
@@ -306,6 +324,8 @@ pub struct Limit {
     pub trials: usize,
     /// Ended at `--max-trials` before the resolution was reached.
     pub out_of_trials: bool,
+    /// Stopped by a signal: the rate is the highest that passed so far.
+    pub interrupted: bool,
 }
 
 /// `udp_client --find-limit --json`.
@@ -333,7 +353,13 @@ pub fn judge_trial(
     let loss_percent = v.map_or(0.0, |v| v.loss_percent);
     let kernel_drops = v.and_then(|v| v.drops.kernel_drops.or(v.drops.socket_kernel_drops));
     let unit = v.and_then(|v| v.drops.kernel_drops_unit);
-    let sent_bps = r.gbps.map(|g| g * 1e9);
+    // Each client over its own span, summed: clients start a few ms
+    // apart, and a rate over the union of their spans reads low.
+    let sent_bps = r
+        .clients
+        .iter()
+        .map(|c| c.gbps.map(|g| g * 1e9))
+        .sum::<Option<f64>>();
     // Datagrams the pacer asked for that did not go out.
     let trial_seconds = s.trial.as_secs_f64();
     let size = r.buffer_size.max(1) as f64;
@@ -341,11 +367,12 @@ pub fn judge_trial(
         let due = o as f64 * trial_seconds / 8.0 / size;
         (due - r.sent_packets as f64).max(0.0) as u64
     });
-    let held = match (offered_bps, sent_bps) {
-        (Some(o), Some(sent)) => sent >= o as f64 * (1.0 - s.resolution / 2.0),
-        (Some(_), None) => false,
-        (None, _) => true,
-    };
+    // Held: the bytes sent are the offered rate over the trial (each
+    // client paces its share for the trial's length from its own start, so
+    // a rate over the union of their spans would read low).
+    let held = offered_bps.is_none_or(|o| {
+        r.sent_bytes as f64 * 8.0 >= o as f64 * trial_seconds * (1.0 - s.resolution / 2.0)
+    });
     let lossy = loss_percent > s.loss_tolerance;
     let passed = !lossy && held;
     let drops = kernel_drops.unwrap_or(0);
@@ -388,6 +415,7 @@ pub fn judge_trial(
         receiver_cpu_percent: cpu(v.and_then(|v| v.cpu.as_ref())),
         passed,
         cause,
+        repeated: false,
         places: LossPlaces {
             lost_packets: lost,
             kernel_drops,
@@ -402,8 +430,83 @@ pub fn judge_trial(
     }
 }
 
+/// Runs the trials of one search and keeps them.
+struct Runner<'a> {
+    cfg: &'a ClientConfig,
+    s: &'a SearchSettings,
+    shutdown: &'a Shutdown,
+    on_trial: &'a mut dyn FnMut(&Trial),
+    trials: Vec<Trial>,
+}
+
+/// Why a search stopped early.
+struct Stopped;
+
+impl Runner<'_> {
+    /// One trial at `rate` over all clients (unpaced: None); `Ok(None)`
+    /// when a signal stopped it (its figures are then partial: dropped).
+    fn once(
+        &mut self,
+        rate: Option<u64>,
+        phase: Phase,
+    ) -> Result<std::result::Result<Trial, Stopped>> {
+        if !self.trials.is_empty() && pause(self.s.pause, self.shutdown) {
+            return Ok(Err(Stopped));
+        }
+        let clients = self.cfg.clients.max(1) as u64;
+        let mut trial_cfg = self.cfg.clone();
+        trial_cfg.volume = Volume::Time(self.s.trial);
+        trial_cfg.interval = None;
+        // The pacer paces each client: the offered rate is split evenly.
+        let per_client = rate.map(|r| (r / clients).max(1));
+        trial_cfg.rate_bps = per_client;
+        let report = super::run(&trial_cfg, self.shutdown)?;
+        if self.shutdown.is_triggered() {
+            return Ok(Err(Stopped));
+        }
+        if report.server.is_none() || !report.complete {
+            return Err(Error::runtime(format!(
+                "trial {} got no end-of-test answer from {}: the search needs the receiver's counts",
+                self.trials.len() + 1,
+                self.cfg.server
+            )));
+        }
+        let offered = per_client.map(|p| p * clients);
+        let trial = judge_trial(self.trials.len() + 1, phase, offered, &report, self.s);
+        (self.on_trial)(&trial);
+        self.trials.push(trial.clone());
+        Ok(Ok(trial))
+    }
+
+    /// A trial that counts. One the sender alone failed (it fell behind
+    /// with no full queue: descheduled) says nothing about the path: it is
+    /// run again, up to [`SENDER_REPEATS`] times while `--max-trials`
+    /// allows, and the attempts before are marked `repeated`.
+    fn counted(
+        &mut self,
+        rate: Option<u64>,
+        phase: Phase,
+    ) -> Result<std::result::Result<Trial, Stopped>> {
+        let mut repeats = 0;
+        loop {
+            let trial = match self.once(rate, phase)? {
+                Ok(t) => t,
+                Err(stopped) => return Ok(Err(stopped)),
+            };
+            let budget_left = self.trials.len() < self.s.max_trials as usize;
+            if trial.cause != Some(Cap::SenderCpu) || repeats == SENDER_REPEATS || !budget_left {
+                return Ok(Ok(trial));
+            }
+            if let Some(last) = self.trials.last_mut() {
+                last.repeated = true;
+            }
+            repeats += 1;
+        }
+    }
+}
+
 /// Runs the search against `cfg.server`, calling `on_trial` after each
-/// trial (for the live lines).
+/// trial (for the live lines). A signal ends it with the result so far.
 pub fn find(
     cfg: &ClientConfig,
     s: &SearchSettings,
@@ -411,49 +514,21 @@ pub fn find(
     on_trial: &mut dyn FnMut(&Trial),
 ) -> Result<LimitReport> {
     let started = std::time::SystemTime::now();
-    let clients = cfg.clients.max(1) as u64;
-    let mut trials: Vec<Trial> = Vec::new();
-    let mut run_trial = |rate: Option<u64>, phase: Phase| -> Result<Trial> {
-        if !trials.is_empty() && pause(s.pause, shutdown) {
-            return Err(Error::runtime("stopped before the search ended"));
-        }
-        let mut trial_cfg = cfg.clone();
-        trial_cfg.volume = Volume::Time(s.trial);
-        trial_cfg.interval = None;
-        // The pacer paces each client: the offered rate is split evenly.
-        let per_client = rate.map(|r| (r / clients).max(1));
-        trial_cfg.rate_bps = per_client;
-        let report = super::run(&trial_cfg, shutdown)?;
-        if shutdown.is_triggered() {
-            return Err(Error::runtime("stopped before the search ended"));
-        }
-        if report.server.is_none() || !report.complete {
-            return Err(Error::runtime(format!(
-                "trial {} got no end-of-test answer from {}: the search needs the receiver's counts",
-                trials.len() + 1,
-                cfg.server
-            )));
-        }
-        let offered = per_client.map(|p| p * clients);
-        let trial = judge_trial(trials.len() + 1, phase, offered, &report, s);
-        on_trial(&trial);
-        trials.push(trial.clone());
-        Ok(trial)
+    let mut runner = Runner {
+        cfg,
+        s,
+        shutdown,
+        on_trial,
+        trials: Vec::new(),
     };
-    // A trial the sender alone failed (it fell behind with no full queue:
-    // descheduled) says nothing about the path: it is run again, up to
-    // SENDER_REPEATS times, before it counts as a failure.
-    let mut run_counted = |rate: Option<u64>, phase: Phase| -> Result<Trial> {
-        let mut repeats = 0;
-        loop {
-            let trial = run_trial(rate, phase)?;
-            if trial.cause != Some(Cap::SenderCpu) || repeats == SENDER_REPEATS {
-                return Ok(trial);
-            }
-            repeats += 1;
+    let unpaced = match runner.counted(None, Phase::Unpaced)? {
+        Ok(t) => t,
+        Err(Stopped) => {
+            return Err(Error::runtime(
+                "stopped during the first (unpaced) trial: no result",
+            ))
         }
     };
-    let unpaced = run_counted(None, Phase::Unpaced)?;
     let upper = unpaced.sent_bps.unwrap_or(0.0) as u64;
     if upper == 0 {
         return Err(Error::runtime(format!(
@@ -462,17 +537,37 @@ pub fn find(
         )));
     }
     let mut search = Search::new(*s, upper, unpaced.passed);
+    search.add_repeats((runner.trials.len() - 1) as u32);
+    let mut interrupted = false;
     let found = loop {
         match search.next_step() {
             Next::Done(found) => break found,
             Next::Trial { rate_bps, phase } => {
-                let t = run_counted(Some(rate_bps), phase)?;
-                // The offered rate is what the clients were paced at.
-                search.record(rate_bps, phase, t.passed);
+                let before = runner.trials.len();
+                match runner.counted(Some(rate_bps), phase)? {
+                    Ok(t) => {
+                        // Repeats spend the --max-trials budget too.
+                        search.add_repeats((runner.trials.len() - before - 1) as u32);
+                        // The offered rate is what the clients were paced at.
+                        search.record(rate_bps, phase, t.passed);
+                    }
+                    Err(Stopped) => {
+                        interrupted = true;
+                        break search.so_far();
+                    }
+                }
             }
         }
     };
-    Ok(summarise(cfg, s, started, &unpaced, found, trials))
+    let mut report = summarise(cfg, s, started, &unpaced, found, runner.trials);
+    if interrupted {
+        report.limit.interrupted = true;
+        report.notes.insert(
+            0,
+            "interrupted: the search stopped before it ended; the rate is the highest that passed so far, not confirmed".into(),
+        );
+    }
+    Ok(report)
 }
 
 /// Sleeps `d` unless stopped; true when stopped.
@@ -506,7 +601,7 @@ fn summarise(
     let at_limit: Vec<&Trial> = found.rate_bps.map_or(Vec::new(), |rate| {
         trials
             .iter()
-            .filter(|t| searched_rate(t, clients) == Some(split(rate)))
+            .filter(|t| !t.repeated && searched_rate(t, clients) == Some(split(rate)))
             .collect()
     });
     // Nothing paced above the unpaced rate passed: the sender (or its own
@@ -518,20 +613,24 @@ fn summarise(
     let first_failure = found.first_failure_bps.and_then(|rate| {
         trials
             .iter()
-            .filter(|t| !t.passed)
+            .filter(|t| !t.passed && !t.repeated)
             .find(|t| match t.offered_bps {
                 Some(_) => searched_rate(t, clients) == Some(split(rate)),
                 None => t.sent_bps.map(|b| b as u64) == Some(rate),
             })
     });
     let mut notes = Vec::new();
-    if found.out_of_trials {
+    if found.rate_bps.is_none() && found.out_of_trials {
+        notes.push(format!(
+            "stopped at --max-trials {} before any paced trial passed: no rate found",
+            s.max_trials
+        ));
+    } else if found.out_of_trials {
         notes.push(format!(
             "stopped at --max-trials {} before the resolution was reached: the rate is the highest that passed, not confirmed",
             s.max_trials
         ));
-    }
-    if found.rate_bps.is_none() {
+    } else if found.rate_bps.is_none() {
         notes.push(format!(
             "no rate passed down to 1/{FLOOR_DIVISOR} of the unpaced rate: the path loses at every rate worth measuring (see the trials' causes)"
         ));
@@ -568,7 +667,7 @@ fn summarise(
             first_loss: first_failure.map(|t| t.places.clone()),
             unpaced_bps: unpaced.sent_bps.unwrap_or(0.0),
             sender_bound,
-            resolution_percent: s.resolution * 100.0,
+            resolution_percent: (s.resolution * 100.0 * 1e6).round() / 1e6,
             loss_tolerance_percent: s.loss_tolerance,
             trial_seconds: s.trial.as_secs_f64(),
             pause_seconds: s.pause.as_secs_f64(),
@@ -576,6 +675,7 @@ fn summarise(
             clients: cfg.clients,
             trials: trials.len(),
             out_of_trials: found.out_of_trials,
+            interrupted: false,
         },
         trials,
         notes,

@@ -1227,7 +1227,14 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
     let answered_count = count(Answer::Answered);
     let limited_by = verdict::judge(&verdict::Facts {
         offered_bps: cfg.rate_bps.map(|r| r.saturating_mul(n as u64)),
-        sent_bps: stats::rate_gbps(sent_bytes.saturating_sub(at_first), span).map(|g| g * 1e9),
+        // Paced, each client holds its share from its own start: the sum of
+        // their own rates (a rate over the union of staggered spans would
+        // read low on a short run).
+        sent_bps: if cfg.rate_bps.is_some() {
+            clients.iter().map(|c| c.gbps.map(|g| g * 1e9)).sum()
+        } else {
+            stats::rate_gbps(sent_bytes.saturating_sub(at_first), span).map(|g| g * 1e9)
+        },
         seconds: span.as_secs_f64(),
         sender_cpu_percent: clients
             .iter()

@@ -334,10 +334,15 @@ pub struct ClientConfig {
 }
 
 /// `--find-limit`'s settings from the flags.
-fn search_settings(args: &ClientArgs) -> Result<Option<SearchSettings>> {
+fn search_settings(args: &ClientArgs, no_server: bool) -> Result<Option<SearchSettings>> {
     use crate::client::limit;
     if !args.find_limit {
         return Ok(None);
+    }
+    if no_server {
+        return Err(Error::usage(
+            "--find-limit needs a udp_server's counts: it cannot run with no_server",
+        ));
     }
     let resolution = args.resolution.unwrap_or(limit::DEFAULT_RESOLUTION * 100.0);
     if !(0.1..=50.0).contains(&resolution) {
@@ -461,6 +466,11 @@ impl ClientConfig {
         } else {
             Volume::Bytes(DEFAULT_TOTAL)
         };
+        if args.find_limit && buffer_size == 0 {
+            return Err(Error::usage(
+                "--find-limit paces datagrams of --buffer-size bytes: give at least 1",
+            ));
+        }
         match volume {
             Volume::Bytes(0) => {
                 return Err(Error::usage(
@@ -518,7 +528,7 @@ impl ClientConfig {
             .map(|b| check_between("--sndbuf", b, MAX_SOCKET_BUFFER))
             .transpose()?;
         let sched = sched_from(l.scheduler, l.priority)?;
-        let find_limit = search_settings(&args)?;
+        let find_limit = search_settings(&args, l.no_server == Some(true))?;
         let psk: Option<Psk> = psk_from(
             &PskArgs {
                 psk: args.psk.psk,

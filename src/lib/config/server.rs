@@ -152,7 +152,7 @@ pub struct ServerArgs {
     pub metrics: Option<String>,
     /// How long --metrics keeps a finished peer's final figures (at most
     /// --max-peers of them), so a scrape sees them [default: 5m].
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "metrics")]
     pub metrics_retain: Option<Duration>,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]

@@ -22,6 +22,12 @@ fn opt_rate(bps: Option<f64>) -> String {
     bps.map_or_else(|| "-".into(), rate)
 }
 
+/// A percentage as given: `7`, `0.5`, not `7.000000000000001`.
+fn percent(p: f64) -> String {
+    let rounded = (p * 1e6).round() / 1e6;
+    format!("{rounded}")
+}
+
 /// The line before the first trial, and the table's header.
 pub fn header(cfg: &ClientConfig, s: &SearchSettings) -> String {
     format!(
@@ -32,8 +38,8 @@ pub fn header(cfg: &ClientConfig, s: &SearchSettings) -> String {
         cfg.clients,
         if cfg.clients == 1 { "" } else { "s" },
         s.trial.as_secs_f64(),
-        s.resolution * 100.0,
-        s.loss_tolerance
+        percent(s.resolution * 100.0),
+        percent(s.loss_tolerance)
     )
 }
 
@@ -61,10 +67,21 @@ pub fn places(cause: Cap, p: &LossPlaces) -> String {
                 p.lost_packets
             )
         }
-        Cap::Network => format!(
-            "the network ({} datagrams lost on the way; none dropped by the server's socket, none refused by the sender's queue)",
-            p.lost_packets
-        ),
+        Cap::Network => {
+            let drops = match p.kernel_drops {
+                Some(0) => "none dropped by the server's socket".to_string(),
+                Some(_) => format!("{} dropped by the server's socket", drops(p)),
+                None => "the server's socket drops unknown".to_string(),
+            };
+            let queue = match p.enobufs_retries {
+                0 => "none refused by the sender's queue".to_string(),
+                n => format!("{n} ENOBUFS back-offs at the sender"),
+            };
+            format!(
+                "the network ({} datagrams lost; {drops}, {queue})",
+                p.lost_packets
+            )
+        }
         Cap::SenderQueue => format!(
             "the sender's own queue ({} ENOBUFS back-offs; {} datagrams short of the offered rate)",
             p.enobufs_retries, p.not_sent_packets
@@ -103,7 +120,15 @@ pub fn report(r: &LimitReport, json: bool) -> String {
     let l = &r.limit;
     let mut out = match l.rate_bps {
         Some(bps) => format!(
-            "limit     no-drop rate {} ({}; received {}, loss {:.3}%)",
+            "limit     {} {} ({}; received {}, loss {:.3}%)",
+            if l.loss_tolerance_percent > 0.0 {
+                format!(
+                    "highest rate within {}% loss",
+                    percent(l.loss_tolerance_percent)
+                )
+            } else {
+                "no-drop rate".to_string()
+            },
             rate(bps as f64),
             if l.confirmed {
                 format!("passed {} more trials", l.confirmations)
@@ -115,21 +140,25 @@ pub fn report(r: &LimitReport, json: bool) -> String {
         ),
         None => "limit     none: no rate passed".into(),
     };
-    match (l.first_loss_at_bps, l.first_loss_cause, &l.first_loss) {
-        (Some(at), Some(cause), Some(p)) => {
-            out += &format!("\nfirst loss at {}: {}", rate(at as f64), places(cause, p));
+    if let (Some(at), Some(cause), Some(p)) =
+        (l.first_loss_at_bps, l.first_loss_cause, &l.first_loss)
+    {
+        {
+            // A rate the sender could not reach failed without loss.
+            let what = if p.lost_packets > 0 {
+                "first loss at"
+            } else {
+                "first failure at"
+            };
+            out += &format!("\n{what} {}: {}", rate(at as f64), places(cause, p));
         }
-        _ if l.sender_bound => {
-            out += "\nfirst loss none: the path carried all the sender could send";
-        }
-        _ => {}
     }
     out += &format!(
         "\nsearch    {} trials of {:.1} s from the unpaced {}, resolution {}%",
         l.trials,
         l.trial_seconds,
         rate(l.unpaced_bps),
-        l.resolution_percent
+        percent(l.resolution_percent)
     );
     for note in &r.notes {
         out += &format!("\nnote: {note}");

@@ -186,7 +186,7 @@ impl Collector for Exposition {
             single(
                 &mut e,
                 "kernel_drops",
-                "Datagrams the kernel dropped on the receive socket(s): receive buffer full.",
+                "Drops on the receive socket(s), receive buffer full: datagrams, or GRO buffers of several when GRO is on.",
                 None,
                 ConstCounter::new(drops),
             )?;

@@ -323,6 +323,17 @@ pub fn run(
     run_with(bound, cfg, shutdown, events, None)
 }
 
+/// Hands every `peer_done` among `pending` (each is there for one pass of
+/// the finalising loop) to the metrics board.
+fn record_finished(board: Option<&metrics::Board>, pending: &[ServerEvent]) {
+    let Some(board) = board else { return };
+    for event in pending {
+        if let ServerEvent::PeerDone(r) = event {
+            board.finished(r);
+        }
+    }
+}
+
 /// [`run`], also publishing to `board` for `--metrics`: a snapshot when a
 /// scrape asks for one (taken here, not on the receive threads), and
 /// every `peer_done` report as it is passed on.
@@ -333,12 +344,6 @@ pub fn run_with(
     events: &mut dyn FnMut(ServerEvent),
     board: Option<&metrics::Board>,
 ) -> Result<ServerSummary> {
-    let mut events = |event: ServerEvent| {
-        if let (Some(board), ServerEvent::PeerDone(r)) = (board, &event) {
-            board.finished(r);
-        }
-        events(event)
-    };
     if let Some(board) = board {
         board.attach();
     }
@@ -433,6 +438,10 @@ pub fn run_with(
                     }
                     table.expire(now, &mut sink, queued);
                 }
+                // A peer finished in this pass has left the live table:
+                // it joins the retained set now, before any snapshot, so
+                // no scrape misses it.
+                record_finished(board, pending);
                 if let Some(board) = board.filter(|b| b.take_wanted()) {
                     // Known to be counted: 0 until the first drop report.
                     let kernel_drops = drops_supported.then(|| table.kernel_drops().unwrap_or(0));
@@ -484,6 +493,7 @@ pub fn run_with(
     } = &mut *guard;
     table.finish_all(Instant::now(), &mut push_event(pending), replies);
     send_replies(&sockets, replies);
+    record_finished(board, pending);
     for event in pending.drain(..) {
         events(event);
     }
