@@ -360,8 +360,18 @@ fn bad_metrics_settings_are_one_line_errors() {
             2,
             "invalid --metrics address",
         ),
-        (&["--metrics-retain", "500ms"][..], 2, "--metrics-retain"),
-        (&["--metrics-retain", "soon"][..], 2, "--metrics-retain"),
+        (
+            &["--metrics", "127.0.0.1:0", "--metrics-retain", "500ms"][..],
+            2,
+            "--metrics-retain",
+        ),
+        (
+            &["--metrics", "127.0.0.1:0", "--metrics-retain", "soon"][..],
+            2,
+            "--metrics-retain",
+        ),
+        // Retention without an endpoint is a mistake, not a silent no-op.
+        (&["--metrics-retain", "1m"][..], 2, "--metrics <ADDR>"),
     ] {
         let out = run_bounded(
             Command::new(SERVER)
