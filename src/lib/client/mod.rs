@@ -1244,6 +1244,7 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
         backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
         clients: n,
         gso: clients.iter().any(|c| c.send_path.gso_segments.is_some()),
+        local: cfg.local,
         receiver: server.as_ref().map(|v| verdict::ReceiverFacts {
             lost: v.lost_packets,
             loss_percent: v.loss_percent,

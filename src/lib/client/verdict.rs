@@ -112,6 +112,9 @@ pub struct Facts {
     pub clients: usize,
     /// The datagrams are handed to the kernel in GSO buffers.
     pub gso: bool,
+    /// `--local`: the server is in-process, with settings the user cannot
+    /// change; advice about the server says to run one instead.
+    pub local: bool,
     /// None when the server did not answer (or was not asked).
     pub receiver: Option<ReceiverFacts>,
 }
@@ -138,6 +141,14 @@ pub fn judge(f: &Facts) -> Verdict {
         )
     } else {
         String::new()
+    };
+    // Where the server-side advice applies.
+    let on_server = |flags: &str| {
+        if f.local {
+            format!("run a separate `udp_server {flags}` instead of --local (its in-process server is fixed at a 4 MiB buffer and one thread)")
+        } else {
+            format!("try `{flags}` on the server")
+        }
     };
     let Some(rx) = f.receiver else {
         return verdict(
@@ -168,22 +179,24 @@ pub fn judge(f: &Facts) -> Verdict {
                 verdict(
                     Cap::ReceiverCpu,
                     format!(
-                        "receiver CPU-bound: the server's receive thread used {} of a core and its buffer dropped {share}: try `--recv-buffer-size 32M` or `--threads 2` on the server, or a lower --rate{backed_off}",
-                        core(rx.cpu_percent)
+                        "receiver CPU-bound: the server's receive thread used {} of a core and its buffer dropped {share}: {}, or a lower --rate{backed_off}",
+                        core(rx.cpu_percent),
+                        on_server("--recv-buffer-size 32M --threads 2")
                     ),
                 )
             } else {
                 verdict(
                     Cap::ReceiveBuffer,
                     format!(
-                        "receive buffer: the server's socket buffer dropped {share}{}: bursts outran the buffer; try `--recv-buffer-size 32M` on the server, or pace with --rate{backed_off}",
+                        "receive buffer: the server's socket buffer dropped {share}{}: bursts outran the buffer; {}, or pace with --rate{backed_off}",
                         // CPU sampled every 10 ms says nothing of a
                         // shorter run.
                         match rx.cpu_percent {
                             Some(p) if f.seconds >= SHORTEST_JUDGED_SECONDS =>
                                 format!(" while its receive thread used {p:.0}% of a core"),
                             _ => String::new(),
-                        }
+                        },
+                        on_server("--recv-buffer-size 32M")
                     ),
                 )
             };
@@ -287,8 +300,9 @@ pub fn judge(f: &Facts) -> Verdict {
         return verdict(
             Cap::ReceiverCpu,
             format!(
-                "receiver CPU-bound: the server's receive thread used {} of a core; nothing was lost yet: `--threads 2` on the server spreads the work",
-                core(rx.cpu_percent)
+                "receiver CPU-bound: the server's receive thread used {} of a core; nothing was lost yet: {} to spread the work",
+                core(rx.cpu_percent),
+                on_server("--threads 2")
             ),
         );
     }
@@ -341,7 +355,7 @@ mod tests {
             "{}",
             v.text
         );
-        assert!(v.text.contains("--recv-buffer-size"), "{}", v.text);
+        assert!(v.text.contains("--recv-buffer-size 32M"), "{}", v.text);
     }
 
     #[test]
@@ -370,6 +384,23 @@ mod tests {
         assert_eq!(judge(&unpaced(20.0, r)).cause, Cap::Network);
         r.kernel_drops = Some(40);
         assert_eq!(judge(&unpaced(20.0, r)).cause, Cap::ReceiveBuffer);
+    }
+
+    #[test]
+    fn local_runs_are_told_to_run_a_server_instead() {
+        let mut f = unpaced(60.0, rx(3965, Some(3965), 98.0));
+        assert!(judge(&f)
+            .text
+            .contains("try `--recv-buffer-size 32M --threads 2` on the server"));
+        f.local = true;
+        let v = judge(&f);
+        assert!(
+            v.text.contains(
+                "run a separate `udp_server --recv-buffer-size 32M --threads 2` instead of --local"
+            ),
+            "{}",
+            v.text
+        );
     }
 
     #[test]
