@@ -277,10 +277,33 @@ fn an_active_peer_is_shown_while_it_sends_then_its_final_figures() {
         .unwrap();
     assert!(packets > 0 && packets < 3000, "{packets}");
     assert_eq!(server_wide(&samples, "netspeed_peers_active"), "1");
+    // Every counter only grows, scrape after scrape, while the peer sends
+    // and after it finished: a decrease would read as a reset to rate().
+    let mut seen: BTreeMap<String, f64> = BTreeMap::new();
+    let mut never_down = |samples: &[Sample]| {
+        for s in samples.iter().filter(|s| s.name.ends_with("_total")) {
+            let key = format!("{}{:?}", s.name, s.labels);
+            let value: f64 = s.value.parse().expect("a number");
+            if let Some(&before) = seen.get(&key) {
+                assert!(value >= before, "{key} went down: {before} -> {value}");
+            }
+            seen.insert(key, value);
+        }
+    };
+    never_down(&samples);
+    let mut scrapes = 1;
+    while !sender.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        never_down(&scrape(&metrics));
+        scrapes += 1;
+    }
     let report = sender.join().expect("the client thread");
     assert_eq!(session_of(&report), session);
     let done = server.done_for(&session);
-    assert_series_are_peer_done(&scrape(&metrics), &session, &done);
+    let last = scrape(&metrics);
+    never_down(&last);
+    assert!(scrapes >= 3, "only {scrapes} scrapes while the peer sent");
+    assert_series_are_peer_done(&last, &session, &done);
     server.stop();
 }
 
