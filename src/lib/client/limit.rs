@@ -26,7 +26,7 @@
 //! `1 - resolution / 2` of it): a rate the sender's own queue refused was
 //! not carried, even though back-off keeps the count whole.
 
-use super::verdict::{dropped_datagrams, Cap, BUSY_PERCENT};
+use super::verdict::{busiest_sender_percent, summed_client_bps, Cap, ReceiverFacts, BUSY_PERCENT};
 use super::RunReport;
 use crate::config::{ClientConfig, Volume};
 use crate::error::{Error, Result};
@@ -349,17 +349,10 @@ pub fn judge_trial(
     s: &SearchSettings,
 ) -> Trial {
     let v = r.server.as_ref();
-    let lost = v.map_or(0, |v| v.lost_packets);
-    let loss_percent = v.map_or(0.0, |v| v.loss_percent);
-    let kernel_drops = v.and_then(|v| v.drops.kernel_drops.or(v.drops.socket_kernel_drops));
+    let rx = v.map(ReceiverFacts::of).unwrap_or_default();
+    let (lost, loss_percent, kernel_drops) = (rx.lost, rx.loss_percent, rx.kernel_drops);
     let unit = v.and_then(|v| v.drops.kernel_drops_unit);
-    // Each client over its own span, summed: clients start a few ms
-    // apart, and a rate over the union of their spans reads low.
-    let sent_bps = r
-        .clients
-        .iter()
-        .map(|c| c.gbps.map(|g| g * 1e9))
-        .sum::<Option<f64>>();
+    let sent_bps = summed_client_bps(&r.clients);
     // Datagrams the pacer asked for that did not go out.
     let trial_seconds = s.trial.as_secs_f64();
     let size = r.buffer_size.max(1) as f64;
@@ -376,17 +369,9 @@ pub fn judge_trial(
     let lossy = loss_percent > s.loss_tolerance;
     let passed = !lossy && held;
     let drops = kernel_drops.unwrap_or(0);
-    let dropped = v.map_or(drops, |v| {
-        dropped_datagrams(
-            drops,
-            unit == Some("buffers"),
-            v.received_packets,
-            v.gro_buffers,
-        )
-    });
     let cause = if passed {
         None
-    } else if lossy && drops > 0 && dropped * 2 >= lost {
+    } else if lossy && rx.drops_are_most_of_the_loss() {
         Some(Cap::ReceiveBuffer)
     } else if lossy {
         Some(Cap::Network)
@@ -395,7 +380,6 @@ pub fn judge_trial(
     } else {
         Some(Cap::SenderCpu)
     };
-    let cpu = |c: Option<&crate::stats::CpuCost>| c.and_then(|c| c.percent_of_core);
     Trial {
         index,
         phase,
@@ -404,15 +388,11 @@ pub fn judge_trial(
         received_bps: v.and_then(|v| v.gbps).map(|g| g * 1e9),
         seconds: r.seconds,
         sent_packets: r.sent_packets,
-        received_packets: v.map_or(0, |v| v.received_packets),
+        received_packets: rx.received,
         loss_percent,
         backoff_seconds: r.backoff_seconds,
-        sender_cpu_percent: r
-            .clients
-            .iter()
-            .filter_map(|c| cpu(c.cpu.as_ref()))
-            .reduce(f64::max),
-        receiver_cpu_percent: cpu(v.and_then(|v| v.cpu.as_ref())),
+        sender_cpu_percent: busiest_sender_percent(&r.clients),
+        receiver_cpu_percent: rx.cpu_percent,
         passed,
         cause,
         repeated: false,
@@ -443,8 +423,9 @@ struct Runner<'a> {
 struct Stopped;
 
 impl Runner<'_> {
-    /// One trial at `rate` over all clients (unpaced: None); `Ok(None)`
-    /// when a signal stopped it (its figures are then partial: dropped).
+    /// One trial at `rate` over all clients (unpaced: None); or,
+    /// when a signal stopped it, `Ok(Err(Stopped))` (its partial figures
+    /// are dropped).
     fn once(
         &mut self,
         rate: Option<u64>,
@@ -583,11 +564,6 @@ fn pause(d: Duration, shutdown: &Shutdown) -> bool {
     true
 }
 
-/// The paced rate a trial was searched at: what `Search` knows it by.
-fn searched_rate(t: &Trial, clients: u64) -> Option<u64> {
-    t.offered_bps.map(|o| o / clients * clients)
-}
-
 fn summarise(
     cfg: &ClientConfig,
     s: &SearchSettings,
@@ -596,12 +572,14 @@ fn summarise(
     found: Found,
     trials: Vec<Trial>,
 ) -> LimitReport {
+    // The rate a search step asked for, as offered: split evenly over the
+    // clients (see `Runner::once`).
     let clients = cfg.clients.max(1) as u64;
-    let split = |r: u64| r / clients * clients;
+    let split = |r: u64| (r / clients).max(1) * clients;
     let at_limit: Vec<&Trial> = found.rate_bps.map_or(Vec::new(), |rate| {
         trials
             .iter()
-            .filter(|t| !t.repeated && searched_rate(t, clients) == Some(split(rate)))
+            .filter(|t| !t.repeated && t.offered_bps == Some(split(rate)))
             .collect()
     });
     // Nothing paced above the unpaced rate passed: the sender (or its own
@@ -615,7 +593,7 @@ fn summarise(
             .iter()
             .filter(|t| !t.passed && !t.repeated)
             .find(|t| match t.offered_bps {
-                Some(_) => searched_rate(t, clients) == Some(split(rate)),
+                Some(offered) => offered == split(rate),
                 None => t.sent_bps.map(|b| b as u64) == Some(rate),
             })
     });

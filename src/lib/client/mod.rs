@@ -1227,33 +1227,20 @@ fn summarise(cfg: &ClientConfig, clients: Vec<ClientReport>, started: SystemTime
     let answered_count = count(Answer::Answered);
     let limited_by = verdict::judge(&verdict::Facts {
         offered_bps: cfg.rate_bps.map(|r| r.saturating_mul(n as u64)),
-        // Paced, each client holds its share from its own start: the sum of
-        // their own rates (a rate over the union of staggered spans would
-        // read low on a short run).
+        // Paced, each client holds its share from its own start.
         sent_bps: if cfg.rate_bps.is_some() {
-            clients.iter().map(|c| c.gbps.map(|g| g * 1e9)).sum()
+            verdict::summed_client_bps(&clients)
         } else {
             stats::rate_gbps(sent_bytes.saturating_sub(at_first), span).map(|g| g * 1e9)
         },
         seconds: span.as_secs_f64(),
-        sender_cpu_percent: clients
-            .iter()
-            .filter_map(|c| c.cpu.as_ref().and_then(|c| c.percent_of_core))
-            .reduce(f64::max),
+        sender_cpu_percent: verdict::busiest_sender_percent(&clients),
         enobufs_retries: clients.iter().map(|c| c.enobufs_retries).sum(),
         backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
         clients: n,
         gso: clients.iter().any(|c| c.send_path.gso_segments.is_some()),
         local: cfg.local,
-        receiver: server.as_ref().map(|v| verdict::ReceiverFacts {
-            lost: v.lost_packets,
-            loss_percent: v.loss_percent,
-            kernel_drops: v.drops.kernel_drops.or(v.drops.socket_kernel_drops),
-            drops_in_buffers: v.drops.kernel_drops_unit == Some("buffers"),
-            received: v.received_packets,
-            gro_buffers: v.gro_buffers,
-            cpu_percent: v.cpu.as_ref().and_then(|c| c.percent_of_core),
-        }),
+        receiver: server.as_ref().map(verdict::ReceiverFacts::of),
     });
     RunReport {
         version: env!("CARGO_PKG_VERSION"),

@@ -10,6 +10,7 @@
 //! written out in `docs/output.md` ("limited_by"); they are pure, and
 //! tested here without sockets.
 
+use super::{ClientReport, ServerView};
 use serde::Serialize;
 
 /// A core at least this busy (% of one core) is the cap when nothing else
@@ -95,6 +96,50 @@ pub struct ReceiverFacts {
     pub cpu_percent: Option<f64>,
 }
 
+impl ReceiverFacts {
+    /// The figures of the server's answer(s).
+    pub fn of(v: &ServerView) -> Self {
+        ReceiverFacts {
+            lost: v.lost_packets,
+            loss_percent: v.loss_percent,
+            kernel_drops: v.drops.kernel_drops.or(v.drops.socket_kernel_drops),
+            drops_in_buffers: v.drops.kernel_drops_unit == Some("buffers"),
+            received: v.received_packets,
+            gro_buffers: v.gro_buffers,
+            cpu_percent: v.cpu.as_ref().and_then(|c| c.percent_of_core),
+        }
+    }
+
+    /// The server's socket dropped most of the lost datagrams: the buffer,
+    /// not the path, lost them. One rule for the verdict and for
+    /// `--find-limit`'s causes.
+    pub fn drops_are_most_of_the_loss(&self) -> bool {
+        let drops = self.kernel_drops.unwrap_or(0);
+        let dropped = dropped_datagrams(
+            drops,
+            self.drops_in_buffers,
+            self.received,
+            self.gro_buffers,
+        );
+        drops > 0 && dropped * 2 >= self.lost
+    }
+}
+
+/// The sum of each client's own sender-side rate, bit/s. Clients start a
+/// few ms apart: a rate over the union of their spans would read low on a
+/// short paced run.
+pub fn summed_client_bps(clients: &[ClientReport]) -> Option<f64> {
+    clients.iter().map(|c| c.gbps.map(|g| g * 1e9)).sum()
+}
+
+/// The busiest sending thread, % of one core.
+pub fn busiest_sender_percent(clients: &[ClientReport]) -> Option<f64> {
+    clients
+        .iter()
+        .filter_map(|c| c.cpu.as_ref().and_then(|c| c.percent_of_core))
+        .reduce(f64::max)
+}
+
 /// The figures a verdict is computed from.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Facts {
@@ -158,9 +203,7 @@ pub fn judge(f: &Facts) -> Verdict {
     };
     if rx.lost > 0 {
         let drops = rx.kernel_drops.unwrap_or(0);
-        let dropped = dropped_datagrams(drops, rx.drops_in_buffers, rx.received, rx.gro_buffers);
-        // The buffer is the cause when its drops are most of the loss.
-        if drops > 0 && dropped * 2 >= rx.lost {
+        if rx.drops_are_most_of_the_loss() {
             let share = if rx.drops_in_buffers {
                 format!(
                     "{drops} GRO buffers (most of the {} datagrams lost)",
