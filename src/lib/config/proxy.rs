@@ -386,27 +386,14 @@ impl ProxyConfig {
 )]
 #[serde(deny_unknown_fields)]
 pub struct BenchArgs {
-    #[arg(
-        long,
-        value_name = "DURATION",
-        value_parser = DurationValue::from_arg,
-        help = "How long each row measures [default: 1s]",
-        long_help = "How long each row measures\n\n[default: 1s]"
-    )]
+    /// How long each row measures [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = DurationValue::from_arg)]
     pub duration: Option<DurationValue>,
-    #[arg(
-        long,
-        value_name = "N",
-        help = "At most this many measured requests per row [default: 200000]",
-        long_help = "At most this many measured requests per row\n\n[default: 200000]"
-    )]
+    /// At most this many measured requests per row [default: 200000].
+    #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
-    #[arg(
-        long,
-        value_name = "N",
-        help = "Requests sent before measuring, on the same connection [default: 20]",
-        long_help = "Requests sent before measuring, on the same connection\n\n[default: 20]"
-    )]
+    /// Requests sent before measuring, on the same connection [default: 20].
+    #[arg(long, value_name = "N")]
     pub warmup: Option<u64>,
     /// Modes to run, comma-separated [default: all six on Linux].
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -432,13 +419,8 @@ pub struct BenchArgs {
     /// bench/proxy-bench.sh).
     #[arg(long, value_name = "PATH")]
     pub go_proxy: Option<PathBuf>,
-    #[arg(
-        long,
-        value_name = "DURATION",
-        value_parser = DurationValue::from_arg,
-        help = "A request with no complete answer within this long fails its row [default: 5s]",
-        long_help = "A request with no complete answer within this long fails its row\n\n[default: 5s]"
-    )]
+    /// A request with no complete answer within this long fails its row [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = DurationValue::from_arg)]
     pub request_timeout: Option<DurationValue>,
     /// The tcp_proxy binary to benchmark [default: this one].
     #[arg(long, value_name = "PATH")]
