@@ -1785,9 +1785,7 @@ impl PeerTable {
         events: &mut dyn FnMut(Event),
         replies: &mut Vec<Reply>,
     ) {
-        for event in self.queued.drain(..) {
-            events(event);
-        }
+        self.flush_queued(events);
         let idle = self.cfg.idle_timeout;
         let mut due = Vec::new();
         for peer in self.tagged.slots.iter_mut().flatten() {
@@ -1891,6 +1889,14 @@ impl PeerTable {
         events(Event::Done(peer.summary(shared, reason)));
     }
 
+    /// Hands over the events queued while a datagram was accounted (an
+    /// eviction finalises a session where no event sink is at hand).
+    fn flush_queued(&mut self, events: &mut dyn FnMut(Event)) {
+        for event in self.queued.drain(..) {
+            events(event);
+        }
+    }
+
     /// Finalises every unfinished peer and reports every record's
     /// unreported late datagrams; used once, at shutdown. Sessions whose
     /// End arrived are answered.
@@ -1900,9 +1906,7 @@ impl PeerTable {
         events: &mut dyn FnMut(Event),
         replies: &mut Vec<Reply>,
     ) {
-        for event in self.queued.drain(..) {
-            events(event);
-        }
+        self.flush_queued(events);
         for (key, _) in self.tagged.keys() {
             // Finalising one session can evict another's record.
             let Some(slot) = self.tagged.find(&key) else {
