@@ -484,20 +484,29 @@ fn ctrl_c_ends_the_search_with_the_result_so_far() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = std::process::Command::new(CLIENT);
     cmd.args(common::args(
-        "--local --find-limit --json -b 1400 --trial-duration 0.5s --trial-pause 0.1s",
+        "--local --find-limit --json-stream -b 1400 --trial-duration 0.5s --trial-pause 0.1s",
     ))
     .stdout(std::process::Stdio::piped());
     let mut child = common::ChildGuard::spawn(&mut cmd, "udp_client --find-limit");
     let lines = child.stdout_lines();
-    // Past the unpaced trial and into the search.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Past the unpaced trial and into the search: the second trial's event.
+    lines
+        .wait_for_json(Duration::from_secs(30), |v| {
+            v["event"] == "trial" && v["index"] == 2
+        })
+        .unwrap_or_else(|| panic!("no second trial:\n{}", lines.transcript()));
     child.signal(libc::SIGINT);
     let status = child
         .wait_timeout(Duration::from_secs(10))
         .expect("stopped within 10 s of Ctrl-C");
     assert_eq!(status.code(), Some(0), "{status}");
     let text = lines.drain(Duration::from_secs(5)).join("\n");
-    let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let mut events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let report = events.pop().expect("an end event after Ctrl-C");
+    assert_eq!(report["event"], "end", "{report}");
     assert_eq!(report["limit"]["interrupted"], true, "{report}");
     assert!(
         report["notes"][0]
