@@ -12,28 +12,37 @@
 //!
 //! - **Presentation**: [`output`], the only code that writes to stdout or
 //!   stderr and the only user of indicatif and plotters: [`output::report`]
-//!   (UDP text and JSON), [`output::progress`], [`output::bench`]
-//!   (sockbench tables, CSV and charts), [`output::proxy`] (tcp_proxy's
-//!   event lines and benchmark tables), [`output::metrics`]
-//!   (`udp_server --metrics`: the Prometheus exposition and its HTTP
-//!   endpoint), and process start and end for
-//!   the binaries ([`output::start`]: flags, config, signal flag,
+//!   (UDP text and JSON, and the `limit` verdict line),
+//!   [`output::limit`] (`--find-limit`'s trial lines, result and chart),
+//!   [`output::progress`], [`output::bench`] (sockbench tables, CSV and
+//!   charts: `output/bench/table.rs`, `output/bench/plot.rs`),
+//!   [`output::proxy`] (tcp_proxy's event lines and benchmark tables),
+//!   [`output::metrics`] (`udp_server --metrics`: the Prometheus
+//!   exposition and its HTTP endpoint), [`output::manual`] (completions
+//!   and man pages from the clap definitions), and process start and end
+//!   for the binaries ([`output::start`]: flags, config, signal flag,
 //!   scheduler; [`output::exit_with`]).
 //! - **Roles**, which compute and return report structs or send typed
 //!   events to a sink; they never print and never exit:
-//!   - [`server`]: bind, receive, count per peer ([`server::peers`]);
+//!   - [`server`]: bind, receive with the `--method` loops
+//!     ([`server::recv`]), count per peer ([`server::peers`]);
 //!     what `--metrics` exposes ([`server::metrics`]);
-//!   - [`client`]: send an exact volume, pace, back off, ask for the
-//!     server's count;
+//!   - [`client`]: send an exact volume ([`client::send`]), pace and
+//!     back off (`client/pacing.rs`), ask for the server's count; say why
+//!     a run was not faster ([`client::verdict`]); search for the highest
+//!     rate the path carries ([`client::limit`]);
 //!   - [`local`]: `udp_client --local`, a client and a server in one
 //!     process (above both, so neither imports the other);
 //!   - [`proxy`]: tcp_proxy's relay modes (`proxy/relay.rs`,
-//!     `proxy/blocking.rs`), its typed events ([`proxy::events`]) and its
-//!     latency benchmark ([`proxy::bench`]);
-//!   - [`bench`]: sockbench's matrices ([`bench::udp`] with one driver
-//!     and a backend per socket library, [`bench::tcp`], [`bench::mux`]),
+//!     `proxy/blocking.rs`, splice pipes under one budget in
+//!     `proxy/pipes.rs`), its typed events ([`proxy::events`]) and its
+//!     latency benchmark ([`proxy::bench`], with its HTTP ends in
+//!     `proxy/http.rs`);
+//!   - [`bench`](mod@bench): sockbench's matrices ([`bench::udp`] with one driver
+//!     (`bench/udp/driver.rs`) and a backend per socket library
+//!     (`bench/udp/blocking.rs`, `bench/udp/runtimes.rs`), [`bench::tcp`], [`bench::mux`]),
 //!     the bare-path ceiling ([`bench::ceiling`]) and udp_client's
-//!     `--sweep`. Roles may call the roles above them in this list
+//!     `--sweep` (`bench/sweep.rs`). Roles may call the roles above them in this list
 //!     (bench runs the server's receive loop and the client's sender);
 //!     never the other way.
 //! - **Settings**: [`config`], flags and TOML files layered once

@@ -27,6 +27,9 @@ use std::time::Duration;
     about = "Sends an exact volume of UDP data to a udp_server and reports both sides.",
     long_about = None
 )]
+// The help shows addresses such as [::]:35000 as they are typed, not as
+// rustdoc links.
+#[allow(rustdoc::broken_intra_doc_links)]
 pub struct ClientArgs {
     /// Server address, HOST:PORT [default: 127.0.0.1:35000]; host names and [::1]:PORT work.
     #[arg(short = 's', long, value_name = "ADDR")]

@@ -91,6 +91,9 @@ impl Method {
     about = "Counts the UDP datagrams and bytes each peer sends, and reports exact rates in Gbit/s.",
     long_about = None
 )]
+// The help shows addresses such as [::]:35000 as they are typed, not as
+// rustdoc links.
+#[allow(rustdoc::broken_intra_doc_links)]
 pub struct ServerArgs {
     /// Address to listen on [default: [::]:35000, dual-stack (IPv4 and
     /// IPv6); 0.0.0.0:35000 where IPv6 is unavailable]. Port 0 picks a free

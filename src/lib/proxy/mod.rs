@@ -1,6 +1,6 @@
 //! `tcp_proxy`: forwards each accepted TCP connection to one upstream, in
 //! one of six ways ([`Mode`]), and the latency benchmark that compares them
-//! ([`bench`]).
+//! ([`bench`](mod@bench)).
 //!
 //! Why six: seed 004 compared Go's `io.Copy` with Rust proxies built on
 //! tokio and std and found 20 ms rows it never explained. They were Nagle's
@@ -19,7 +19,7 @@
 //! - `blocking`: the two std modes, a thread per direction.
 //! - [`pipes`]: splice's pipes, which grow on demand under `--pipe-budget`.
 //! - [`http`]: the keep-alive HTTP/1.1 test server and client of the benchmark.
-//! - [`bench`]: the matrix behind `tcp_proxy bench`; its latency
+//! - [`bench`](mod@bench): the matrix behind `tcp_proxy bench`; its latency
 //!   percentiles come from [`crate::stats::histogram`].
 //!
 //! Every mode has the same contract: bytes are counted per direction, EOF
@@ -29,16 +29,16 @@
 //! a byte for that long.
 //!
 //! # A connection's end is recorded in one place
-//! Every accepted connection has an entry in [`Ctx`]'s table of live
-//! connections until [`Ctx::close`] takes it out, sends its `conn_closed`
+//! Every accepted connection has an entry in `Ctx`'s table of live
+//! connections until `Ctx::close` takes it out, sends its `conn_closed`
 //! event and adds its bytes to the summary. Every end goes there: EOF both
 //! ways, an error, the idle time-out, and the drain deadline. (The proxy
 //! used to just exit at the deadline, so the connections it cut had no
 //! line and added no bytes: "2 cut at the drain deadline; 0 B" after
-//! seconds of iperf3.) At the deadline each connection's [`Cut`] fires,
+//! seconds of iperf3.) At the deadline each connection's `Cut` fires,
 //! its relay stops and reports [`End::Cut`] through the usual path (the std
 //! modes shut their sockets and wait for their two threads first), and any
-//! that could not stop within [`CUT_GRACE`] are closed from the table with
+//! that could not stop within `CUT_GRACE` are closed from the table with
 //! the bytes counted so far. Taking the entry out of the table is what
 //! makes each connection reported and counted exactly once, whoever gets
 //! there first.

@@ -23,7 +23,7 @@
 //!
 //! Size: a pipe starts at what it is asked for (the proxy asks for the
 //! kernel's default, 64 KiB) and can be resized while it is open
-//! ([`Pipe::resize`], F_SETPIPE_SZ), which is how the proxy grows a busy
+//! (`Pipe::resize`, F_SETPIPE_SZ), which is how the proxy grows a busy
 //! connection's pipes on demand instead of giving every connection the
 //! largest one. The kernel charges every pipe's size, used or not, to its
 //! owner's per-user budget (/proc/sys/fs/pipe-user-pages-soft and -hard;

@@ -1,0 +1,183 @@
+//! The library's shape, checked on its source so that it cannot drift back:
+//! only `output` prints or exits and only it uses the presentation crates;
+//! platform `cfg` lives in `sys`; the leaves import nothing above them;
+//! and the crate docs' "Layout" names every module file in the tree.
+//!
+//! These read the source as text. Comment lines are skipped, so a doc that
+//! mentions `println!` is not a violation; code is.
+
+use std::path::{Path, PathBuf};
+
+const LIB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib");
+
+/// Every `.rs` file below `dir`, as paths relative to src/lib.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                found.push(path.strip_prefix(LIB).expect("below src/lib").to_path_buf());
+            }
+        }
+    }
+    found.sort();
+    assert!(found.len() > 20, "read too few files: {found:?}");
+    found
+}
+
+/// The file's code lines (not comments), with their numbers.
+fn code_lines(file: &Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(Path::new(LIB).join(file)).expect("read source");
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .map(|(i, l)| (i + 1, l.to_string()))
+        .collect()
+}
+
+/// Lines of files outside `allowed` (path prefixes below src/lib) that
+/// contain any of `needles`.
+fn uses_outside(allowed: &[&str], needles: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in rust_files(Path::new(LIB)) {
+        let shown = file.to_string_lossy().into_owned();
+        if allowed.iter().any(|a| shown.starts_with(a)) {
+            continue;
+        }
+        for (n, line) in code_lines(&file) {
+            if needles.iter().any(|needle| line.contains(needle)) {
+                found.push(format!("src/lib/{shown}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn only_output_prints_or_exits() {
+    let found = uses_outside(
+        &["output/"],
+        &[
+            "print!(",
+            "println!(",
+            "eprint!(",
+            "eprintln!(",
+            "stdout()",
+            "stderr()",
+            "process::exit",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "printing outside output:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn only_output_uses_the_presentation_crates() {
+    let found = uses_outside(
+        &["output/"],
+        &["indicatif", "plotters", "prometheus_client", "hyper::"],
+    );
+    assert!(found.is_empty(), "outside output:\n{}", found.join("\n"));
+}
+
+#[test]
+fn platform_cfg_and_errno_live_in_sys() {
+    let found: Vec<String> = uses_outside(&["sys/"], &["target_os", "libc::E", "raw_os_error"])
+        .into_iter()
+        // Gating a module of Linux-only tests is not platform code.
+        .filter(|l| !l.contains("#[cfg(all(test, target_os = \"linux\"))]"))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "platform code outside sys:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_leaves_import_nothing_above_them() {
+    const LEAVES: [&str; 8] = [
+        "units.rs",
+        "wire.rs",
+        "auth.rs",
+        "shutdown.rs",
+        "error.rs",
+        "stats/",
+        "sys/",
+        "lib.rs",
+    ];
+    const ABOVE: [&str; 8] = [
+        "crate::config",
+        "crate::server",
+        "crate::client",
+        "crate::proxy",
+        "crate::bench",
+        "crate::output",
+        "crate::local",
+        "crate::congestion",
+    ];
+    let mut found = Vec::new();
+    for file in rust_files(Path::new(LIB)) {
+        let shown = file.to_string_lossy().into_owned();
+        if shown == "lib.rs" || !LEAVES.iter().any(|leaf| shown.starts_with(leaf)) {
+            continue;
+        }
+        for (n, line) in code_lines(&file) {
+            if ABOVE.iter().any(|a| line.contains(a)) || line.contains("clap") {
+                found.push(format!("src/lib/{shown}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a leaf imports from above:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The crate docs' "Layout" section: from its heading to the first line
+/// that is not a doc comment.
+fn layout_section() -> String {
+    let text = std::fs::read_to_string(Path::new(LIB).join("lib.rs")).expect("read lib.rs");
+    let start = text
+        .find("//! # Layout")
+        .expect("lib.rs has a Layout section");
+    text[start..]
+        .lines()
+        .take_while(|l| l.starts_with("//!"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn the_layout_section_names_every_module_file() {
+    let layout = layout_section();
+    let mut missing = Vec::new();
+    for file in rust_files(Path::new(LIB)) {
+        let shown = file.to_string_lossy().into_owned();
+        if shown == "lib.rs" {
+            continue;
+        }
+        // `server/peers.rs` is named as [`server::peers`] or as the path;
+        // a folder's mod.rs as the folder's module.
+        let module = shown
+            .trim_end_matches(".rs")
+            .trim_end_matches("/mod")
+            .replace('/', "::");
+        let linked = format!("[`{module}`]");
+        if !(layout.contains(&linked) || layout.contains(&shown)) {
+            missing.push(shown);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "lib.rs's Layout does not name: {missing:?}"
+    );
+}
