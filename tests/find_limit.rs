@@ -23,10 +23,41 @@ use common::netns::{two_hosts, Netns};
 use common::run_bounded;
 use common::udp::{args_to, client_in, client_json, u, Server, CLIENT};
 use serde_json::Value;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Holds [`ONE_AT_A_TIME`] for the test's length (a failed test does not
+/// poison it for the others).
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Two hosts on `subnet`.0/24 and a udp_server on the first (`.1`), with
+/// `--recv-buffer-size recv_buffer`.
+struct Hosts {
+    srv: Netns,
+    cli: Netns,
+    /// The client host's veth end, for a qdisc.
+    cli_dev: String,
+    server: Server,
+    /// The server's address, as the client host reaches it.
+    target: String,
+}
+
+fn served(tag: &str, subnet: &str, recv_buffer: &str) -> Hosts {
+    let (srv, cli, (_, cli_dev)) = two_hosts(tag, subnet);
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", recv_buffer]);
+    let target = format!("{subnet}.1:{}", server.port());
+    Hosts {
+        srv,
+        cli,
+        cli_dev,
+        server,
+        target,
+    }
+}
 
 /// Runs `udp_client -s TARGET --find-limit REST --json` in `ns`; its
 /// JSON report.
@@ -116,9 +147,14 @@ fn check_trials(report: &Value) {
 #[test]
 fn policer_limit_is_found_and_its_drops_are_the_loss() {
     require_nft();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (srv, cli, _) = two_hosts("fl1", "10.67.1");
-    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
+    let _one = one_at_a_time();
+    let Hosts {
+        srv,
+        cli,
+        server,
+        target,
+        ..
+    } = served("fl1", "10.67.1", "8M");
     let port = server.port();
     // 2 MiB/s (nft's "mbytes" are MiB) of 1400-byte datagrams: IP length
     // 1428, UDP length 1408. Only data datagrams are policed, so a Hello
@@ -132,7 +168,6 @@ fn policer_limit_is_found_and_its_drops_are_the_loss() {
              udp dport {port} udp length 1408 limit rate over 2 mbytes/second burst 16 kbytes counter drop\n  }}\n}}\n"
         ),
     );
-    let target = format!("10.67.1.1:{port}");
     // The verdict of an ordinary run at twice the policer's rate.
     let run = client_in(
         &cli,
@@ -198,11 +233,15 @@ fn policer_limit_is_found_and_its_drops_are_the_loss() {
 #[test]
 fn tbf_on_the_client_link_is_the_senders_queue() {
     require_tc();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (srv, cli, (_, cli_dev)) = two_hosts("fl2", "10.67.2");
+    let _one = one_at_a_time();
+    let Hosts {
+        srv: _srv,
+        cli,
+        cli_dev,
+        server: _server,
+        target,
+    } = served("fl2", "10.67.2", "8M");
     tbf_alone(&cli, &cli_dev, "50mbit", "16kb", "32kb");
-    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
-    let target = format!("10.67.2.1:{}", server.port());
     let before = tc_drops(&cli, &cli_dev);
     // An ordinary run paced above the shaper: the verdict.
     let run = client_in(
@@ -246,10 +285,14 @@ fn tbf_on_the_client_link_is_the_senders_queue() {
 
 #[test]
 fn small_receive_buffer_is_the_kernel_drop_cause() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (srv, cli, _) = two_hosts("fl3", "10.67.3");
-    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "64K"]);
-    let target = format!("10.67.3.1:{}", server.port());
+    let _one = one_at_a_time();
+    let Hosts {
+        srv,
+        cli,
+        server: _server,
+        target,
+        ..
+    } = served("fl3", "10.67.3", "64K");
     let snmp_before = read_snmp(&srv, "Udp");
     // An ordinary unpaced run overflows the buffer: the verdict.
     let run = client_in(&cli, &args_to(&target, "-b 1400 --duration 1s"));
@@ -293,10 +336,14 @@ fn small_receive_buffer_is_the_kernel_drop_cause() {
 
 #[test]
 fn paced_and_unpaced_loopback_runs_name_their_cap() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (srv, cli, _) = two_hosts("fl4", "10.67.4");
-    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
-    let target = format!("10.67.4.1:{}", server.port());
+    let _one = one_at_a_time();
+    let Hosts {
+        srv: _srv,
+        cli,
+        server: _server,
+        target,
+        ..
+    } = served("fl4", "10.67.4", "8M");
     let paced = client_in(
         &cli,
         &args_to(&target, "-b 1400 --rate 200Mbit --duration 1s"),
@@ -340,7 +387,7 @@ fn paced_and_unpaced_loopback_runs_name_their_cap() {
 
 #[test]
 fn local_find_limit_prints_every_trial_and_draws_the_plot() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let dir = common::TempDir::new("netspeed-findlimit");
     let svg = dir.path().join("limit.svg");
     let text = local_search(
@@ -423,7 +470,7 @@ fn find_limit_bad_input_exits_2_with_one_line() {
 
 #[test]
 fn json_stream_gives_one_event_per_trial_then_the_report() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let text = local_search(
         "--json-stream -b 1460 --trial-duration 0.2s --trial-pause 0s --resolution 10 --confirm 1",
         &[],
@@ -452,7 +499,7 @@ fn json_stream_gives_one_event_per_trial_then_the_report() {
 
 #[test]
 fn several_clients_split_the_rate_and_max_trials_bounds_repeats_too() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     // Three clients start a few ms apart: a 200 ms trial must still count
     // as holding its rate when every client sent its share.
     let text = local_search(
@@ -481,7 +528,7 @@ fn several_clients_split_the_rate_and_max_trials_bounds_repeats_too() {
 
 #[test]
 fn ctrl_c_ends_the_search_with_the_result_so_far() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let mut cmd = std::process::Command::new(CLIENT);
     cmd.args(common::args(
         "--local --find-limit --json-stream -b 1400 --trial-duration 0.5s --trial-pause 0.1s",
