@@ -159,9 +159,9 @@ pub fn parse_rate(input: &str) -> Result<u64, UnitError> {
 
 /// Parses a duration: `2s`, `250ms`, `1.5m`, `100us`; a bare number is seconds.
 pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
-    const WHAT: &str = "duration";
-    let (number, unit) = split_number(input)
-        .ok_or_else(|| UnitError::new(WHAT, input, "expected a number such as 2s or 250ms"))?;
+    let fail = |why| UnitError::new("duration", input, why);
+    let (number, unit) =
+        split_number(input).ok_or_else(|| fail("expected a number such as 2s or 250ms"))?;
     let seconds = match unit {
         "" | "s" | "sec" => number,
         "ms" => number / 1e3,
@@ -169,34 +169,24 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
         "ns" => number / 1e9,
         "m" | "min" => number * 60.0,
         "h" => number * 3600.0,
-        _ => {
-            return Err(UnitError::new(
-                WHAT,
-                input,
-                "unknown unit (use s, ms, us, m, h)",
-            ))
-        }
+        _ => return Err(fail("unknown unit (use s, ms, us, m, h)")),
     };
     if seconds > 1e9 {
-        return Err(UnitError::new(WHAT, input, "too long"));
+        return Err(fail("too long"));
     }
     Ok(Duration::from_secs_f64(seconds))
 }
 
 /// Parses a percentage from 0 to 100: `2`, `0.5%`, `2 %`.
 pub fn parse_percent(input: &str) -> Result<f64, UnitError> {
-    const WHAT: &str = "percentage";
-    let (number, unit) = split_number(input)
-        .ok_or_else(|| UnitError::new(WHAT, input, "expected a number such as 2 or 0.5%"))?;
+    let fail = |why| UnitError::new("percentage", input, why);
+    let not_a_percentage = || fail("expected a number such as 2 or 0.5%");
+    let (number, unit) = split_number(input).ok_or_else(not_a_percentage)?;
     if !(unit.is_empty() || unit == "%") {
-        return Err(UnitError::new(
-            WHAT,
-            input,
-            "expected a number such as 2 or 0.5%",
-        ));
+        return Err(not_a_percentage());
     }
     if number > 100.0 {
-        return Err(UnitError::new(WHAT, input, "more than 100%"));
+        return Err(fail("more than 100%"));
     }
     Ok(number)
 }
