@@ -113,9 +113,15 @@ fn man_pages_are_roff_for_the_binary() {
 #[test]
 fn the_flags_work_after_other_arguments_and_subcommands() {
     let (_, sockbench, _) = BINARIES[3];
+    // The parent's page names sockbench-mux(1); this is that page.
     let page = stdout_ok(sockbench, &["mux", "--man"]);
-    assert!(page.contains(".TH sockbench"));
+    assert!(page.contains("\n.TH sockbench-mux 1"), "{page}");
+    assert!(mentions(&page, "--rcvbuf"), "{page}");
+    assert!(mentions(stdout_ok(sockbench, &["--man"]).as_str(), "sockbench-mux(1)"));
     let (_, proxy, _) = BINARIES[2];
+    let page = stdout_ok(proxy, &["bench", "--man"]);
+    assert!(page.contains("\n.TH tcp_proxy-bench 1"), "{page}");
+    assert!(mentions(&page, "--requests"), "{page}");
     let script = stdout_ok(proxy, &["bench", "--completions=zsh"]);
     assert!(script.contains("tcp_proxy"));
 }

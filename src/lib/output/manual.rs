@@ -10,7 +10,9 @@
 //!
 //! * `--completions SHELL` (bash, zsh, fish, elvish, powershell) prints the
 //!   completion script;
-//! * `--man` prints the roff man page (section 1).
+//! * `--man` prints the roff man page (section 1); after a subcommand
+//!   (`sockbench udp --man`), that subcommand's page (`sockbench-udp`),
+//!   which the parent's page names.
 //!
 //! Either one writes to stdout and exits 0; a missing or unknown shell is a
 //! one-line usage error (exit 2). With neither, [`handle`] returns and the
@@ -96,11 +98,37 @@ pub fn render(req: Request, mut cmd: Command) -> Vec<u8> {
             clap_complete::generate(shell, &mut cmd, name, &mut buf);
         }
         Request::Man => {
+            // The footer's source: the page's name (`sockbench-udp`, not
+            // `udp`) and this crate's version, which subcommands lack.
+            let source = format!(
+                "{} {}",
+                cmd.get_display_name().unwrap_or(cmd.get_name()),
+                env!("CARGO_PKG_VERSION")
+            );
             // Writing into a Vec cannot fail.
-            let _ = clap_mangen::Man::new(cmd).render(&mut buf);
+            let _ = clap_mangen::Man::new(cmd).source(source).render(&mut buf);
         }
     }
     buf
+}
+
+/// The command a man page is asked of: `cmd` itself, or the subcommand
+/// that `args` name before the flag (`sockbench udp --man`), named as the
+/// parent's page lists it (`sockbench-udp`, after git's pages).
+pub fn man_subject(mut cmd: Command, args: &[OsString]) -> Command {
+    for arg in args {
+        if arg == "--" || arg == MAN {
+            break;
+        }
+        let Some(word) = arg.to_str() else { continue };
+        let parent = cmd.get_name().to_string();
+        let Some(sub) = cmd.find_subcommand(word).cloned() else {
+            continue;
+        };
+        let name = format!("{parent}-{}", sub.get_name());
+        cmd = sub.display_name(name.clone()).bin_name(name);
+    }
+    cmd
 }
 
 /// If argv (`args`, program name first) holds `--completions SHELL` or
@@ -108,12 +136,17 @@ pub fn render(req: Request, mut cmd: Command) -> Vec<u8> {
 /// a bad shell name prints a one-line error and exits 2. Otherwise
 /// returns, having built nothing.
 pub fn handle(args: &[OsString], cmd: impl FnOnce() -> Command) {
-    let req = match request(args.get(1..).unwrap_or_default()) {
+    let rest = args.get(1..).unwrap_or_default();
+    let req = match request(rest) {
         Ok(Some(req)) => req,
         Ok(None) => return,
         Err(e) => super::exit_with(&e),
     };
-    let out = render(req, cmd());
+    let cmd = match req {
+        Request::Man => man_subject(cmd(), rest),
+        Request::Completions(_) => cmd(),
+    };
+    let out = render(req, cmd);
     let mut stdout = std::io::stdout().lock();
     // A closed pipe (`--man | head`) is not an error worth a message.
     let _ = stdout.write_all(&out).and_then(|()| stdout.flush());
@@ -155,6 +188,32 @@ mod tests {
             assert!(!msg.contains('\n'), "{msg}");
             assert!(msg.contains("bash, elvish, fish, powershell, zsh"), "{msg}");
         }
+    }
+
+    #[test]
+    fn a_subcommand_before_man_gets_its_own_page() {
+        let cmd = || {
+            Command::new("demo")
+                .subcommand(Command::new("run").arg(clap::Arg::new("speed").long("speed")))
+        };
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let sub = man_subject(cmd(), &args(&["run", "--man"]));
+        assert_eq!(sub.get_display_name(), Some("demo-run"));
+        let man = String::from_utf8(render(Request::Man, sub)).unwrap();
+        assert!(
+            man.contains("\n.TH demo\\-run 1") || man.contains("\n.TH demo-run 1"),
+            "{man}"
+        );
+        assert!(man.contains("speed"), "{man}");
+        // A word that is no subcommand, or one after the flag, is not.
+        assert_eq!(
+            man_subject(cmd(), &args(&["x", "--man"])).get_name(),
+            "demo"
+        );
+        assert_eq!(
+            man_subject(cmd(), &args(&["--man", "run"])).get_name(),
+            "demo"
+        );
     }
 
     #[test]
