@@ -105,6 +105,9 @@ pub fn render(req: Request, mut cmd: Command) -> Vec<u8> {
                 cmd.get_display_name().unwrap_or(cmd.get_name()),
                 env!("CARGO_PKG_VERSION")
             );
+            // `help` is a subcommand in clap's parser but has no page of
+            // its own; the listing must not name one.
+            let cmd = cmd.disable_help_subcommand(true);
             // Writing into a Vec cannot fail.
             let _ = clap_mangen::Man::new(cmd).source(source).render(&mut buf);
         }
@@ -113,20 +116,31 @@ pub fn render(req: Request, mut cmd: Command) -> Vec<u8> {
 }
 
 /// The command a man page is asked of: `cmd` itself, or the subcommand
-/// that `args` name before the flag (`sockbench udp --man`), named as the
-/// parent's page lists it (`sockbench-udp`, after git's pages).
+/// that `args` name first (`sockbench udp --man`), as the binaries read a
+/// subcommand: only as the first argument at its level, so `tcp_proxy
+/// --config bench --man` is tcp_proxy's page. Its page is named as the
+/// parent's page lists it (`sockbench-udp`, after git's pages); its
+/// synopsis keeps the command as typed (`sockbench udp`).
 pub fn man_subject(mut cmd: Command, args: &[OsString]) -> Command {
     for arg in args {
-        if arg == "--" || arg == MAN {
+        let Some(sub) = arg
+            .to_str()
+            .and_then(|word| cmd.find_subcommand(word))
+            .cloned()
+        else {
             break;
-        }
-        let Some(word) = arg.to_str() else { continue };
-        let parent = cmd.get_name().to_string();
-        let Some(sub) = cmd.find_subcommand(word).cloned() else {
-            continue;
         };
-        let name = format!("{parent}-{}", sub.get_name());
-        cmd = sub.display_name(name.clone()).bin_name(name);
+        let page = format!(
+            "{}-{}",
+            cmd.get_display_name().unwrap_or(cmd.get_name()),
+            sub.get_name()
+        );
+        let typed = format!(
+            "{} {}",
+            cmd.get_bin_name().unwrap_or(cmd.get_name()),
+            sub.get_name()
+        );
+        cmd = sub.display_name(page).bin_name(typed);
     }
     cmd
 }
@@ -205,15 +219,16 @@ mod tests {
             "{man}"
         );
         assert!(man.contains("speed"), "{man}");
-        // A word that is no subcommand, or one after the flag, is not.
-        assert_eq!(
-            man_subject(cmd(), &args(&["x", "--man"])).get_name(),
-            "demo"
+        // The synopsis is the command as typed.
+        assert!(
+            man.contains("demo run") || man.contains("demo\\ run"),
+            "{man}"
         );
-        assert_eq!(
-            man_subject(cmd(), &args(&["--man", "run"])).get_name(),
-            "demo"
-        );
+        // Only a first word names a subcommand: not a flag's value, not a
+        // word after the flag.
+        for rest in [&["x", "run", "--man"][..], &["--man", "run"]] {
+            assert_eq!(man_subject(cmd(), &args(rest)).get_display_name(), None);
+        }
     }
 
     #[test]
