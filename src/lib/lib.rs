@@ -13,7 +13,8 @@
 //! - **Presentation**: [`output`], the only code that writes to stdout or
 //!   stderr and the only user of indicatif and plotters: [`output::report`]
 //!   (UDP text and JSON, and the `limit` verdict line),
-//!   [`output::limit`] (`--find-limit`'s trial lines, result and chart),
+//!   [`output::limit`] (`--find-limit`'s trial lines and result; its
+//!   chart is in `output/bench/plot.rs`),
 //!   [`output::progress`], [`output::bench`] (sockbench tables, CSV and
 //!   charts: `output/bench/table.rs`, `output/bench/plot.rs`),
 //!   [`output::proxy`] (tcp_proxy's event lines and benchmark tables),

@@ -56,8 +56,7 @@ fn new_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
         socket.set_only_v6(false)?;
     }
     if reuse_port {
-        #[cfg(unix)]
-        socket.set_reuse_port(true)?;
+        crate::sys::set_reuse_port(&socket)?;
     }
     Ok(socket)
 }

@@ -319,6 +319,22 @@ pub const OS: Os = if cfg!(target_os = "linux") {
 /// instead of testing the target themselves.
 pub const LINUX_SOCKETS: bool = cfg!(target_os = "linux");
 
+/// SO_REUSEPORT on `socket`, so several receive sockets share one address
+/// (`udp_server --threads N`); an error naming the platform where it has
+/// none.
+pub fn set_reuse_port(socket: &socket2::Socket) -> io::Result<()> {
+    #[cfg(unix)]
+    return socket.set_reuse_port(true);
+    #[cfg(not(unix))]
+    {
+        let _ = socket;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "SO_REUSEPORT is not available on this platform: use --threads 1",
+        ))
+    }
+}
+
 /// The largest UDP payload one datagram to `addr` can carry (by the IP
 /// header's length field; the OS or the path may allow less).
 pub fn max_udp_payload(addr: &std::net::SocketAddr) -> usize {
