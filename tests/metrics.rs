@@ -8,12 +8,12 @@ mod common;
 
 use common::impair::{kind, Action, Pick};
 use common::udp::{args_to, client, u, Server, SERVER, WAIT};
-use common::{run_bounded, ChildGuard, TempDir};
+use common::{poll_every, run_bounded, ChildGuard, TempDir};
 use netspeed::config::{parse_args, ServerArgs, ServerConfig};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A `udp_server --json --metrics 127.0.0.1:0` and the address its
 /// listening event says the endpoint bound.
@@ -37,15 +37,11 @@ fn start(extra: &[&str]) -> (Server, String) {
 }
 
 /// Waits for `done`, scraping at most ten times a second.
-fn poll_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn poll_until(timeout: Duration, what: &str, done: impl FnMut() -> bool) {
+    assert!(
+        poll_every(Duration::from_millis(100), timeout, done),
+        "timed out after {timeout:?} waiting for {what}"
+    );
 }
 
 fn agent() -> ureq::Agent {
@@ -531,17 +527,12 @@ fn a_real_prometheus_scrapes_the_counters() {
     );
     let transcript =
         || std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
-    let started = Instant::now();
-    let ready = loop {
-        let ok = agent()
+    let ready = poll_every(Duration::from_millis(200), Duration::from_secs(60), || {
+        agent()
             .get(&format!("http://{listen}/-/ready"))
             .call()
-            .is_ok_and(|r| r.status() == 200);
-        if ok || started.elapsed() > Duration::from_secs(60) {
-            break ok;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+            .is_ok_and(|r| r.status() == 200)
+    });
     assert!(ready, "prometheus not ready; it said:\n{}", transcript());
     let report = client(&args_to(&server.addr, "-t 2M"));
     let session = session_of(&report);
@@ -549,14 +540,10 @@ fn a_real_prometheus_scrapes_the_counters() {
     let want = u(&done, "bytes").to_string();
     let promql = format!("netspeed_peer_bytes_total{{session=\"{session}\"}}");
     let mut seen = None;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
+    poll_every(Duration::from_millis(250), Duration::from_secs(60), || {
         seen = query(&listen, &promql);
-        if seen.as_deref() == Some(want.as_str()) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        seen.as_deref() == Some(want.as_str())
+    });
     assert_eq!(
         seen.as_deref(),
         Some(want.as_str()),

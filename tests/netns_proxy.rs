@@ -683,10 +683,9 @@ fn slowloris(t: &Topo, mode: &str) {
     let max_life = lifetimes.iter().copied().fold(0.0, f64::max);
 
     // The fd count returns to its baseline.
-    let fd_deadline = Instant::now() + Duration::from_secs(10);
-    while proxy.fd_count() > baseline && Instant::now() < fd_deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
+    common::poll_every(Duration::from_millis(20), Duration::from_secs(10), || {
+        proxy.fd_count() <= baseline
+    });
     let end_fds = proxy.fd_count();
     stop.store(true, Ordering::Relaxed);
     let (accepted, up_eof) = up.join().expect("upstream thread");

@@ -363,10 +363,9 @@ fn no_fd_leak(mode: &str) {
     // Two sockets per connection (plus two pipes with splice).
     assert!(proxy.fd_count() >= baseline + 200, "{}", proxy.fd_count());
     drop(conns);
-    let deadline = Instant::now() + WAIT;
-    while proxy.fd_count() > baseline && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
+    common::poll_every(Duration::from_millis(20), WAIT, || {
+        proxy.fd_count() <= baseline
+    });
     assert_eq!(proxy.fd_count(), baseline, "fds leaked");
 }
 

@@ -139,15 +139,15 @@ fn tcp_congestion_reaches_the_sockets() {
     .stderr(std::process::Stdio::null());
     let guard = common::ChildGuard::spawn(&mut cmd, "sockbench");
     let owner = format!("pid={},", guard.id());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let mut seen = Vec::new();
-    while std::time::Instant::now() < deadline {
-        seen = common::congestion_of_sockets(&[], &owner, &[algo, &default]);
-        if seen.len() >= 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::poll_every(
+        std::time::Duration::from_millis(20),
+        std::time::Duration::from_secs(30),
+        || {
+            seen = common::congestion_of_sockets(&[], &owner, &[algo, &default]);
+            seen.len() >= 2
+        },
+    );
     guard.signal(libc::SIGKILL);
     assert!(
         seen.len() >= 2,

@@ -8,7 +8,7 @@ mod common;
 
 use common::impair::{kind, Action, Dir, Pick, Relay};
 use common::udp::{args_to, client, client_outcome, u, Server, CLIENT, SERVER, WAIT};
-use common::{args, run_bounded, ChildGuard, TempDir};
+use common::{args, run_bounded, wait_until, ChildGuard, TempDir};
 use netspeed::wire;
 use serde_json::Value;
 use std::net::UdpSocket;
@@ -25,14 +25,16 @@ fn session_of(report: &Value) -> String {
 /// Waits (bounded) until the relay has seen a datagram of `kind` going
 /// `dir`, and returns the first.
 fn wait_captured(relay: &Relay, dir: Dir, kind: Option<u8>) -> Vec<u8> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(d) = relay.stats().captured_kind(dir, kind).first() {
-            return d.to_vec();
-        }
-        assert!(Instant::now() < deadline, "no {kind:?} datagram seen");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut first = None;
+    wait_until(WAIT, &format!("a {kind:?} datagram"), || {
+        first = relay
+            .stats()
+            .captured_kind(dir, kind)
+            .first()
+            .map(|d| d.to_vec());
+        first.is_some()
+    });
+    first.expect("seen")
 }
 
 fn forged_end_ack(session: u64, nonce: u64) -> [u8; wire::END_LEN] {
@@ -103,11 +105,9 @@ fn run_with_a_spoofed_end(server: &Server, client_args: &[&str]) -> (common::udp
     });
     let hello = wait_captured(&relay, Dir::ToServer, kind::HELLO);
     let session = u64::from_be_bytes(hello[8..16].try_into().unwrap());
-    let deadline = Instant::now() + WAIT;
-    while relay.stats().forwarded(Dir::ToServer, kind::DATA) < 300 {
-        assert!(Instant::now() < deadline, "the client sent no data");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until(WAIT, "300 data datagrams forwarded", || {
+        relay.stats().forwarded(Dir::ToServer, kind::DATA) >= 300
+    });
     let forged = wire::encode_end(&wire::End {
         header: wire::Header {
             session,
@@ -524,11 +524,9 @@ fn forged_send_times_cannot_blow_up_jitter() {
     });
     let hello = wait_captured(&relay, Dir::ToServer, kind::HELLO);
     let session = u64::from_be_bytes(hello[8..16].try_into().unwrap());
-    let deadline = Instant::now() + WAIT;
-    while relay.stats().forwarded(Dir::ToServer, kind::DATA) < 500 {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until(WAIT, "500 data datagrams forwarded", || {
+        relay.stats().forwarded(Dir::ToServer, kind::DATA) >= 500
+    });
     for i in 0..20u64 {
         let mut d = vec![0u8; 1000];
         let forged_time = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | (1 << 62);

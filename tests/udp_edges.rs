@@ -306,10 +306,10 @@ fn a_straggler_after_the_end_is_late_not_a_new_peer() {
         Action::Delay(Duration::from_secs(3)),
     )]);
     let report = client(&["-s", &relay.addr().to_string(), "-b", "1000", "-n", "150"]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while relay.stats().forwarded(Dir::ToServer, DATA) < 150 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // The delayed datagram goes out last; the counts below say if it did not.
+    common::poll_every(Duration::from_millis(50), Duration::from_secs(10), || {
+        relay.stats().forwarded(Dir::ToServer, DATA) >= 150
+    });
     let counts = relay.finish();
     assert_eq!(counts.delayed_seqs(), [50]);
     let session = session(&report);

@@ -326,17 +326,28 @@ pub fn args(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// Polls `done` every `period` until it holds or `timeout` has passed;
+/// returns whether it held. The one polling loop of the tests.
+pub fn poll_every(period: Duration, timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(period);
+    }
+}
+
 /// Polls `done` every 10 ms until it holds; panics, naming `what`, once
 /// `timeout` has passed.
-pub fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+pub fn wait_until(timeout: Duration, what: &str, done: impl FnMut() -> bool) {
+    assert!(
+        poll_every(Duration::from_millis(10), timeout, done),
+        "timed out after {timeout:?} waiting for {what}"
+    );
 }
 
 /// A directory for the files a test writes (configuration files, keys),

@@ -35,7 +35,7 @@ use std::ffi::OsStr;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{run_bounded, run_ok};
 
@@ -397,15 +397,6 @@ impl Bridge {
 
 /// Polls `cond` every 20 ms until it holds or `timeout` passes; returns
 /// whether it held. (Namespace teardown in the kernel is asynchronous.)
-pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn eventually(timeout: Duration, cond: impl FnMut() -> bool) -> bool {
+    super::poll_every(Duration::from_millis(20), timeout, cond)
 }
