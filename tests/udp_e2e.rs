@@ -443,6 +443,44 @@ fn sweep_prints_seed_001s_table_from_the_servers_answers() {
         table.contains("| Buffer |") && table.contains("500"),
         "{table}"
     );
+    // --plot draws the sweep; without --sweep or --find-limit it is a
+    // usage error, not a run that ignores it.
+    let dir = TempDir::new("sweep-plot");
+    let svg = dir.path().join("sweep.svg");
+    let svg_arg = svg.to_str().unwrap();
+    let out = run_bounded(
+        Command::new(CLIENT).args([
+            "--local",
+            "--sweep",
+            "500",
+            "--duration",
+            "100ms",
+            "--plot",
+            svg_arg,
+        ]),
+        WAIT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let chart = std::fs::read_to_string(&svg).expect("the chart was written");
+    assert!(
+        chart.starts_with("<svg") || chart.contains("<svg"),
+        "{chart}"
+    );
+    let out = run_bounded(
+        Command::new(CLIENT).args(["--local", "--plot", svg_arg]),
+        WAIT,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--plot draws the results of --sweep or --find-limit"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -3,11 +3,12 @@
 
 use clap::CommandFactory;
 use netspeed::client;
-use netspeed::config::{ClientArgs, ClientConfig};
+use netspeed::config::{ClientArgs, ClientConfig, ClientMode};
 use netspeed::error::Result;
 use netspeed::output::progress::Progress;
 use netspeed::output::{report, run_binary, start};
 use netspeed::shutdown::Shutdown;
+use std::path::Path;
 
 fn main() {
     run_binary(ClientArgs::command, run);
@@ -15,11 +16,16 @@ fn main() {
 
 fn run() -> Result<()> {
     let (cfg, shutdown) = start(ClientConfig::from_args, |cfg| cfg.sched)?;
-    if !cfg.sweep.is_empty() {
-        return sweep(&cfg, &shutdown);
-    }
-    if let Some(search) = cfg.find_limit {
-        return find_limit(&cfg, &search, &shutdown);
+    match &cfg.mode {
+        ClientMode::Run => {}
+        ClientMode::Sweep {
+            sizes,
+            clients,
+            plot,
+        } => return sweep(&cfg, sizes, clients, plot.as_deref(), &shutdown),
+        ClientMode::FindLimit { search, plot } => {
+            return find_limit(&cfg, search, plot.as_deref(), &shutdown)
+        }
     }
     let mut progress = Progress::new(client::planned_bytes(&cfg), !cfg.quiet && !cfg.json);
     if cfg.json_stream {
@@ -58,12 +64,18 @@ fn run() -> Result<()> {
 }
 
 /// `--sweep`: seed 001's table, one run per size and client count.
-fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
+fn sweep(
+    cfg: &ClientConfig,
+    sizes: &[usize],
+    clients: &[usize],
+    plot: Option<&Path>,
+    shutdown: &Shutdown,
+) -> Result<()> {
     use netspeed::bench::sweep;
     use netspeed::output::bench::{sweep_plot, sweep_table, CellBar};
     let go = |cfg: &ClientConfig| {
         let mut bar = CellBar::new(cfg.quiet || cfg.json);
-        sweep::run(cfg, &cfg.sweep, &cfg.sweep_clients, shutdown, &mut bar)
+        sweep::run(cfg, sizes, clients, shutdown, &mut bar)
     };
     let report = if cfg.local {
         netspeed::local::with_local_server(cfg, None, go)?
@@ -78,7 +90,7 @@ fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
     } else {
         println!("{}", sweep_table(&report));
     }
-    if let Some(path) = &cfg.plot {
+    if let Some(path) = plot {
         sweep_plot(&report, path)?;
     }
     let code = report.exit_code();
@@ -92,6 +104,7 @@ fn sweep(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<()> {
 fn find_limit(
     cfg: &ClientConfig,
     search: &client::limit::SearchSettings,
+    plot: Option<&Path>,
     shutdown: &Shutdown,
 ) -> Result<()> {
     use netspeed::output::limit;
@@ -118,7 +131,7 @@ fn find_limit(
     } else {
         println!("{}", limit::report(&report, cfg.json));
     }
-    if let Some(path) = &cfg.plot {
+    if let Some(path) = plot {
         netspeed::output::bench::limit_plot(&report, path)?;
     }
     Ok(())

@@ -327,13 +327,29 @@ pub struct ClientConfig {
     /// `--json-stream`: NDJSON events as they happen.
     pub json_stream: bool,
     pub quiet: bool,
-    /// `--sweep` sizes, empty for a normal run.
-    pub sweep: Vec<usize>,
-    /// `--clients` values for the sweep's columns.
-    pub sweep_clients: Vec<usize>,
-    pub plot: Option<PathBuf>,
-    /// `--find-limit`: the search's settings; None for a normal run.
-    pub find_limit: Option<SearchSettings>,
+    /// One run, a sweep, or a search.
+    pub mode: ClientMode,
+}
+
+/// What udp_client does with its settings. The flags make these
+/// exclusive; one enum says so, where three optional fields did not.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientMode {
+    /// Send the volume once and report both ends.
+    Run,
+    /// `--sweep`: one run per size and per `--clients` value.
+    Sweep {
+        sizes: Vec<usize>,
+        clients: Vec<usize>,
+        /// `--plot`: the table as an SVG chart.
+        plot: Option<PathBuf>,
+    },
+    /// `--find-limit`: the highest rate the path carries.
+    FindLimit {
+        search: SearchSettings,
+        /// `--plot`: received rate and loss against offered rate.
+        plot: Option<PathBuf>,
+    },
 }
 
 /// `--find-limit`'s settings from the flags.
@@ -539,13 +555,25 @@ impl ClientConfig {
             },
             None,
         )?;
-        if args.plot.is_some() && args.sweep.is_empty() && !args.find_limit {
-            return Err(Error::usage(
-                "--plot draws the results of --sweep or --find-limit: give one of them",
-            ));
-        }
+        let mode = match find_limit {
+            Some(search) => ClientMode::FindLimit {
+                search,
+                plot: args.plot,
+            },
+            None if !args.sweep.is_empty() => ClientMode::Sweep {
+                sizes: args.sweep.iter().map(|&b| b as usize).collect(),
+                clients: client_list.clone(),
+                plot: args.plot,
+            },
+            None if args.plot.is_some() => {
+                return Err(Error::usage(
+                    "--plot draws the results of --sweep or --find-limit: give one of them",
+                ))
+            }
+            None => ClientMode::Run,
+        };
         Ok(ClientConfig {
-            find_limit,
+            mode,
             server,
             local: args.local,
             no_server: l.no_server.unwrap_or(false),
@@ -567,9 +595,6 @@ impl ClientConfig {
             gso,
             sndbuf: sndbuf.map(|b| b as usize),
             dont_fragment: l.dont_fragment.unwrap_or(false),
-            sweep: args.sweep.iter().map(|&b| b as usize).collect(),
-            sweep_clients: client_list,
-            plot: args.plot,
             psk,
             sched,
             json: l.json.unwrap_or(false) || args.json_stream,
