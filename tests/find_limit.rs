@@ -457,13 +457,7 @@ fn find_limit_bad_input_exits_2_with_one_line() {
             std::process::Command::new(CLIENT).args(*args),
             Duration::from_secs(20),
         );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
-        assert!(
-            err.contains(mention),
-            "{args:?} should mention {mention}: {err}"
-        );
+        common::one_line_error(&out, 2, mention, &format!("{args:?}"));
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }

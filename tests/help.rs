@@ -70,10 +70,7 @@ fn an_invalid_choice_names_the_valid_ones() {
     ];
     for (bin, args, valid) in cases {
         let out = run(bin, args);
-        assert_eq!(out.status.code(), Some(2), "{bin} {args:?}");
-        let err = stderr(&out);
-        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-        assert!(err.contains("valid values:"), "{bin} {args:?}: {err}");
+        let err = common::one_line_error(&out, 2, "valid values:", &format!("{bin} {args:?}"));
         for v in *valid {
             assert!(err.contains(v), "{bin} {args:?} does not name {v}: {err}");
         }
@@ -89,10 +86,7 @@ fn a_config_error_says_where_in_the_file() {
     let open = dir.file("open.toml", "# a comment\nbuffer_size = \"12\n");
     for (file, place) in [(&unknown, "line 3, column 1"), (&open, "line 2, column 18")] {
         let out = run(CLIENT, &["--config", file.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(2), "{file:?}");
-        let err = stderr(&out);
-        assert!(err.contains(place), "{file:?}: expected {place}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        common::one_line_error(&out, 2, place, &format!("{file:?}"));
     }
 }
 

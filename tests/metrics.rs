@@ -8,7 +8,7 @@ mod common;
 
 use common::impair::{kind, Action, Pick};
 use common::udp::{args_to, client, u, Server, SERVER, WAIT};
-use common::{poll_every, run_bounded, ChildGuard, TempDir};
+use common::{one_line_error, poll_every, run_bounded, ChildGuard, TempDir};
 use netspeed::config::{parse_args, ServerArgs, ServerConfig};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -398,10 +398,7 @@ fn bad_metrics_settings_are_one_line_errors() {
                 .args(args),
             WAIT,
         );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
+        one_line_error(&out, code, says, &format!("{args:?}"));
     }
     // A port already taken: a runtime error at start, before any output.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -410,12 +407,11 @@ fn bad_metrics_settings_are_one_line_errors() {
         Command::new(SERVER).args(["--listen", "127.0.0.1:0", "--metrics", &addr]),
         WAIT,
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(
-        err.contains(&format!("cannot serve --metrics on {addr}")),
-        "{err}"
+    one_line_error(
+        &out,
+        1,
+        &format!("cannot serve --metrics on {addr}"),
+        "a port already taken",
     );
     assert!(
         out.stdout.is_empty(),

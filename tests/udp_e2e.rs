@@ -4,7 +4,7 @@
 mod common;
 
 use common::udp::{args_to, assert_exact, client, u, Server, CLIENT, SERVER, WAIT};
-use common::{args, run_bounded, TempDir};
+use common::{args, one_line_error, run_bounded, TempDir};
 use std::net::UdpSocket;
 use std::process::Command;
 use std::time::Duration;
@@ -327,10 +327,7 @@ fn no_server_is_a_runtime_error() {
         Command::new(CLIENT).args(["-s", &format!("127.0.0.1:{port}"), "-b", "100", "-t", "1M"]),
         WAIT,
     );
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("nothing is listening"), "{err}");
+    one_line_error(&out, 1, "nothing is listening", "no server");
 }
 
 #[test]
@@ -449,15 +446,9 @@ fn sweep_prints_seed_001s_table_from_the_servers_answers() {
     let svg = dir.path().join("sweep.svg");
     let svg_arg = svg.to_str().unwrap();
     let out = run_bounded(
-        Command::new(CLIENT).args([
-            "--local",
-            "--sweep",
-            "500",
-            "--duration",
-            "100ms",
-            "--plot",
-            svg_arg,
-        ]),
+        Command::new(CLIENT)
+            .args(args("--local --sweep 500 --duration 100ms --plot"))
+            .arg(svg_arg),
         WAIT,
     );
     assert!(
@@ -474,12 +465,11 @@ fn sweep_prints_seed_001s_table_from_the_servers_answers() {
         Command::new(CLIENT).args(["--local", "--plot", svg_arg]),
         WAIT,
     );
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(
-        err.contains("--plot draws the results of --sweep or --find-limit"),
-        "{err}"
+    one_line_error(
+        &out,
+        2,
+        "--plot draws the results of --sweep or --find-limit",
+        "--plot alone",
     );
 }
 

@@ -326,6 +326,17 @@ pub fn args(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// Asserts that `out` exited with `code` and wrote one line to stderr that
+/// contains `says` (how every binary reports bad input and runtime
+/// failures); returns that line. `what` names the case in a failure.
+pub fn one_line_error(out: &Output, code: i32, says: &str, what: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+    assert_eq!(out.status.code(), Some(code), "{what}: {err}");
+    assert_eq!(err.lines().count(), 1, "{what}: not one line: {err}");
+    assert!(err.contains(says), "{what}: should say {says:?}: {err}");
+    err
+}
+
 /// Polls `done` every `period` until it holds or `timeout` has passed;
 /// returns whether it held. The one polling loop of the tests.
 pub fn poll_every(period: Duration, timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
