@@ -14,7 +14,7 @@ fn main() {
     run_binary(ClientArgs::command, run);
 }
 
-fn run() -> Result<()> {
+fn run() -> Result<i32> {
     let (cfg, shutdown) = start(ClientConfig::from_args, |cfg| cfg.sched)?;
     match &cfg.mode {
         ClientMode::Run => {}
@@ -56,11 +56,7 @@ fn run() -> Result<()> {
     }
     // A run without the server's answer is not a success: the receiver
     // side, the number that matters, is missing.
-    let code = result.exit_code();
-    if code != 0 {
-        std::process::exit(code);
-    }
-    Ok(())
+    Ok(result.exit_code())
 }
 
 /// `--sweep`: seed 001's table, one run per size and client count.
@@ -70,7 +66,7 @@ fn sweep(
     clients: &[usize],
     plot: Option<&Path>,
     shutdown: &Shutdown,
-) -> Result<()> {
+) -> Result<i32> {
     use netspeed::bench::sweep;
     use netspeed::output::bench::{sweep_plot, sweep_table, CellBar};
     let go = |cfg: &ClientConfig| {
@@ -93,11 +89,7 @@ fn sweep(
     if let Some(path) = plot {
         sweep_plot(&report, path)?;
     }
-    let code = report.exit_code();
-    if code != 0 {
-        std::process::exit(code);
-    }
-    Ok(())
+    Ok(report.exit_code())
 }
 
 /// `--find-limit`: the highest rate the path carries, trial by trial.
@@ -106,7 +98,7 @@ fn find_limit(
     search: &client::limit::SearchSettings,
     plot: Option<&Path>,
     shutdown: &Shutdown,
-) -> Result<()> {
+) -> Result<i32> {
     use netspeed::output::limit;
     let text = !cfg.json;
     let go = |cfg: &ClientConfig| {
@@ -134,5 +126,5 @@ fn find_limit(
     if let Some(path) = plot {
         netspeed::output::bench::limit_plot(&report, path)?;
     }
-    Ok(())
+    Ok(0)
 }

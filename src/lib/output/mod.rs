@@ -26,15 +26,40 @@ use crate::config::{parse_args, Sched};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 
+/// How a binary's `run` ends when it did not fail: `()` is exit 0; an
+/// `i32` is the code its report asks for (udp_client's 3 for a run that
+/// got no answer from the server).
+pub trait Outcome {
+    fn exit_code(self) -> i32;
+}
+
+impl Outcome for () {
+    fn exit_code(self) -> i32 {
+        0
+    }
+}
+
+impl Outcome for i32 {
+    fn exit_code(self) -> i32 {
+        self
+    }
+}
+
 /// A binary's whole `main`: `--completions` and `--man` answered from
 /// `command` (the clap definition of its flags, see [`manual`]), then
 /// `run`; an error is printed on one line and ends the process with its
-/// exit code.
-pub fn run_binary(command: impl FnOnce() -> clap::Command, run: impl FnOnce() -> Result<()>) {
+/// exit code, and so does a report that asks for one. The binaries exit
+/// here and nowhere else.
+pub fn run_binary<T: Outcome>(
+    command: impl FnOnce() -> clap::Command,
+    run: impl FnOnce() -> Result<T>,
+) {
     let argv: Vec<_> = std::env::args_os().collect();
     manual::handle(&argv, command);
-    if let Err(e) = run() {
-        exit_with(&e);
+    match run().map(Outcome::exit_code) {
+        Ok(0) => {}
+        Ok(code) => std::process::exit(code),
+        Err(e) => exit_with(&e),
     }
 }
 
