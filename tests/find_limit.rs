@@ -469,10 +469,7 @@ fn json_stream_gives_one_event_per_trial_then_the_report() {
         "--json-stream -b 1460 --trial-duration 0.2s --trial-pause 0s --resolution 10 --confirm 1",
         &[],
     );
-    let events: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
+    let events = common::ndjson(&text);
     let (end, trial_events) = events.split_last().expect("events");
     assert_eq!(end["event"], "end", "{end}");
     assert_eq!(trial_events.len() as u64, u(&end["limit"], "trials"));
@@ -542,10 +539,7 @@ fn ctrl_c_ends_the_search_with_the_result_so_far() {
         .expect("stopped within 10 s of Ctrl-C");
     assert_eq!(status.code(), Some(0), "{status}");
     let text = lines.drain(Duration::from_secs(5)).join("\n");
-    let mut events: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
+    let mut events = common::ndjson(&text);
     let report = events.pop().expect("an end event after Ctrl-C");
     assert_eq!(report["event"], "end", "{report}");
     assert_eq!(report["limit"]["interrupted"], true, "{report}");

@@ -164,10 +164,7 @@ fn bench_rows(args: &[&str]) -> Vec<Value> {
         "{}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
+    common::ndjson(&stdout)
 }
 
 #[test]

@@ -560,10 +560,7 @@ fn json_stream_writes_events_as_they_happen() {
         WAIT,
     );
     assert!(out.status.success(), "{out:?}");
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
+    let events = common::ndjson(&String::from_utf8_lossy(&out.stdout));
     let kind = |v: &serde_json::Value| v["event"].as_str().unwrap_or("").to_string();
     assert_eq!(kind(&events[0]), "start");
     assert_eq!(events[0]["version"], env!("CARGO_PKG_VERSION"));

@@ -326,6 +326,13 @@ pub fn args(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// NDJSON output, one value per line; panics on a line that is not JSON.
+pub fn ndjson(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
 /// Asserts that `out` exited with `code` and wrote one line to stderr that
 /// contains `says` (how every binary reports bad input and runtime
 /// failures); returns that line. `what` names the case in a failure.
