@@ -22,30 +22,29 @@ fn run() -> Result<()> {
     if let Some(w) = &bound.buffer.warning {
         eprintln!("udp_server: warning: {w}");
     }
-    // --metrics: an HTTP endpoint on its own thread, fed by the server.
-    let board = cfg.metrics.map(|_| {
-        let info = ServerInfo {
-            version: env!("CARGO_PKG_VERSION"),
-            method: cfg.method.name(),
-            threads: bound.sockets.len(),
-            recv_buffer: bound.buffer.granted as u64,
-            max_peers: cfg.max_peers,
-        };
-        Arc::new(Board::new(info, cfg.metrics_retain, cfg.max_peers))
-    });
-    let endpoint = match (cfg.metrics, &board) {
-        (Some(addr), Some(board)) => {
-            Some(metrics::start(addr, Arc::clone(board), shutdown.clone())?)
-        }
-        _ => None,
-    };
+    // --metrics: an HTTP endpoint on its own thread, fed by the server
+    // through the board.
+    let metrics = cfg
+        .metrics
+        .map(|addr| {
+            let info = ServerInfo {
+                version: env!("CARGO_PKG_VERSION"),
+                method: cfg.method.name(),
+                threads: bound.sockets.len(),
+                recv_buffer: bound.buffer.granted as u64,
+                max_peers: cfg.max_peers,
+            };
+            let board = Arc::new(Board::new(info, cfg.metrics_retain, cfg.max_peers));
+            metrics::start(addr, Arc::clone(&board), shutdown.clone()).map(|e| (board, e))
+        })
+        .transpose()?;
     let json = cfg.json;
     let mut out = std::io::stdout().lock();
-    let metrics_addr = endpoint.as_ref().map(|e| e.addr);
+    let metrics_addr = metrics.as_ref().map(|(_, endpoint)| endpoint.addr);
     let _ = writeln!(
         out,
         "{}",
-        report::listening_with_metrics(&bound, &cfg, metrics_addr, json)
+        report::listening(&bound, &cfg, metrics_addr, json)
     );
     let _ = out.flush();
     let summary = server::run_with(
@@ -62,12 +61,12 @@ fn run() -> Result<()> {
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         },
-        board.as_deref(),
+        metrics.as_ref().map(|(board, _)| &**board),
     );
     // The endpoint stops on the same flag (set already, unless the server
     // failed).
     shutdown.trigger();
-    if let Some(endpoint) = endpoint {
+    if let Some((_, endpoint)) = metrics {
         endpoint.join();
     }
     let _ = writeln!(out, "{}", report::server_summary(&summary?, json));

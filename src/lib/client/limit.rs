@@ -435,12 +435,11 @@ impl Runner<'_> {
             return Ok(Err(Stopped));
         }
         let clients = self.cfg.clients.max(1) as u64;
+        let offered = rate.map(|r| split_evenly(r, clients));
         let mut trial_cfg = self.cfg.clone();
         trial_cfg.volume = Volume::Time(self.s.trial);
         trial_cfg.interval = None;
-        // The pacer paces each client: the offered rate is split evenly.
-        let per_client = rate.map(|r| (r / clients).max(1));
-        trial_cfg.rate_bps = per_client;
+        trial_cfg.rate_bps = offered.map(|o| o / clients);
         let report = super::run(&trial_cfg, self.shutdown)?;
         if self.shutdown.is_triggered() {
             return Ok(Err(Stopped));
@@ -452,7 +451,6 @@ impl Runner<'_> {
                 self.cfg.server
             )));
         }
-        let offered = per_client.map(|p| p * clients);
         let trial = judge_trial(self.trials.len() + 1, phase, offered, &report, self.s);
         (self.on_trial)(&trial);
         self.trials.push(trial.clone());
@@ -551,6 +549,12 @@ pub fn find(
     Ok(report)
 }
 
+/// A search step's `rate` as offered: the pacer paces each client, so it
+/// is split evenly, and the offer is a multiple of the client count.
+fn split_evenly(rate: u64, clients: u64) -> u64 {
+    (rate / clients).max(1) * clients
+}
+
 /// Sleeps `d` unless stopped; true when stopped.
 fn pause(d: Duration, shutdown: &Shutdown) -> bool {
     let until = Instant::now() + d;
@@ -572,10 +576,9 @@ fn summarise(
     found: Found,
     trials: Vec<Trial>,
 ) -> LimitReport {
-    // The rate a search step asked for, as offered: split evenly over the
-    // clients (see `Runner::once`).
+    // The rate a search step asked for, as offered.
     let clients = cfg.clients.max(1) as u64;
-    let split = |r: u64| (r / clients).max(1) * clients;
+    let split = |r: u64| split_evenly(r, clients);
     let at_limit: Vec<&Trial> = found.rate_bps.map_or(Vec::new(), |rate| {
         trials
             .iter()

@@ -45,16 +45,14 @@ pub fn header(cfg: &ClientConfig, s: &SearchSettings) -> String {
 
 /// Where a trial's shortfall was counted, in words.
 pub fn places(cause: Cap, p: &LossPlaces) -> String {
-    let drops = |p: &LossPlaces| {
-        format!(
-            "{} {}",
-            p.kernel_drops.unwrap_or(0),
-            match p.kernel_drops_unit {
-                Some("buffers") => "GRO buffers",
-                _ => "datagrams",
-            }
-        )
-    };
+    let dropped = format!(
+        "{} {}",
+        p.kernel_drops.unwrap_or(0),
+        match p.kernel_drops_unit {
+            Some("buffers") => "GRO buffers",
+            _ => "datagrams",
+        }
+    );
     match cause {
         Cap::ReceiveBuffer | Cap::ReceiverCpu => {
             let rest = match p.network_lost {
@@ -62,15 +60,14 @@ pub fn places(cause: Cap, p: &LossPlaces) -> String {
                 _ => String::new(),
             };
             format!(
-                "the server's receive buffer ({} dropped by its socket; {} datagrams lost{rest})",
-                drops(p),
+                "the server's receive buffer ({dropped} dropped by its socket; {} datagrams lost{rest})",
                 p.lost_packets
             )
         }
         Cap::Network => {
             let drops = match p.kernel_drops {
                 Some(0) => "none dropped by the server's socket".to_string(),
-                Some(_) => format!("{} dropped by the server's socket", drops(p)),
+                Some(_) => format!("{dropped} dropped by the server's socket"),
                 None => "the server's socket drops unknown".to_string(),
             };
             let queue = match p.enobufs_retries {
@@ -143,15 +140,13 @@ pub fn report(r: &LimitReport, json: bool) -> String {
     if let (Some(at), Some(cause), Some(p)) =
         (l.first_loss_at_bps, l.first_loss_cause, &l.first_loss)
     {
-        {
-            // A rate the sender could not reach failed without loss.
-            let what = if p.lost_packets > 0 {
-                "first loss at"
-            } else {
-                "first failure at"
-            };
-            out += &format!("\n{what} {}: {}", rate(at as f64), places(cause, p));
-        }
+        // A rate the sender could not reach failed without loss.
+        let what = if p.lost_packets > 0 {
+            "first loss at"
+        } else {
+            "first failure at"
+        };
+        out += &format!("\n{what} {}: {}", rate(at as f64), places(cause, p));
     }
     out += &format!(
         "\nsearch    {} trials of {:.1} s from the unpaced {}, resolution {}%",

@@ -25,13 +25,8 @@ pub fn json_event(event: &str, fields: &impl Serialize) -> String {
     Value::Object(line).to_string()
 }
 
-/// The `listening` event.
-pub fn listening(bound: &Bound, cfg: &ServerConfig, json_out: bool) -> String {
-    listening_with_metrics(bound, cfg, None, json_out)
-}
-
 /// The `listening` event, naming the `--metrics` endpoint when it serves.
-pub fn listening_with_metrics(
+pub fn listening(
     bound: &Bound,
     cfg: &ServerConfig,
     metrics: Option<std::net::SocketAddr>,

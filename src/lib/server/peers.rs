@@ -527,8 +527,9 @@ impl Peer {
         }
     }
 
-    /// The whole peer: first to last datagram.
-    fn summary(&self, shared: bool, reason: DoneReason) -> PeerReport {
+    /// The whole peer: first to last datagram; `reason` why it is done, or
+    /// None while it is not.
+    fn summary(&self, shared: bool, reason: Option<DoneReason>) -> PeerReport {
         let span = match self.first {
             Some(first) => self.last.saturating_duration_since(first),
             None => Duration::ZERO,
@@ -543,7 +544,7 @@ impl Peer {
             span,
             shared,
             cpu,
-            Some(reason),
+            reason,
         )
     }
 
@@ -1870,11 +1871,7 @@ impl PeerTable {
             .peers()
             .chain(self.untagged.peers())
             .filter(|peer| !peer.is_finished() && peer.total.packets > 0)
-            .map(|peer| {
-                let mut report = peer.summary(peer.shared_now(&self.flags), DoneReason::Idle);
-                report.reason = None;
-                report
-            })
+            .map(|peer| peer.summary(peer.shared_now(&self.flags), None))
             .collect()
     }
 
@@ -1886,7 +1883,7 @@ impl PeerTable {
                 events(Event::Interval(report));
             }
         }
-        events(Event::Done(peer.summary(shared, reason)));
+        events(Event::Done(peer.summary(shared, Some(reason))));
     }
 
     /// Hands over the events queued while a datagram was accounted (an

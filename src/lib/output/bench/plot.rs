@@ -24,12 +24,12 @@ pub struct Series {
 }
 
 /// What to draw and how to label it.
-pub struct Chart<'a> {
-    pub title: &'a str,
-    pub x_label: &'a str,
-    pub y_label: &'a str,
+pub struct Chart {
+    pub title: String,
+    pub x_label: &'static str,
+    pub y_label: &'static str,
     pub log_x: bool,
-    pub series: &'a [Series],
+    pub series: Vec<Series>,
 }
 
 /// Tableau's ten colours plus four darker ones: twelve lines (tcp's
@@ -105,7 +105,7 @@ fn legend_position(series: &[Series]) -> SeriesLabelPosition {
 }
 
 /// Writes `chart` to `path` as an SVG of 900×560 pixels.
-pub fn draw(path: &Path, chart: &Chart<'_>) -> Result<()> {
+pub fn draw(path: &Path, chart: &Chart) -> Result<()> {
     let points = || chart.series.iter().flat_map(|s| s.points.iter());
     let (x0, x1) = range(points().map(|p| p.0), false);
     let (y0, y1) = range(points().map(|p| p.1), true);
@@ -113,7 +113,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>) -> Result<()> {
     root.fill(&WHITE).map_err(|e| err(path, e))?;
     let mut builder = ChartBuilder::on(&root);
     builder
-        .caption(chart.title, ("sans-serif", 22))
+        .caption(&chart.title, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(72);
@@ -144,7 +144,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>) -> Result<()> {
                     .map_err(|e| err(path, e))?;
             }
             ctx.configure_series_labels()
-                .position(legend_position(chart.series))
+                .position(legend_position(&chart.series))
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .draw()
@@ -250,8 +250,7 @@ pub fn mux_series(rows: &[MuxRow]) -> Vec<Series> {
 
 /// Draws a suite's chart.
 pub fn draw_report(path: &Path, report: &Report) -> Result<()> {
-    // (title, x label, y label, log x, lines) per suite, then one draw.
-    let (title, x_label, y_label, log_x, series) = match report {
+    let chart = match report {
         Report::Udp(r) => {
             // Throughput rows only: a ping-pong row measures latency. Plot
             // ping-pong rows only when nothing else ran.
@@ -283,44 +282,40 @@ pub fn draw_report(path: &Path, report: &Report) -> Result<()> {
                 .to_lowercase()
                 .replace("udp", "UDP")
             };
-            let series = udp_series(plotted);
-            (title, "payload (bytes)", "Mbit/s received", false, series)
+            Chart {
+                title,
+                x_label: "payload (bytes)",
+                y_label: "Mbit/s received",
+                log_x: false,
+                series: udp_series(plotted),
+            }
         }
-        Report::Tcp(r) => (
-            "TCP loopback throughput (mean over samples)".to_string(),
-            "chunk (bytes per write)",
-            "Gbit/s",
-            true,
-            tcp_series(&r.rows),
-        ),
-        Report::Mux(r) => (
-            "UDP loss against receive buffer (worst over other axes)".to_string(),
-            "SO_RCVBUF requested (bytes)",
-            "loss %",
-            true,
-            mux_series(&r.rows),
-        ),
-        Report::Ceiling(r) => (
-            "netspeed's UDP path without accounting (ceiling)".to_string(),
-            "datagram size (bytes)",
-            "Gbit/s received",
-            true,
-            vec![Series {
+        Report::Tcp(r) => Chart {
+            title: "TCP loopback throughput (mean over samples)".into(),
+            x_label: "chunk (bytes per write)",
+            y_label: "Gbit/s",
+            log_x: true,
+            series: tcp_series(&r.rows),
+        },
+        Report::Mux(r) => Chart {
+            title: "UDP loss against receive buffer (worst over other axes)".into(),
+            x_label: "SO_RCVBUF requested (bytes)",
+            y_label: "loss %",
+            log_x: true,
+            series: mux_series(&r.rows),
+        },
+        Report::Ceiling(r) => Chart {
+            title: "netspeed's UDP path without accounting (ceiling)".into(),
+            x_label: "datagram size (bytes)",
+            y_label: "Gbit/s received",
+            log_x: true,
+            series: vec![Series {
                 name: "ceiling".into(),
                 points: r.rows.iter().map(|c| (c.size as f64, c.gbps)).collect(),
             }],
-        ),
-    };
-    draw(
-        path,
-        &Chart {
-            title: &title,
-            x_label,
-            y_label,
-            log_x,
-            series: &series,
         },
-    )
+    };
+    draw(path, &chart)
 }
 
 /// `udp_client --sweep`: Gbit/s received against buffer size, one line
@@ -342,11 +337,11 @@ pub fn sweep_plot(r: &SweepReport, path: &Path) -> Result<()> {
     draw(
         path,
         &Chart {
-            title: "udp_client sweep: receive rate at the server",
+            title: "udp_client sweep: receive rate at the server".into(),
             x_label: "buffer size (bytes per datagram)",
             y_label: "Gbit/s received",
             log_x: false,
-            series: &series,
+            series,
         },
     )
 }
@@ -456,18 +451,18 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sockbench-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.svg");
-        let series = [Series {
+        let series = vec![Series {
             name: "std".into(),
             points: vec![(26.0, 10.0), (1460.0, 900.0), (300.0, 100.0)],
         }];
         draw(
             &path,
             &Chart {
-                title: "t",
+                title: "t".into(),
                 x_label: "payload",
                 y_label: "Mbit/s",
                 log_x: true,
-                series: &series,
+                series,
             },
         )
         .unwrap();
