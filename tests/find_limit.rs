@@ -21,7 +21,7 @@ use common::impair::{
 };
 use common::netns::{two_hosts, Netns};
 use common::run_bounded;
-use common::udp::{args_to, client_in, client_json, u, Server, CLIENT};
+use common::udp::{args_to, client_in, client_json, f, u, Server, CLIENT};
 use serde_json::Value;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -99,12 +99,6 @@ fn assert_found(report: &Value, what: &str, expected: f64, low: f64, high: f64) 
         "{what}: found {found} bit/s, expected {expected:.0} (x{low}..x{high}): {report}"
     );
     found
-}
-
-fn f(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
 }
 
 fn trials(report: &Value) -> &Vec<Value> {

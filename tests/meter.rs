@@ -6,15 +6,9 @@
 mod common;
 
 use common::args;
-use common::udp::{client, u, Server};
+use common::udp::{client, f, u, Server};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-
-fn f(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
-}
 
 /// One second of 1400-byte datagrams at `rate` to a fresh server.
 fn paced_second(rate: &str) -> (Server, Value) {

@@ -211,6 +211,13 @@ fn client_outcome_with(mut cmd: Command, args: &[&str]) -> Outcome {
     }
 }
 
+/// `v[key]` as a number; panics, showing `v`, when it is not one.
+pub fn f(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
 pub fn u(v: &Value, key: &str) -> u64 {
     v[key]
         .as_u64()
