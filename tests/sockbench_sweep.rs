@@ -2,8 +2,9 @@
 //! every cell carries the server's receive figures.
 
 use netspeed::bench::{sweep, NoProgress};
-use netspeed::config::{ClientConfig, Volume};
+use netspeed::config::ClientConfig;
 use netspeed::local::with_local_server;
+use netspeed::meter::plan::Volume;
 use netspeed::output::bench::{sweep_plot, sweep_table};
 use netspeed::shutdown::Shutdown;
 

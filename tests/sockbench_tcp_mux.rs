@@ -7,7 +7,7 @@ mod common;
 use netspeed::bench::mux::{self, MuxCase};
 use netspeed::bench::tcp::{self, Duplex, Impl, TcpCase};
 use netspeed::bench::udp::Conn;
-use netspeed::server::recv::Method;
+use netspeed::meter::recv::Method;
 use netspeed::shutdown::Shutdown;
 use netspeed::sys::SchedPolicy;
 use std::process::Command;

@@ -296,7 +296,7 @@ fn the_first_command_runs_long_enough_to_mean_something() {
     // Without --local, no flags still means seed 001's 1 MB.
     let args = netspeed::config::parse_args(["udp_client"].map(Into::into)).unwrap();
     let cfg = netspeed::config::ClientConfig::from_args(args).unwrap();
-    assert_eq!(cfg.volume, netspeed::config::Volume::Bytes(1_000_000));
+    assert_eq!(cfg.volume, netspeed::meter::plan::Volume::Bytes(1_000_000));
 }
 
 #[test]

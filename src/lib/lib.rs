@@ -7,7 +7,7 @@
 //!
 //! # Layout
 //! Binaries parse flags, call a role, hand its report or events to
-//! `output`, and map errors to exit codes. Below them, three layers; a
+//! `output`, and map errors to exit codes. Below them, four layers; a
 //! module imports only from its own layer or the ones below:
 //!
 //! - **Presentation**: [`output`], the only code that writes to stdout or
@@ -25,11 +25,11 @@
 //!   scheduler; [`output::exit_with`]).
 //! - **Roles**, which compute and return report structs or send typed
 //!   events to a sink; they never print and never exit:
-//!   - [`server`]: bind, receive with the `--method` loops
-//!     ([`server::recv`]), count per peer ([`server::peers`]);
+//!   - [`server`]: bind, receive with the meter's `--method` loops,
+//!     count per peer ([`server::peers`]);
 //!     what `--metrics` exposes ([`server::metrics`]);
-//!   - [`client`]: send an exact volume ([`client::send`]), pace and
-//!     back off (`client/pacing.rs`), ask for the server's count; say why
+//!   - [`client`]: send an exact volume with the meter's send path, ask
+//!     for the server's count; say why
 //!     a run was not faster ([`client::verdict`]); search for the highest
 //!     rate the path carries ([`client::limit`]);
 //!   - [`local`]: `udp_client --local`, a client and a server in one
@@ -44,12 +44,17 @@
 //!     (`bench/udp/blocking.rs`, `bench/udp/runtimes.rs`), [`bench::tcp`], [`bench::mux`]),
 //!     the bare-path ceiling ([`bench::ceiling`]) and udp_client's
 //!     `--sweep` (`bench/sweep.rs`). Roles may call the roles above them in this list
-//!     (bench runs the server's receive loop and the client's sender);
+//!     (bench runs the server and the client);
 //!     never the other way.
 //! - **Settings**: [`config`], flags and TOML files layered once
 //!   (defaults < file < flags) into one validated config per role
 //!   ([`config::server`], [`config::client`], [`config::proxy`],
 //!   [`config::bench`]), and [`congestion`] (`--congestion ALGO`).
+//! - **Engines**: [`meter`], what moves and counts datagrams whichever
+//!   role runs it: the send paths ([`meter::send`]), pacing and back-off
+//!   ([`meter::pace`]), the receive loops ([`meter::recv`]) and the
+//!   datagram plan of each call ([`meter::plan`]). It imports only the
+//!   leaves.
 //! - **Leaves**, which import nothing above them:
 //!   - [`units`]: sizes, rates and durations as people write them;
 //!   - [`wire`]: the datagram header, the start probe and the end-of-test
@@ -71,6 +76,7 @@ pub mod config;
 pub mod congestion;
 pub mod error;
 pub mod local;
+pub mod meter;
 pub mod output;
 pub mod proxy;
 pub mod server;

@@ -15,10 +15,11 @@
 //! It also times one core's memcpy: loopback UDP copies every byte twice
 //! (sender → kernel, kernel → receiver), so no socket path beats that.
 
-use crate::client::send::{GsoChoice, Transmitter};
-use crate::config::{GsoRequest, Method, ServerConfig};
+use crate::config::ServerConfig;
 use crate::error::{Error, Result};
-use crate::server::recv::{run_method, Deliver};
+use crate::meter::recv::Method;
+use crate::meter::recv::{run_method, Deliver};
+use crate::meter::send::{GsoChoice, GsoRequest, Transmitter};
 use crate::shutdown::Shutdown;
 use crate::sys::{self, RecvBatch};
 use serde::Serialize;

@@ -19,7 +19,7 @@
 use crate::config::bench::{Conn, Ip};
 pub use crate::config::bench::{MuxArgs, MuxSettings};
 use crate::error::{Error, Result};
-use crate::server::recv::{run_method, Deliver, Method};
+use crate::meter::recv::{run_method, Deliver, Method};
 use crate::shutdown::Shutdown;
 use crate::stats::wire_bytes;
 use crate::sys::{self, RecvBatch, SchedPolicy};

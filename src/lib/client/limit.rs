@@ -28,8 +28,9 @@
 
 use super::verdict::{busiest_sender_percent, summed_client_bps, Cap, ReceiverFacts, BUSY_PERCENT};
 use super::RunReport;
-use crate::config::{ClientConfig, Volume};
+use crate::config::ClientConfig;
 use crate::error::{Error, Result};
+use crate::meter::plan::Volume;
 use crate::shutdown::Shutdown;
 use serde::Serialize;
 use std::time::{Duration, Instant};

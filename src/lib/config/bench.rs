@@ -11,9 +11,9 @@
 //! them.
 
 use super::{file_layer, layered, rate_arg, DurationValue, SizeValue};
-use crate::config::Method;
 use crate::congestion::{congestion_arg, Congestion};
 use crate::error::Result;
+use crate::meter::recv::Method;
 use crate::sys::SchedPolicy;
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Deserializer, Serialize};

@@ -11,6 +11,8 @@ use super::{
 use crate::auth::Psk;
 use crate::client::limit::SearchSettings;
 use crate::error::{Error, Result};
+use crate::meter::plan::Volume;
+use crate::meter::send::GsoRequest;
 use crate::sys::SchedPolicy;
 use crate::units;
 use clap::Parser;
@@ -285,17 +287,6 @@ impl RateValue {
     }
 }
 
-/// How much a client sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Volume {
-    /// Exactly this many payload bytes; the last datagram may be short.
-    Bytes(u64),
-    /// Exactly this many datagrams of `buffer_size`.
-    Packets(u64),
-    /// Full datagrams until this much time has passed.
-    Time(Duration),
-}
-
 /// A validated client configuration.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -427,19 +418,6 @@ pub const MAX_BATCH: usize = 1024;
 /// Datagrams per sendmmsg call by default: where sendmmsg exists, enough
 /// to spread a call's entry cost thin; elsewhere one call per datagram.
 pub const DEFAULT_BATCH: usize = if crate::sys::LINUX_SOCKETS { 32 } else { 1 };
-
-/// What the user asked of UDP GSO.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GsoRequest {
-    /// The default: on where the platform has it and a buffer holds two
-    /// or more datagrams; off, with the reason in the report, elsewhere.
-    #[default]
-    Auto,
-    /// `--gso`: on, or off with the kernel's reason.
-    On,
-    /// `--no-gso` or `--plain-send`.
-    Off,
-}
 
 /// Seed 001's defaults.
 pub const DEFAULT_SERVER: &str = "127.0.0.1:35000";

@@ -502,6 +502,8 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::{client, server, TempConfig};
     use super::*;
+    use crate::meter::plan::Volume;
+    use crate::meter::send::GsoRequest;
 
     #[test]
     fn client_defaults_are_seed_001s() {

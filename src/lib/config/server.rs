@@ -9,6 +9,7 @@ use super::{
 };
 use crate::auth::Psk;
 use crate::error::{Error, Result};
+use crate::meter::recv::Method;
 use crate::sys::SchedPolicy;
 use clap::Parser;
 use serde::Deserialize;
@@ -16,70 +17,16 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// How the server waits for and reads datagrams.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Method {
-    /// A blocking thread per socket, one recvmsg per datagram.
-    Thread,
-    /// select(2) over the sockets, then recvmsg until EAGAIN.
-    Select,
-    /// poll(2) over the sockets, then recvmsg until EAGAIN.
-    Poll,
-    /// epoll(7) over the sockets, then recvmsg until EAGAIN.
-    Epoll,
-    /// A tokio current-thread runtime: readiness from tokio, recvmsg ours.
-    Tokio,
-    /// recvmmsg(2): up to 32 datagrams per call on a blocking socket.
-    Mmsg,
-}
-
-impl Method {
-    /// The best method this platform has.
-    pub fn default_for_platform() -> Self {
-        if crate::sys::LINUX_SOCKETS {
-            Method::Mmsg
-        } else {
-            Method::Thread
-        }
+/// `--method NAME`: clap reads the names and their help from the engine's
+/// own list ([`Method::ALL`], [`Method::name`], [`Method::about`]), so the
+/// receive loops need not know about flags.
+impl clap::ValueEnum for Method {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Method::ALL
     }
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Thread => "thread",
-            Method::Select => "select",
-            Method::Poll => "poll",
-            Method::Epoll => "epoll",
-            Method::Tokio => "tokio",
-            Method::Mmsg => "mmsg",
-        }
-    }
-
-    /// Every method, for sweeps.
-    pub const ALL: [Method; 6] = [
-        Method::Thread,
-        Method::Select,
-        Method::Poll,
-        Method::Epoll,
-        Method::Tokio,
-        Method::Mmsg,
-    ];
-
-    /// An error naming the platform when this method does not exist on it.
-    pub fn check_available(self) -> Result<()> {
-        let linux_only = matches!(
-            self,
-            Method::Select | Method::Poll | Method::Epoll | Method::Mmsg
-        );
-        if linux_only && !crate::sys::LINUX_SOCKETS {
-            return Err(Error::usage(format!(
-                "--method {} is not available on this platform (built for Linux); use thread or tokio",
-                self.name()
-            )));
-        }
-        Ok(())
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()).help(self.about()))
     }
 }
 

@@ -14,17 +14,16 @@
 
 pub mod metrics;
 pub mod peers;
-pub mod recv;
 
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
+use crate::meter::recv::{self, Deliver};
 use crate::shutdown::Shutdown;
 use crate::stats::{CpuCost, CpuTime};
 use crate::sys;
 use peers::{
     ConflictReport, Event, LateReport, PeerReport, PeerTable, Reply, Rx, TableConfig, Totals,
 };
-use recv::Deliver;
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;

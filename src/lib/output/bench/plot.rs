@@ -12,7 +12,7 @@ use crate::bench::udp::{Mode, SocketKind, UdpRow};
 use crate::bench::Report;
 use crate::client::limit::LimitReport;
 use crate::error::{Error, Result};
-use crate::server::recv::Method;
+use crate::meter::recv::Method;
 use plotters::prelude::*;
 use std::path::Path;
 

@@ -21,7 +21,82 @@ pub const RECV_BATCH: usize = 32;
 /// anyway, MSG_TRUNC is counted and reported (`truncated`).
 pub const RECV_BUF_SIZE: usize = 65536;
 
-pub use crate::config::server::Method;
+/// How the server waits for and reads datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// A blocking thread per socket, one recvmsg per datagram.
+    Thread,
+    /// select(2) over the sockets, then recvmsg until EAGAIN.
+    Select,
+    /// poll(2) over the sockets, then recvmsg until EAGAIN.
+    Poll,
+    /// epoll(7) over the sockets, then recvmsg until EAGAIN.
+    Epoll,
+    /// A tokio current-thread runtime: readiness from tokio, recvmsg ours.
+    Tokio,
+    /// recvmmsg(2): up to 32 datagrams per call on a blocking socket.
+    Mmsg,
+}
+
+impl Method {
+    /// The best method this platform has.
+    pub fn default_for_platform() -> Self {
+        if crate::sys::LINUX_SOCKETS {
+            Method::Mmsg
+        } else {
+            Method::Thread
+        }
+    }
+
+    /// What it does, in a line (the flag's help).
+    pub fn about(self) -> &'static str {
+        match self {
+            Method::Thread => "A blocking thread per socket, one recvmsg per datagram",
+            Method::Select => "select(2) over the sockets, then recvmsg until EAGAIN",
+            Method::Poll => "poll(2) over the sockets, then recvmsg until EAGAIN",
+            Method::Epoll => "epoll(7) over the sockets, then recvmsg until EAGAIN",
+            Method::Tokio => "A tokio current-thread runtime: readiness from tokio, recvmsg ours",
+            Method::Mmsg => "recvmmsg(2): up to 32 datagrams per call on a blocking socket",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Thread => "thread",
+            Method::Select => "select",
+            Method::Poll => "poll",
+            Method::Epoll => "epoll",
+            Method::Tokio => "tokio",
+            Method::Mmsg => "mmsg",
+        }
+    }
+
+    /// Every method, for sweeps.
+    pub const ALL: [Method; 6] = [
+        Method::Thread,
+        Method::Select,
+        Method::Poll,
+        Method::Epoll,
+        Method::Tokio,
+        Method::Mmsg,
+    ];
+
+    /// An error naming the platform when this method does not exist on it.
+    pub fn check_available(self) -> crate::error::Result<()> {
+        let linux_only = matches!(
+            self,
+            Method::Select | Method::Poll | Method::Epoll | Method::Mmsg
+        );
+        if linux_only && !crate::sys::LINUX_SOCKETS {
+            return Err(crate::error::Error::usage(format!(
+                "the {} receive method is not available on this platform (built for Linux); use thread or tokio",
+                self.name()
+            )));
+        }
+        Ok(())
+    }
+}
 
 /// Receives what a loop read.
 pub trait Deliver: Sync {

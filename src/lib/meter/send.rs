@@ -15,8 +15,7 @@
 //! smaller pieces, so the probe costs no datagram. The report says which
 //! path was really used.
 
-use super::pacing::Backoff;
-pub use crate::config::GsoRequest;
+use super::pace::Backoff;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use crate::sys::{self, SendFailure};
@@ -25,6 +24,19 @@ use socket2::SockRef;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
+
+/// What the user asked of UDP GSO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GsoRequest {
+    /// The default: on where the platform has it and a buffer holds two
+    /// or more datagrams; off, with the reason in the report, elsewhere.
+    #[default]
+    Auto,
+    /// `--gso`: on, or off with the kernel's reason.
+    On,
+    /// `--no-gso` or `--plain-send`.
+    Off,
+}
 
 /// ECONNREFUSED answers (ICMP port unreachable, surfaced by IP_RECVERR)
 /// after which we conclude that nobody is listening and stop sending.
