@@ -625,6 +625,7 @@ fn end_message(session: u64) -> [u8; netspeed::wire::END_LEN] {
         duration_ns: 5_000_000,
         nonce: session,
         answer_wait_ns: 0,
+        sender: None,
         tag: [0; TAG_LEN],
     })
 }

@@ -119,6 +119,7 @@ fn run_with_a_spoofed_end(server: &Server, client_args: &[&str]) -> (common::udp
         duration_ns: 0,
         nonce: 42,
         answer_wait_ns: 0,
+        sender: None,
         tag: [0; wire::TAG_LEN],
     });
     relay.inject_to_server(&forged);

@@ -10,6 +10,14 @@
 //! never accept an answer to a question it did not ask, so an answer forged
 //! from elsewhere, or a stale answer to an earlier End, is ignored.
 //!
+//! Why a cookie in the HelloAck, echoed by a Start before anything else
+//! flows: the server may be asked to send (a reverse stream), and must
+//! never send more to an address than it received from it until that
+//! address has shown it can hear the server (QUIC's Retry, DTLS's
+//! HelloVerifyRequest). The cookie is a MAC over the address, port, session
+//! and a time slot ([`crate::auth::CookieKey`]), so checking it needs no
+//! state: a flood of Hellos from forged addresses creates none.
+//!
 //! Decoding is pure and total: any byte slice gives a [`Message`] or a
 //! [`WireError`], never a panic. Datagrams too short for a header, or that
 //! do not start with the magic, are not errors for the server: they are
@@ -27,6 +35,10 @@ pub const HEADER_LEN: usize = 32;
 pub const END_LEN: usize = 256;
 /// Size of a Hello and of its answer.
 pub const HELLO_LEN: usize = 64;
+/// Size of a Start and of its answer, the same as an End's.
+pub const START_LEN: usize = 256;
+/// Size of the receiver's Feedback during a reverse stream. Never answered.
+pub const FEEDBACK_LEN: usize = 128;
 /// Bytes of the authentication tag at the end of an End and an EndAck
 /// (HMAC-SHA256 with `--psk`; zero without).
 pub const TAG_LEN: usize = crate::auth::TAG_LEN;
@@ -65,6 +77,201 @@ const KIND_END: u8 = 1;
 const KIND_END_ACK: u8 = 2;
 const KIND_HELLO: u8 = 3;
 const KIND_HELLO_ACK: u8 = 4;
+const KIND_START: u8 = 5;
+const KIND_START_ACK: u8 = 6;
+const KIND_FEEDBACK: u8 = 7;
+
+/// Which way a session's data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The client sends, the server counts (an upload; the default).
+    #[default]
+    ClientToServer,
+    /// The server sends, the client counts (`udp_client -R`).
+    ServerToClient,
+}
+
+impl Direction {
+    fn code(self) -> u64 {
+        match self {
+            Direction::ClientToServer => 0,
+            Direction::ServerToClient => 1,
+        }
+    }
+
+    fn from_code(code: u64) -> Option<Self> {
+        match code {
+            0 => Some(Direction::ClientToServer),
+            1 => Some(Direction::ServerToClient),
+            _ => None,
+        }
+    }
+
+    /// `client_to_server` or `server_to_client`, as in the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::ClientToServer => "client_to_server",
+            Direction::ServerToClient => "server_to_client",
+        }
+    }
+}
+
+/// How much a stream sends, as a Start asks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Amount {
+    /// Exactly this many payload bytes.
+    Bytes(u64),
+    /// Exactly this many datagrams.
+    Packets(u64),
+    /// Full datagrams for this many nanoseconds.
+    Nanos(u64),
+}
+
+impl Default for Amount {
+    fn default() -> Self {
+        Amount::Bytes(0)
+    }
+}
+
+impl Amount {
+    fn encode(self) -> (u64, u64) {
+        match self {
+            Amount::Bytes(n) => (0, n),
+            Amount::Packets(n) => (1, n),
+            Amount::Nanos(n) => (2, n),
+        }
+    }
+
+    fn decode(kind: u64, value: u64) -> Option<Self> {
+        match kind {
+            0 => Some(Amount::Bytes(value)),
+            1 => Some(Amount::Packets(value)),
+            2 => Some(Amount::Nanos(value)),
+            _ => None,
+        }
+    }
+}
+
+/// [`StreamRequest::flags`]: GSO off (`--no-gso`, `--plain-send`).
+pub const SEND_GSO_OFF: u64 = 1;
+/// [`StreamRequest::flags`]: GSO on even where auto would not use it.
+pub const SEND_GSO_ON: u64 = 2;
+/// [`StreamRequest::flags`]: each datagram at its own time (`--precise-pacing`).
+pub const SEND_PRECISE: u64 = 4;
+
+/// What a reverse stream should send: the client's traffic flags, carried
+/// to the server that sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamRequest {
+    /// Datagram payload size (`-b`).
+    pub buffer_size: u64,
+    pub amount: Amount,
+    /// Payload bits per second; 0 for as fast as it goes.
+    pub rate_bps: u64,
+    /// `SEND_*` bits.
+    pub flags: u64,
+    /// Datagrams (or GSO buffers) per sendmmsg call; 1 for one per call.
+    pub batch: u64,
+}
+
+/// The client's start of a session, echoing the HelloAck's cookie: the
+/// proof that it receives at the address it sends from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Start {
+    pub header: Header,
+    /// Fresh per attempt; the answer echoes it.
+    pub nonce: u64,
+    /// From the HelloAck.
+    pub cookie: u64,
+    pub direction: Direction,
+    /// For [`Direction::ServerToClient`]: what to send.
+    pub request: StreamRequest,
+    /// How long the client waits for the stream's End after the data.
+    pub answer_wait_ns: u64,
+    /// HMAC-SHA256 over the other bytes with `--psk`, else zero.
+    pub tag: [u8; TAG_LEN],
+}
+
+/// [`StartAck::status`]: the session is started.
+pub const START_OK: u64 = 0;
+/// The cookie is not this address's, or too old: say Hello again.
+pub const START_BAD_COOKIE: u64 = 1;
+/// The session table, or this address's share of it, is full.
+pub const START_BUSY: u64 = 2;
+/// The server already sends its most reverse streams (`limit`).
+pub const START_TOO_MANY_STREAMS: u64 = 3;
+/// The stream would run longer than the server allows (`limit`, ns).
+pub const START_TOO_LONG: u64 = 4;
+/// The stream asks for a higher rate than the server allows (`limit`, bit/s).
+pub const START_TOO_FAST: u64 = 5;
+/// The request cannot be sent as asked (a datagram size the server's
+/// socket cannot send, an unknown amount or direction).
+pub const START_BAD_REQUEST: u64 = 6;
+
+/// The server's answer to a [`Start`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StartAck {
+    pub session: u64,
+    pub flags: u16,
+    /// The Start's nonce.
+    pub nonce: u64,
+    /// `START_*`.
+    pub status: u64,
+    /// The cap behind a refusal (see the status), else 0.
+    pub limit: u64,
+    /// The rate the stream is sent at (bit/s; 0 unpaced): the asked rate,
+    /// or the server's `--max-rate` where none was asked.
+    pub rate_bps: u64,
+    /// The longest the server sends any stream (`--max-duration`), ns.
+    pub max_duration_ns: u64,
+    pub tag: [u8; TAG_LEN],
+}
+
+/// What the receiver of a reverse stream has counted so far, sent at
+/// least every [`crate::wire::FEEDBACK_EVERY_MS`] ms: it keeps NAT mappings
+/// open and tells the sender the receiver is still there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Feedback {
+    /// `seq` counts the feedback datagrams of the session.
+    pub header: Header,
+    pub received_packets: u64,
+    pub received_bytes: u64,
+    /// One more than the highest sequence number seen (0: none yet).
+    pub next_seq: u64,
+    /// Drops on the receiver's socket so far; [`UNKNOWN`] where unknown.
+    pub kernel_drops: u64,
+    pub tag: [u8; TAG_LEN],
+}
+
+/// How often a receiver sends [`Feedback`] (ms).
+pub const FEEDBACK_EVERY_MS: u64 = 100;
+
+/// The sender's own figures, in the End of a reverse stream: the client
+/// cannot see the server's CPU or send path otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SenderStats {
+    /// `STOPPED_*` bits: why the stream ended before its amount.
+    pub stopped: u64,
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    pub enobufs_retries: u64,
+    pub backoff_ns: u64,
+    /// Data send calls.
+    pub calls: u64,
+    /// Datagrams per GSO buffer, 0 when GSO was off.
+    pub gso_segments: u64,
+    /// Messages per send call.
+    pub batch: u64,
+    /// What the first send call sent: the send rate counts what came after.
+    pub first_call_packets: u64,
+    pub first_call_bytes: u64,
+}
+
+/// [`SenderStats::stopped`]: the server's `--max-duration` ended it.
+pub const STOPPED_MAX_DURATION: u64 = 1;
+/// The server was stopping.
+pub const STOPPED_SHUTDOWN: u64 = 2;
 
 /// What a header says about the datagram it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -99,10 +306,13 @@ pub struct HelloAck {
     pub end_grace_ns: u64,
     /// The receive buffer the kernel granted the server (SO_RCVBUF).
     pub recv_buffer: u64,
+    /// A MAC over the Hello's address, port and session: a [`Start`]
+    /// must echo it. 0 from a server older than the Start.
+    pub cookie: u64,
 }
 
 /// The client's declared totals, sent when it has finished sending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct End {
     pub header: Header,
     pub sent_packets: u64,
@@ -111,9 +321,12 @@ pub struct End {
     pub duration_ns: u64,
     /// Fresh per attempt; the answer echoes it.
     pub nonce: u64,
-    /// How long the client keeps asking: the server keeps the session's
+    /// How long the sender keeps asking: the receiver keeps the session's
     /// answer at least this long.
     pub answer_wait_ns: u64,
+    /// The sender's own figures, when it sends them (the server's End of a
+    /// reverse stream does).
+    pub sender: Option<SenderStats>,
     /// HMAC-SHA256 over the other bytes with `--psk`, else zero.
     pub tag: [u8; TAG_LEN],
 }
@@ -181,6 +394,9 @@ pub enum Message {
     EndAck(EndAck),
     Hello(Hello),
     HelloAck(HelloAck),
+    Start(Start),
+    StartAck(StartAck),
+    Feedback(Feedback),
 }
 
 /// Why a datagram is not a netspeed message.
@@ -196,6 +412,8 @@ pub enum WireError {
     BadKind(u8),
     #[error("control message of {0} bytes, expected {1}")]
     BadControlLength(usize, usize),
+    #[error("a field holds a value no sender writes")]
+    BadField,
 }
 
 fn u64_at(buf: &[u8], offset: usize) -> u64 {
@@ -253,6 +471,7 @@ pub fn encode_hello_ack(ack: &HelloAck) -> [u8; HELLO_LEN] {
     put_u64(&mut buf, 32, ack.nonce);
     put_u64(&mut buf, 40, ack.end_grace_ns);
     put_u64(&mut buf, 48, ack.recv_buffer);
+    put_u64(&mut buf, 56, ack.cookie);
     buf
 }
 
@@ -265,8 +484,159 @@ pub fn encode_end(end: &End) -> [u8; END_LEN] {
     put_u64(&mut buf, 48, end.duration_ns);
     put_u64(&mut buf, 56, end.nonce);
     put_u64(&mut buf, 64, end.answer_wait_ns);
+    if let Some(s) = &end.sender {
+        let fields = [
+            SENDER_STATS_PRESENT | s.stopped << 1,
+            s.cpu_user_ns,
+            s.cpu_system_ns,
+            s.enobufs_retries,
+            s.backoff_ns,
+            s.calls,
+            s.gso_segments,
+            s.batch,
+            s.first_call_packets,
+            s.first_call_bytes,
+        ];
+        for (i, value) in fields.into_iter().enumerate() {
+            put_u64(&mut buf, 72 + 8 * i, value);
+        }
+    }
     buf[TAG_AT..].copy_from_slice(&end.tag);
     buf
+}
+
+/// In an End's word at offset 72: the sender's figures follow.
+const SENDER_STATS_PRESENT: u64 = 1;
+
+fn decode_sender_stats(buf: &[u8]) -> Option<SenderStats> {
+    let f = |i: usize| u64_at(buf, 72 + 8 * i);
+    let word = f(0);
+    (word & SENDER_STATS_PRESENT != 0).then(|| SenderStats {
+        stopped: word >> 1,
+        cpu_user_ns: f(1),
+        cpu_system_ns: f(2),
+        enobufs_retries: f(3),
+        backoff_ns: f(4),
+        calls: f(5),
+        gso_segments: f(6),
+        batch: f(7),
+        first_call_packets: f(8),
+        first_call_bytes: f(9),
+    })
+}
+
+/// Encodes a Start (untagged: see [`encode_tagged`]).
+pub fn encode_start(start: &Start) -> [u8; START_LEN] {
+    let mut buf = [0u8; START_LEN];
+    put_header(&mut buf, KIND_START, 0, &start.header);
+    let r = &start.request;
+    let (amount_kind, amount) = r.amount.encode();
+    let fields = [
+        start.nonce,
+        start.cookie,
+        start.direction.code(),
+        r.buffer_size,
+        amount_kind,
+        amount,
+        r.rate_bps,
+        r.flags,
+        r.batch,
+        start.answer_wait_ns,
+    ];
+    for (i, value) in fields.into_iter().enumerate() {
+        put_u64(&mut buf, 32 + 8 * i, value);
+    }
+    buf[TAG_AT..].copy_from_slice(&start.tag);
+    buf
+}
+
+fn decode_start(buf: &[u8], header: Header) -> Result<Start, WireError> {
+    let f = |i: usize| u64_at(buf, 32 + 8 * i);
+    let mut tag = [0u8; TAG_LEN];
+    tag.copy_from_slice(&buf[TAG_AT..]);
+    Ok(Start {
+        header,
+        nonce: f(0),
+        cookie: f(1),
+        direction: Direction::from_code(f(2)).ok_or(WireError::BadField)?,
+        request: StreamRequest {
+            buffer_size: f(3),
+            amount: Amount::decode(f(4), f(5)).ok_or(WireError::BadField)?,
+            rate_bps: f(6),
+            flags: f(7),
+            batch: f(8),
+        },
+        answer_wait_ns: f(9),
+        tag,
+    })
+}
+
+/// Encodes the answer to a Start (untagged: see [`encode_tagged`]).
+pub fn encode_start_ack(ack: &StartAck) -> [u8; START_LEN] {
+    let mut buf = [0u8; START_LEN];
+    put_answer_header(&mut buf, KIND_START_ACK, ack.flags, ack.session);
+    let fields = [
+        ack.nonce,
+        ack.status,
+        ack.limit,
+        ack.rate_bps,
+        ack.max_duration_ns,
+    ];
+    for (i, value) in fields.into_iter().enumerate() {
+        put_u64(&mut buf, 32 + 8 * i, value);
+    }
+    buf[TAG_AT..].copy_from_slice(&ack.tag);
+    buf
+}
+
+fn decode_start_ack(buf: &[u8], header: Header) -> StartAck {
+    let f = |i: usize| u64_at(buf, 32 + 8 * i);
+    let mut tag = [0u8; TAG_LEN];
+    tag.copy_from_slice(&buf[TAG_AT..]);
+    StartAck {
+        session: header.session,
+        flags: u16::from_be_bytes([buf[6], buf[7]]),
+        nonce: f(0),
+        status: f(1),
+        limit: f(2),
+        rate_bps: f(3),
+        max_duration_ns: f(4),
+        tag,
+    }
+}
+
+/// Where a Feedback's tag starts.
+const FEEDBACK_TAG_AT: usize = FEEDBACK_LEN - TAG_LEN;
+
+/// Encodes a Feedback (untagged: see [`encode_tagged`]).
+pub fn encode_feedback(feedback: &Feedback) -> [u8; FEEDBACK_LEN] {
+    let mut buf = [0u8; FEEDBACK_LEN];
+    put_header(&mut buf, KIND_FEEDBACK, 0, &feedback.header);
+    let fields = [
+        feedback.received_packets,
+        feedback.received_bytes,
+        feedback.next_seq,
+        feedback.kernel_drops,
+    ];
+    for (i, value) in fields.into_iter().enumerate() {
+        put_u64(&mut buf, 32 + 8 * i, value);
+    }
+    buf[FEEDBACK_TAG_AT..].copy_from_slice(&feedback.tag);
+    buf
+}
+
+fn decode_feedback(buf: &[u8], header: Header) -> Feedback {
+    let f = |i: usize| u64_at(buf, 32 + 8 * i);
+    let mut tag = [0u8; TAG_LEN];
+    tag.copy_from_slice(&buf[FEEDBACK_TAG_AT..]);
+    Feedback {
+        header,
+        received_packets: f(0),
+        received_bytes: f(1),
+        next_seq: f(2),
+        kernel_drops: f(3),
+        tag,
+    }
 }
 
 /// The figures of an EndAck, in wire order from offset 32.
@@ -350,27 +720,39 @@ pub fn tagged_bytes(message: &[u8; END_LEN]) -> &[u8] {
     &message[..TAG_AT]
 }
 
+/// Puts `psk`'s tag over the other bytes into the last [`TAG_LEN`] bytes
+/// of a control message (End, EndAck, Start, StartAck, Feedback) just
+/// encoded; an answer also gets [`ACK_AUTH`] first, so the flag is covered.
+pub fn encode_tagged<const N: usize>(mut bytes: [u8; N], psk: &crate::auth::Psk) -> [u8; N] {
+    if matches!(bytes[5], KIND_END_ACK | KIND_START_ACK) {
+        let flags = u16::from_be_bytes([bytes[6], bytes[7]]) | ACK_AUTH;
+        bytes[6..8].copy_from_slice(&flags.to_be_bytes());
+    }
+    let at = N - TAG_LEN;
+    let tag = psk.tag(&bytes[..at]);
+    bytes[at..].copy_from_slice(&tag);
+    bytes
+}
+
 /// Encodes an End with its tag made by `psk`.
 pub fn encode_end_tagged(end: &End, psk: &crate::auth::Psk) -> [u8; END_LEN] {
-    let mut bytes = encode_end(end);
-    let tag = psk.tag(tagged_bytes(&bytes));
-    bytes[TAG_AT..].copy_from_slice(&tag);
-    bytes
+    encode_tagged(encode_end(end), psk)
 }
 
 /// Encodes an EndAck with its tag made by `psk` (setting [`ACK_AUTH`]).
 pub fn encode_end_ack_tagged(ack: &EndAck, psk: &crate::auth::Psk) -> [u8; END_LEN] {
-    let mut ack = *ack;
-    ack.flags |= ACK_AUTH;
-    let mut bytes = encode_end_ack(&ack);
-    let tag = psk.tag(tagged_bytes(&bytes));
-    bytes[TAG_AT..].copy_from_slice(&tag);
-    bytes
+    encode_tagged(encode_end_ack(ack), psk)
 }
 
-/// Whether an End or EndAck as received carries `psk`'s tag.
+/// Whether a tagged control message as received (End, EndAck, Start,
+/// StartAck, Feedback) carries `psk`'s tag.
 pub fn verify_tag(message: &[u8], psk: &crate::auth::Psk) -> bool {
-    message.len() == END_LEN && psk.verify(&message[..TAG_AT], &message[TAG_AT..])
+    let at = match message.len() {
+        END_LEN => TAG_AT,
+        FEEDBACK_LEN => FEEDBACK_TAG_AT,
+        _ => return false,
+    };
+    psk.verify(&message[..at], &message[at..])
 }
 
 /// Decodes any datagram. Total: never panics, whatever `buf` holds.
@@ -394,6 +776,8 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
         KIND_DATA => return Ok(Message::Data(header)),
         KIND_END | KIND_END_ACK => END_LEN,
         KIND_HELLO | KIND_HELLO_ACK => HELLO_LEN,
+        KIND_START | KIND_START_ACK => START_LEN,
+        KIND_FEEDBACK => FEEDBACK_LEN,
         other => return Err(WireError::BadKind(other)),
     };
     if buf.len() != expected {
@@ -411,10 +795,14 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
                 duration_ns: u64_at(buf, 48),
                 nonce: u64_at(buf, 56),
                 answer_wait_ns: u64_at(buf, 64),
+                sender: decode_sender_stats(buf),
                 tag,
             })
         }
         KIND_END_ACK => Message::EndAck(decode_end_ack(buf, header)),
+        KIND_START => Message::Start(decode_start(buf, header)?),
+        KIND_START_ACK => Message::StartAck(decode_start_ack(buf, header)),
+        KIND_FEEDBACK => Message::Feedback(decode_feedback(buf, header)),
         KIND_HELLO => Message::Hello(Hello {
             header,
             nonce: u64_at(buf, 32),
@@ -425,6 +813,7 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
             flags,
             end_grace_ns: u64_at(buf, 40),
             recv_buffer: u64_at(buf, 48),
+            cookie: u64_at(buf, 56),
         }),
     })
 }
@@ -450,6 +839,7 @@ mod tests {
             duration_ns: 5,
             nonce: 0xDEAD_BEEF,
             answer_wait_ns: 1_000_000_000,
+            sender: None,
             tag: [7; TAG_LEN],
         }
     }
@@ -546,8 +936,10 @@ mod tests {
             flags: ACK_AUTH,
             end_grace_ns: 100_000_000,
             recv_buffer: 212_992,
+            cookie: 0x0102_0304_0506_0708,
         };
         let answer = encode_hello_ack(&ack);
+        assert_eq!(&answer[56..64], &[1, 2, 3, 4, 5, 6, 7, 8], "the cookie");
         assert!(answer.len() <= bytes.len());
         assert_eq!(decode(&answer), Ok(Message::HelloAck(ack)));
     }
@@ -587,6 +979,163 @@ mod tests {
         assert_eq!(decode(&buf), Err(WireError::BadKind(77)));
     }
 
+    fn start() -> Start {
+        Start {
+            header: header(),
+            nonce: 11,
+            cookie: 12,
+            direction: Direction::ServerToClient,
+            request: StreamRequest {
+                buffer_size: 1460,
+                amount: Amount::Nanos(3_000_000_000),
+                rate_bps: 100_000_000,
+                flags: SEND_GSO_OFF | SEND_PRECISE,
+                batch: 32,
+            },
+            answer_wait_ns: 2_000_000_000,
+            tag: [0; TAG_LEN],
+        }
+    }
+
+    #[test]
+    fn start_exact_bytes_and_round_trip() {
+        let bytes = encode_start(&start());
+        assert_eq!(bytes.len(), START_LEN);
+        assert_eq!(&bytes[0..8], b"NSPD\x02\x05\x00\x00");
+        let word = |i: usize| u64::from_be_bytes(bytes[i..i + 8].try_into().unwrap());
+        assert_eq!(
+            [32, 40, 48, 56, 64, 72, 80, 88, 96, 104].map(word),
+            [
+                11,
+                12,
+                1,
+                1460,
+                2,
+                3_000_000_000,
+                100_000_000,
+                5,
+                32,
+                2_000_000_000
+            ]
+        );
+        assert_eq!(&bytes[112..TAG_AT], &[0; TAG_AT - 112], "reserved");
+        assert_eq!(decode(&bytes), Ok(Message::Start(start())));
+        for amount in [Amount::Bytes(9), Amount::Packets(8)] {
+            let mut s = start();
+            s.request.amount = amount;
+            s.direction = Direction::ClientToServer;
+            assert_eq!(decode(&encode_start(&s)), Ok(Message::Start(s)));
+        }
+    }
+
+    #[test]
+    fn a_start_with_an_unknown_field_value_is_not_a_start() {
+        let mut bytes = encode_start(&start());
+        bytes[48 + 7] = 2; // direction 2
+        assert_eq!(decode(&bytes), Err(WireError::BadField));
+        let mut bytes = encode_start(&start());
+        bytes[64 + 7] = 3; // amount kind 3
+        assert_eq!(decode(&bytes), Err(WireError::BadField));
+    }
+
+    #[test]
+    fn start_ack_round_trip_and_no_amplification() {
+        let ack = StartAck {
+            session: 5,
+            flags: ACK_AUTH,
+            nonce: 11,
+            status: START_TOO_LONG,
+            limit: 60_000_000_000,
+            rate_bps: 7,
+            max_duration_ns: 60_000_000_000,
+            tag: [3; TAG_LEN],
+        };
+        let bytes = encode_start_ack(&ack);
+        assert!(bytes.len() <= encode_start(&start()).len());
+        assert_eq!(
+            &bytes[32..40],
+            &11u64.to_be_bytes(),
+            "the nonce comes first"
+        );
+        assert_eq!(decode(&bytes), Ok(Message::StartAck(ack)));
+    }
+
+    #[test]
+    fn feedback_round_trip() {
+        let feedback = Feedback {
+            header: header(),
+            received_packets: 1,
+            received_bytes: 2,
+            next_seq: 3,
+            kernel_drops: UNKNOWN,
+            tag: [4; TAG_LEN],
+        };
+        let bytes = encode_feedback(&feedback);
+        assert_eq!(bytes.len(), FEEDBACK_LEN);
+        assert_eq!(&bytes[0..8], b"NSPD\x02\x07\x00\x00");
+        assert_eq!(&bytes[64..FEEDBACK_LEN - TAG_LEN], &[0; 64 - TAG_LEN]);
+        assert_eq!(decode(&bytes), Ok(Message::Feedback(feedback)));
+        assert_eq!(
+            decode(&bytes[..FEEDBACK_LEN - 1]),
+            Err(WireError::BadControlLength(FEEDBACK_LEN - 1, FEEDBACK_LEN))
+        );
+    }
+
+    #[test]
+    fn an_end_carries_the_senders_figures_when_it_has_them() {
+        let mut e = end();
+        e.sender = Some(SenderStats {
+            stopped: STOPPED_MAX_DURATION,
+            cpu_user_ns: 1,
+            cpu_system_ns: 2,
+            enobufs_retries: 3,
+            backoff_ns: 4,
+            calls: 5,
+            gso_segments: 6,
+            batch: 7,
+            first_call_packets: 8,
+            first_call_bytes: 9,
+        });
+        let bytes = encode_end(&e);
+        assert_eq!(
+            &bytes[72..80],
+            &3u64.to_be_bytes(),
+            "present, stopped by the cap"
+        );
+        assert_eq!(decode(&bytes), Ok(Message::End(e)));
+        // Without them the bytes are as an upload client has always sent.
+        let plain = encode_end(&end());
+        assert_eq!(&plain[72..TAG_AT], &[0; TAG_AT - 72]);
+    }
+
+    #[test]
+    fn every_tagged_message_verifies_and_any_change_breaks_it() {
+        let psk = crate::auth::Psk::new(b"a shared key").unwrap();
+        let other = crate::auth::Psk::new(b"another key!").unwrap();
+        let ack = StartAck::default();
+        let messages: Vec<Vec<u8>> = vec![
+            encode_tagged(encode_end(&end()), &psk).to_vec(),
+            encode_tagged(encode_end_ack(&EndAck::default()), &psk).to_vec(),
+            encode_tagged(encode_start(&start()), &psk).to_vec(),
+            encode_tagged(encode_start_ack(&ack), &psk).to_vec(),
+            encode_tagged(encode_feedback(&Feedback::default()), &psk).to_vec(),
+        ];
+        for m in &messages {
+            assert!(verify_tag(m, &psk), "kind {}", m[5]);
+            assert!(!verify_tag(m, &other), "kind {}", m[5]);
+            let mut changed = m.clone();
+            changed[40] ^= 1;
+            assert!(!verify_tag(&changed, &psk), "kind {}", m[5]);
+        }
+        // Answers say they are tagged, inside what the tag covers.
+        assert_eq!(messages[3][7] & ACK_AUTH as u8, ACK_AUTH as u8);
+        assert_eq!(
+            encode_end_tagged(&end(), &psk).to_vec(),
+            messages[0],
+            "one tagging rule"
+        );
+    }
+
     proptest! {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
@@ -603,7 +1152,7 @@ mod tests {
 
         #[test]
         fn end_round_trip_any(session: u64, seq: u64, t: u64, p: u64, b: u64, d: u64, n: u64, w: u64) {
-            let end = End { header: Header { session, seq, send_time_ns: t }, sent_packets: p, sent_bytes: b, duration_ns: d, nonce: n, answer_wait_ns: w, tag: [0; TAG_LEN] };
+            let end = End { header: Header { session, seq, send_time_ns: t }, sent_packets: p, sent_bytes: b, duration_ns: d, nonce: n, answer_wait_ns: w, sender: None, tag: [0; TAG_LEN] };
             prop_assert_eq!(decode(&encode_end(&end)), Ok(Message::End(end)));
         }
     }

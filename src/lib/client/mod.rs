@@ -757,6 +757,7 @@ pub fn run_one(
         duration_ns: span.as_nanos() as u64,
         nonce: 0,
         answer_wait_ns: 0,
+        sender: None,
         tag: [0; wire::TAG_LEN],
     };
     let (answer, ack) = match info {

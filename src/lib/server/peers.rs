@@ -1182,6 +1182,7 @@ impl PeerTable {
             Ok(Message::End(end)) => self.on_end(end, data, addr, from, at.now, meta, replies),
             Ok(Message::Hello(hello)) => self.on_hello(hello, addr, from, at.now, meta, replies),
             Ok(Message::EndAck(_) | Message::HelloAck(_)) => {}
+            Ok(Message::Start(_) | Message::StartAck(_) | Message::Feedback(_)) => {}
             Err(_) => {
                 self.totals.packets += 1;
                 self.totals.bytes += data.len() as u64;
@@ -1489,6 +1490,7 @@ impl PeerTable {
             flags,
             end_grace_ns: self.cfg.end_grace.as_nanos() as u64,
             recv_buffer: self.cfg.recv_buffer,
+            cookie: 0,
         };
         replies.push(Reply {
             bytes: ReplyBytes::Hello(wire::encode_hello_ack(&ack)),
@@ -2096,6 +2098,7 @@ mod tests {
             duration_ns: 0,
             nonce,
             answer_wait_ns: 0,
+            sender: None,
             tag: [0; wire::TAG_LEN],
         })
         .to_vec()

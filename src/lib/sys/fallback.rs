@@ -170,6 +170,10 @@ impl SendBatch {
         SendBatch
     }
 
+    pub fn set_source(&mut self, _source: Option<std::net::IpAddr>) {}
+
+    pub fn set_gso_segment(&mut self, _segment: Option<u16>) {}
+
     pub fn capacity(&self) -> usize {
         1
     }

@@ -336,7 +336,18 @@ pub struct SendBatch {
     headers: Vec<libc::mmsghdr>,
     iovecs: Vec<libc::iovec>,
     dest: Option<socket2::SockAddr>,
+    /// Control messages every datagram of a call carries (the source
+    /// address, UDP_SEGMENT), laid out once; u64 keeps them aligned.
+    control: [u64; CONTROL_WORDS],
+    control_len: usize,
+    /// What `control` holds, so it can be rebuilt when one part changes.
+    source: Option<IpAddr>,
+    gso_segment: Option<u16>,
 }
+
+/// Room for one in6_pktinfo and one UDP_SEGMENT (u16) control message,
+/// with headers and alignment (40 + 24), plus slack.
+const CONTROL_WORDS: usize = 12;
 
 impl SendBatch {
     /// Up to `batch` datagrams per call, to `dest` (None on a connected socket).
@@ -347,7 +358,38 @@ impl SendBatch {
             headers: vec![unsafe { zeroed() }; batch],
             iovecs: vec![unsafe { zeroed() }; batch],
             dest: dest.map(socket2::SockAddr::from),
+            control: [0; CONTROL_WORDS],
+            control_len: 0,
+            source: None,
+            gso_segment: None,
         }
+    }
+
+    /// Every datagram leaves from `source` (IP_PKTINFO / IPV6_PKTINFO):
+    /// for a shared, unconnected socket bound to a wildcard address, the
+    /// address the peer sent to.
+    pub fn set_source(&mut self, source: Option<IpAddr>) {
+        self.source = source;
+        self.rebuild_control();
+    }
+
+    /// Every datagram larger than `segment` is cut by the kernel into
+    /// `segment`-byte datagrams (a per-call UDP_SEGMENT control message):
+    /// GSO on a socket shared with other senders, where the socket option
+    /// would cut their datagrams too. None turns it off.
+    pub fn set_gso_segment(&mut self, segment: Option<u16>) {
+        self.gso_segment = segment;
+        self.rebuild_control();
+    }
+
+    fn rebuild_control(&mut self) {
+        let ipv6 = self
+            .dest
+            .as_ref()
+            .and_then(|d| d.as_socket())
+            .is_some_and(|d| d.is_ipv6());
+        self.control = [0; CONTROL_WORDS];
+        self.control_len = write_control(&mut self.control, self.source, ipv6, self.gso_segment);
     }
 
     pub fn capacity(&self) -> usize {
@@ -358,6 +400,11 @@ impl SendBatch {
     /// Returns how many the kernel took; the caller resends the rest.
     pub fn send(&mut self, socket: &Socket, datagrams: &[&[u8]]) -> io::Result<usize> {
         let count = datagrams.len().min(self.headers.len());
+        let control: *mut libc::c_void = if self.control_len > 0 {
+            self.control.as_mut_ptr().cast()
+        } else {
+            std::ptr::null_mut()
+        };
         for (i, datagram) in datagrams[..count].iter().enumerate() {
             self.iovecs[i] = libc::iovec {
                 iov_base: datagram.as_ptr() as *mut libc::c_void,
@@ -376,13 +423,16 @@ impl SendBatch {
                     header.msg_hdr.msg_namelen = 0;
                 }
             }
-            header.msg_hdr.msg_control = std::ptr::null_mut();
-            header.msg_hdr.msg_controllen = 0;
+            // Every message points at the same control bytes: the kernel
+            // only reads them.
+            header.msg_hdr.msg_control = control;
+            header.msg_hdr.msg_controllen = self.control_len as _;
             header.msg_len = 0;
         }
         // SAFETY: the first `count` headers point at iovecs we own and at
         // `datagrams`, which the kernel only reads and which outlive the
-        // call; the destination address is owned by `self`.
+        // call; the destination address and the control bytes are owned by
+        // `self` and not moved during the call.
         let n = unsafe {
             libc::sendmmsg(
                 socket.as_raw_fd(),
@@ -397,6 +447,89 @@ impl SendBatch {
             Ok(n as usize)
         }
     }
+}
+
+/// Lays out the control messages of a send in `control`: the source
+/// address (IP_PKTINFO, or IPV6_PKTINFO when the destination is IPv6) and
+/// the GSO segment size (UDP_SEGMENT), each when given. Returns the bytes
+/// used (0 for none).
+fn write_control(
+    control: &mut [u64; CONTROL_WORDS],
+    source: Option<IpAddr>,
+    ipv6: bool,
+    gso_segment: Option<u16>,
+) -> usize {
+    // SAFETY: msghdr is plain old data; all-zero is valid. It is used only
+    // to walk `control` with the CMSG_* macros.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_control = control.as_mut_ptr().cast();
+    let pktinfo_len = if ipv6 {
+        size_of::<libc::in6_pktinfo>()
+    } else {
+        size_of::<libc::in_pktinfo>()
+    };
+    // SAFETY: CMSG_SPACE is arithmetic on a length.
+    let space = |len: usize| unsafe { libc::CMSG_SPACE(len as u32) } as usize;
+    let total = source.map_or(0, |_| space(pktinfo_len))
+        + gso_segment.map_or(0, |_| space(size_of::<u16>()));
+    assert!(
+        total <= std::mem::size_of_val(control),
+        "control buffer too small"
+    );
+    if total == 0 {
+        return 0;
+    }
+    msg.msg_controllen = total as _;
+    // SAFETY: msg_control points at `control`, which is at least `total`
+    // bytes, zeroed and aligned for cmsghdr; CMSG_FIRSTHDR/CMSG_NXTHDR
+    // stay within those bytes because `total` is the sum of the spaces of
+    // the messages written, and each CMSG_DATA write is the message's own
+    // length within its space.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if let Some(from) = source {
+            (*cmsg).cmsg_len = libc::CMSG_LEN(pktinfo_len as u32) as _;
+            let data = libc::CMSG_DATA(cmsg);
+            if ipv6 {
+                (*cmsg).cmsg_level = libc::IPPROTO_IPV6;
+                (*cmsg).cmsg_type = libc::IPV6_PKTINFO;
+                let addr = match from {
+                    IpAddr::V6(a) => a,
+                    IpAddr::V4(a) => a.to_ipv6_mapped(),
+                };
+                let info = libc::in6_pktinfo {
+                    ipi6_addr: libc::in6_addr {
+                        s6_addr: addr.octets(),
+                    },
+                    ipi6_ifindex: 0,
+                };
+                std::ptr::write_unaligned(data.cast::<libc::in6_pktinfo>(), info);
+            } else {
+                (*cmsg).cmsg_level = libc::IPPROTO_IP;
+                (*cmsg).cmsg_type = libc::IP_PKTINFO;
+                let addr = match from {
+                    IpAddr::V4(a) => a,
+                    IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+                };
+                let info = libc::in_pktinfo {
+                    ipi_ifindex: 0,
+                    ipi_spec_dst: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(addr.octets()),
+                    },
+                    ipi_addr: libc::in_addr { s_addr: 0 },
+                };
+                std::ptr::write_unaligned(data.cast::<libc::in_pktinfo>(), info);
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        if let Some(segment) = gso_segment {
+            (*cmsg).cmsg_level = libc::SOL_UDP;
+            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
+        }
+    }
+    total
 }
 
 /// A Linux scheduling policy (sched(7)).
@@ -612,16 +745,16 @@ pub fn send_from(
     to: SocketAddr,
     from: Option<IpAddr>,
 ) -> io::Result<usize> {
-    let Some(from) = from else {
+    if from.is_none() {
         return socket.send_to(buf, &to.into());
-    };
+    }
     let dest = socket2::SockAddr::from(to);
     let mut iov = libc::iovec {
         iov_base: buf.as_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
     };
-    // Room for one in6_pktinfo (the larger), aligned for cmsghdr.
-    let mut control = [0u64; 8];
+    let mut control = [0u64; CONTROL_WORDS];
+    let control_len = write_control(&mut control, from, to.is_ipv6(), None);
     // SAFETY: msghdr is plain old data; all-zero is valid, then filled in.
     let mut msg: libc::msghdr = unsafe { zeroed() };
     msg.msg_name = dest.as_ptr() as *mut libc::c_void;
@@ -629,62 +762,7 @@ pub fn send_from(
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    let (level, kind, data_len) = if to.is_ipv6() {
-        (
-            libc::IPPROTO_IPV6,
-            libc::IPV6_PKTINFO,
-            size_of::<libc::in6_pktinfo>(),
-        )
-    } else {
-        (
-            libc::IPPROTO_IP,
-            libc::IP_PKTINFO,
-            size_of::<libc::in_pktinfo>(),
-        )
-    };
-    // SAFETY: CMSG_SPACE is arithmetic on a length.
-    let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
-    assert!(
-        space <= std::mem::size_of_val(&control),
-        "control buffer too small"
-    );
-    msg.msg_controllen = space as _;
-    // SAFETY: msg_control points at `control`, which is at least `space`
-    // bytes and aligned for cmsghdr, so CMSG_FIRSTHDR returns a pointer to
-    // its start, and CMSG_DATA one `data_len` bytes within it.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = level;
-        (*cmsg).cmsg_type = kind;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
-        let data = libc::CMSG_DATA(cmsg);
-        if to.is_ipv6() {
-            let addr = match from {
-                IpAddr::V6(a) => a,
-                IpAddr::V4(a) => a.to_ipv6_mapped(),
-            };
-            let info = libc::in6_pktinfo {
-                ipi6_addr: libc::in6_addr {
-                    s6_addr: addr.octets(),
-                },
-                ipi6_ifindex: 0,
-            };
-            std::ptr::write_unaligned(data.cast::<libc::in6_pktinfo>(), info);
-        } else {
-            let addr = match from {
-                IpAddr::V4(a) => a,
-                IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-            };
-            let info = libc::in_pktinfo {
-                ipi_ifindex: 0,
-                ipi_spec_dst: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(addr.octets()),
-                },
-                ipi_addr: libc::in_addr { s_addr: 0 },
-            };
-            std::ptr::write_unaligned(data.cast::<libc::in_pktinfo>(), info);
-        }
-    }
+    msg.msg_controllen = control_len as _;
     // SAFETY: every pointer in `msg` points at a live local of the right
     // size: `dest`, `iov` (into `buf`) and `control`.
     let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, 0) };
@@ -862,6 +940,54 @@ mod tests {
         };
         assert_eq!(n, 1);
         assert!(batch.datagram(0).truncated, "recvmsg path too");
+    }
+
+    /// A receiver on loopback.
+    fn receiver() -> (Socket, SocketAddr) {
+        use socket2::{Domain, Type};
+        let rx = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        rx.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let addr = rx.local_addr().unwrap().as_socket().unwrap();
+        (rx, addr)
+    }
+
+    #[test]
+    fn a_shared_socket_sends_gso_buffers_from_the_address_asked() {
+        use socket2::{Domain, Type};
+        let (rx, to) = receiver();
+        // An unconnected sender bound to the wildcard, as udp_server's is.
+        let tx = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        tx.bind(&"0.0.0.0:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let mut batch = SendBatch::new(4, Some(to));
+        // Any 127/8 address is this host's on Linux: a source other than
+        // the one the OS would pick shows the option took effect.
+        batch.set_source(Some("127.0.0.2".parse().unwrap()));
+        batch.set_gso_segment(Some(100));
+        let buffer = [5u8; 350];
+        let small = [6u8; 40];
+        assert_eq!(batch.send(&tx, &[&buffer, &small]).unwrap(), 2);
+        let mut got = Vec::new();
+        let mut recv = RecvBatch::new(8, 1000);
+        while got.len() < 5 {
+            let n = recv.recv(&rx).unwrap();
+            for i in 0..n {
+                let d = recv.datagram(i);
+                got.push(d.data.len());
+                assert_eq!(d.from.unwrap().ip(), "127.0.0.2".parse::<IpAddr>().unwrap());
+            }
+        }
+        // The kernel cut the buffer into 100-byte datagrams (the last one
+        // shorter); the short message went whole.
+        assert_eq!(got, [100, 100, 100, 50, 40]);
+        // Off again: one datagram per message.
+        batch.set_gso_segment(None);
+        assert_eq!(batch.send(&tx, &[&buffer]).unwrap(), 1);
+        assert_eq!(recv.recv(&rx).unwrap(), 1);
+        assert_eq!(recv.datagram(0).data.len(), 350);
     }
 
     #[test]
