@@ -225,6 +225,11 @@ pub struct StartAck {
     pub rate_bps: u64,
     /// The longest the server sends any stream (`--max-duration`), ns.
     pub max_duration_ns: u64,
+    /// Fresh per session: a reverse stream sends nothing until a Feedback
+    /// echoes it, and only Feedback that echoes it keeps the stream going.
+    /// Only the address the StartAck went to can know it, so a replayed
+    /// Start (from a forged address) never starts a stream.
+    pub stream_nonce: u64,
     pub tag: [u8; TAG_LEN],
 }
 
@@ -241,6 +246,8 @@ pub struct Feedback {
     pub next_seq: u64,
     /// Drops on the receiver's socket so far; [`UNKNOWN`] where unknown.
     pub kernel_drops: u64,
+    /// The StartAck's `stream_nonce`.
+    pub stream_nonce: u64,
     pub tag: [u8; TAG_LEN],
 }
 
@@ -581,6 +588,7 @@ pub fn encode_start_ack(ack: &StartAck) -> [u8; START_LEN] {
         ack.limit,
         ack.rate_bps,
         ack.max_duration_ns,
+        ack.stream_nonce,
     ];
     for (i, value) in fields.into_iter().enumerate() {
         put_u64(&mut buf, 32 + 8 * i, value);
@@ -601,6 +609,7 @@ fn decode_start_ack(buf: &[u8], header: Header) -> StartAck {
         limit: f(2),
         rate_bps: f(3),
         max_duration_ns: f(4),
+        stream_nonce: f(5),
         tag,
     }
 }
@@ -617,6 +626,7 @@ pub fn encode_feedback(feedback: &Feedback) -> [u8; FEEDBACK_LEN] {
         feedback.received_bytes,
         feedback.next_seq,
         feedback.kernel_drops,
+        feedback.stream_nonce,
     ];
     for (i, value) in fields.into_iter().enumerate() {
         put_u64(&mut buf, 32 + 8 * i, value);
@@ -635,6 +645,7 @@ fn decode_feedback(buf: &[u8], header: Header) -> Feedback {
         received_bytes: f(1),
         next_seq: f(2),
         kernel_drops: f(3),
+        stream_nonce: f(4),
         tag,
     }
 }
@@ -1048,6 +1059,7 @@ mod tests {
             limit: 60_000_000_000,
             rate_bps: 7,
             max_duration_ns: 60_000_000_000,
+            stream_nonce: 99,
             tag: [3; TAG_LEN],
         };
         let bytes = encode_start_ack(&ack);
@@ -1068,12 +1080,14 @@ mod tests {
             received_bytes: 2,
             next_seq: 3,
             kernel_drops: UNKNOWN,
+            stream_nonce: 8,
             tag: [4; TAG_LEN],
         };
         let bytes = encode_feedback(&feedback);
         assert_eq!(bytes.len(), FEEDBACK_LEN);
         assert_eq!(&bytes[0..8], b"NSPD\x02\x07\x00\x00");
-        assert_eq!(&bytes[64..FEEDBACK_LEN - TAG_LEN], &[0; 64 - TAG_LEN]);
+        assert_eq!(&bytes[64..72], &8u64.to_be_bytes(), "the stream nonce");
+        assert_eq!(&bytes[72..FEEDBACK_LEN - TAG_LEN], &[0; 56 - TAG_LEN]);
         assert_eq!(decode(&bytes), Ok(Message::Feedback(feedback)));
         assert_eq!(
             decode(&bytes[..FEEDBACK_LEN - 1]),

@@ -120,8 +120,13 @@ impl GsoChoice {
 /// Sends messages (datagrams or GSO buffers) with retries and fallbacks.
 pub struct Transmitter<'a> {
     socket: &'a UdpSocket,
-    server: SocketAddr,
+    /// Where the datagrams go.
+    dest: SocketAddr,
     connected: bool,
+    /// The socket is shared with other senders (the server's, which also
+    /// answers other peers): GSO goes per call, never as a socket option,
+    /// and every call is a sendmmsg that names the source address.
+    shared: bool,
     size: usize,
     batch: usize,
     /// The don't-fragment option is set (for error messages).
@@ -180,12 +185,64 @@ impl<'a> Transmitter<'a> {
         let mmsg = (batch > 1).then(|| sys::SendBatch::new(batch, (!connected).then_some(server)));
         Transmitter {
             socket,
-            server,
+            dest: server,
             connected,
+            shared: false,
             size,
             batch,
             dont_fragment: false,
             mmsg,
+            gso,
+            notes,
+            backoff: Backoff::default(),
+            enobufs_retries: 0,
+            backoff_time: Duration::ZERO,
+            refused: 0,
+            gone: false,
+            calls: 0,
+        }
+    }
+
+    /// A transmitter on a socket that other senders share (the server's
+    /// socket, which a reverse stream sends on so that its datagrams come
+    /// from the address and port the client sent to, as a NAT expects):
+    /// every call is a sendmmsg to `to` from `from`, and GSO is asked for
+    /// per call, so the other senders' datagrams are never cut.
+    pub fn shared(
+        socket: &'a UdpSocket,
+        to: SocketAddr,
+        from: Option<std::net::IpAddr>,
+        size: usize,
+        batch: usize,
+        gso: GsoChoice,
+    ) -> Self {
+        let mut notes = Vec::new();
+        let batch = batch.max(1);
+        let mut mmsg = sys::SendBatch::new(batch, Some(to));
+        mmsg.set_source(from);
+        let gso = match decide_gso(gso, size) {
+            Ok(()) if !sys::LINUX_SOCKETS => Gso::Off("UDP GSO is Linux-only".into()),
+            Ok(()) => match u16::try_from(size) {
+                Ok(segment) if segment > 0 => {
+                    mmsg.set_gso_segment(Some(segment));
+                    Gso::On(GSO_SEGMENTS_NEW)
+                }
+                _ => Gso::Off(format!("{size}-byte datagrams cannot be segmented")),
+            },
+            Err(off) => off,
+        };
+        if !sys::LINUX_SOCKETS {
+            notes.push("sendmmsg is Linux-only".to_string());
+        }
+        Transmitter {
+            socket,
+            dest: to,
+            connected: false,
+            shared: true,
+            size,
+            batch,
+            dont_fragment: false,
+            mmsg: Some(mmsg),
             gso,
             notes,
             backoff: Backoff::default(),
@@ -221,7 +278,7 @@ impl<'a> Transmitter<'a> {
         if let Gso::Off(why) = &self.gso {
             notes.push(format!("gso: off ({why})"));
         }
-        let call = match (self.batch > 1, self.connected) {
+        let call = match (self.batch > 1 || self.shared, self.connected) {
             (true, _) => "sendmmsg",
             (false, true) => "send",
             (false, false) => "sendto",
@@ -245,19 +302,30 @@ impl<'a> Transmitter<'a> {
     pub fn nobody_listening(&self) -> Error {
         Error::runtime(format!(
             "nothing is listening at {}: the host answered 'port unreachable' (is udp_server running?)",
-            self.server
+            self.dest
         ))
     }
 
     fn disable_gso(&mut self, why: String) {
-        let _ = sys::set_gso_segment(&SockRef::from(self.socket), 0);
+        self.set_gso_segment(0);
         self.gso = Gso::Off(why);
+    }
+
+    /// UDP_SEGMENT for what follows: on the socket, or per call on a
+    /// shared one. 0 turns it off.
+    fn set_gso_segment(&mut self, segment: u16) {
+        match (&mut self.mmsg, self.shared) {
+            (Some(mmsg), true) => mmsg.set_gso_segment((segment > 0).then_some(segment)),
+            _ => {
+                let _ = sys::set_gso_segment(&SockRef::from(self.socket), segment);
+            }
+        }
     }
 
     /// Turns GSO off before control messages, which must not be segmented.
     pub fn end_gso(&mut self) {
         if let Gso::On(_) = self.gso {
-            let _ = sys::set_gso_segment(&SockRef::from(self.socket), 0);
+            self.set_gso_segment(0);
         }
     }
 
@@ -265,7 +333,7 @@ impl<'a> Transmitter<'a> {
         if self.connected {
             self.socket.send(message)
         } else {
-            self.socket.send_to(message, self.server)
+            self.socket.send_to(message, self.dest)
         }
     }
 
@@ -273,7 +341,7 @@ impl<'a> Transmitter<'a> {
     /// 1), and whether it stopped short of what it was given.
     fn try_send(&mut self, messages: &[&[u8]]) -> io::Result<(usize, bool)> {
         if let Some(mmsg) = &mut self.mmsg {
-            if messages.len() > 1 {
+            if messages.len() > 1 || self.shared {
                 let given = messages.len().min(self.batch);
                 let n = mmsg.send(&SockRef::from(self.socket), &messages[..given])?;
                 return if n == 0 {
@@ -395,7 +463,7 @@ impl<'a> Transmitter<'a> {
                         SendFailure::TooBig => {
                             return Err(Error::runtime(too_big_message(
                                 self.size,
-                                self.server,
+                                self.dest,
                                 &e,
                                 self.dont_fragment,
                             )));
@@ -403,7 +471,7 @@ impl<'a> Transmitter<'a> {
                         SendFailure::Other => {
                             return Err(Error::runtime(format!(
                                 "cannot send to {}: {e}",
-                                self.server
+                                self.dest
                             )));
                         }
                     }
