@@ -26,7 +26,8 @@
 //! - **Roles**, which compute and return report structs or send typed
 //!   events to a sink; they never print and never exit:
 //!   - [`server`]: bind, receive with the meter's `--method` loops,
-//!     count per peer ([`server::peers`]);
+//!     count per peer ([`server::peers`]); send reverse streams
+//!     ([`server::stream`]);
 //!     what `--metrics` exposes ([`server::metrics`]);
 //!   - [`client`]: send an exact volume with the meter's send path, ask
 //!     for the server's count; say why
@@ -52,9 +53,9 @@
 //!   [`config::bench`]), and [`congestion`] (`--congestion ALGO`).
 //! - **Engines**: [`meter`], what moves and counts datagrams whichever
 //!   role runs it: the send paths ([`meter::send`]), pacing and back-off
-//!   ([`meter::pace`]), the receive loops ([`meter::recv`]) and the
-//!   datagram plan of each call ([`meter::plan`]). It imports only the
-//!   leaves.
+//!   ([`meter::pace`]), the receive loops ([`meter::recv`]), the
+//!   datagram plan of each call ([`meter::plan`]) and the one send loop
+//!   ([`meter::stream`]). It imports only the leaves.
 //! - **Leaves**, which import nothing above them:
 //!   - [`units`]: sizes, rates and durations as people write them;
 //!   - [`wire`]: the datagram header, the start probe and the end-of-test

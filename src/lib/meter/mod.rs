@@ -14,9 +14,12 @@
 //! - [`recv`]: the receive methods (thread, select, poll, epoll, tokio,
 //!   mmsg) that hand batches to a [`recv::Deliver`];
 //! - [`plan`]: how many datagrams of what length each call carries, for an
-//!   exact volume.
+//!   exact volume;
+//! - [`stream`]: the one send loop every sender drives (pacer, plan,
+//!   headers, send, sender-side timing and intervals).
 
 pub mod pace;
 pub mod plan;
 pub mod recv;
 pub mod send;
+pub mod stream;

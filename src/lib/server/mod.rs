@@ -14,6 +14,7 @@
 
 pub mod metrics;
 pub mod peers;
+pub mod stream;
 
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
