@@ -59,6 +59,24 @@ impl Psk {
     }
 }
 
+/// A random u64 from the OS: session ids and nonces must not be guessable
+/// by anyone who cannot see the traffic.
+pub fn random_u64() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
+        // No OS randomness (never seen on Linux): a keyed hash of the time
+        // is still unique per call, if not secret.
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        h.finish()
+    })
+}
+
 /// How long a cookie stays good: it is accepted in the slot it was made
 /// in and the next, so 10 to 20 s after the HelloAck.
 pub const COOKIE_SLOT: std::time::Duration = std::time::Duration::from_secs(10);

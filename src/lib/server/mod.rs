@@ -14,6 +14,7 @@
 
 pub mod metrics;
 pub mod peers;
+pub mod reverse;
 pub mod stream;
 
 use crate::config::ServerConfig;
