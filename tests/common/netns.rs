@@ -304,6 +304,95 @@ pub fn two_hosts(tag: &str, subnet: &str) -> (Netns, Netns, (String, String)) {
     (srv, cli, devs)
 }
 
+/// Three hosts in a row, client — router — server, on two subnets:
+/// `10.{net}.1.0/24` between the client (`.2`) and the router (`.1`), and
+/// `10.{net}.2.0/24` between the router (`.1`) and the server (`.2`). The
+/// router forwards (with reverse-path filtering off, so a test can forge
+/// source addresses through it). With `nat`, it is a home router: it
+/// masquerades the client behind its own server-side address and drops
+/// every datagram from the server side that does not belong to a flow the
+/// client began (`ct state`), and the server has no route to the client's
+/// subnet at all, so whatever reaches the client came through the NAT.
+pub struct Routed {
+    pub client: Netns,
+    pub router: Netns,
+    pub server: Netns,
+    /// (client side, router side) of the client's link.
+    pub client_link: (String, String),
+    /// (router side, server side) of the server's link.
+    pub server_link: (String, String),
+    pub client_ip: String,
+    pub server_ip: String,
+    /// The address the server sees the client as: the router's with NAT.
+    pub client_seen_as: String,
+}
+
+pub fn routed(tag: &str, net: u8, nat: bool) -> Routed {
+    let client = Netns::new(&format!("{tag}cli"));
+    let router = Netns::new(&format!("{tag}rtr"));
+    let server = Netns::new(&format!("{tag}srv"));
+    let client_link = veth_pair(
+        &client,
+        &format!("10.{net}.1.2/24"),
+        &router,
+        &format!("10.{net}.1.1/24"),
+    );
+    let server_link = veth_pair(
+        &router,
+        &format!("10.{net}.2.1/24"),
+        &server,
+        &format!("10.{net}.2.2/24"),
+    );
+    for setting in [
+        "net.ipv4.ip_forward=1",
+        "net.ipv4.conf.all.rp_filter=0",
+        "net.ipv4.conf.default.rp_filter=0",
+    ] {
+        router.run(&["sysctl", "-q", "-w", setting]);
+    }
+    for dev in [&client_link.1, &server_link.0] {
+        router.run(&[
+            "sysctl",
+            "-q",
+            "-w",
+            &format!("net.ipv4.conf.{dev}.rp_filter=0"),
+        ]);
+    }
+    client.ip(&["route", "add", "default", "via", &format!("10.{net}.1.1")]);
+    if nat {
+        let out = &server_link.0;
+        let script = format!(
+            r#"table ip home {{
+    chain post {{ type nat hook postrouting priority 100; oifname "{out}" masquerade; }}
+    chain guard {{
+        type filter hook forward priority 0; policy accept;
+        ct state established,related accept
+        iifname "{out}" counter drop
+    }}
+}}
+"#
+        );
+        super::impair::require_nft();
+        super::impair::nft_apply(&router, &script);
+    } else {
+        server.ip(&["route", "add", "default", "via", &format!("10.{net}.2.1")]);
+    }
+    Routed {
+        client_ip: format!("10.{net}.1.2"),
+        server_ip: format!("10.{net}.2.2"),
+        client_seen_as: if nat {
+            format!("10.{net}.2.1")
+        } else {
+            format!("10.{net}.1.2")
+        },
+        client,
+        router,
+        server,
+        client_link,
+        server_link,
+    }
+}
+
 /// One host attached to a [`Bridge`].
 struct Port {
     netns: String,

@@ -152,13 +152,15 @@ enum Phase {
         stopping: Option<StreamEnd>,
     },
     /// Sent; the End goes out every [`END_EVERY`] until the EndAck.
-    Ending {
-        end: End,
-        bytes: [u8; wire::END_LEN],
-        attempts: u32,
-        next_at: Instant,
-        report: StreamReport,
-    },
+    Ending(Box<Ending>),
+}
+
+struct Ending {
+    end: End,
+    bytes: [u8; wire::END_LEN],
+    attempts: u32,
+    next_at: Instant,
+    report: StreamReport,
 }
 
 struct Session {
@@ -363,7 +365,7 @@ impl Reverse {
                 self.launches.push(s.order.clone());
             }
             Phase::Sending { last_feedback, .. } => *last_feedback = now,
-            Phase::Ending { .. } => {}
+            Phase::Ending(_) => {}
         }
     }
 
@@ -375,19 +377,20 @@ impl Reverse {
         let key = (addr, ack.session);
         let answered = matches!(
             self.sessions.get(&key),
-            Some(Session { phase: Phase::Ending { end, .. }, .. }) if end.nonce == ack.nonce
+            Some(Session { phase: Phase::Ending(e), .. }) if e.end.nonce == ack.nonce
         );
         if !answered {
             self.rejected += 1;
             return;
         }
         let Some(Session {
-            phase: Phase::Ending { mut report, .. },
+            phase: Phase::Ending(ending),
             ..
         }) = self.sessions.remove(&key)
         else {
             unreachable!("checked above");
         };
+        let mut report = ending.report;
         let drops = (ack.drops_start != wire::UNKNOWN && ack.drops_end != wire::UNKNOWN)
             .then(|| ack.drops_end.saturating_sub(ack.drops_start));
         report.received = Some(ClientReceived {
@@ -501,13 +504,13 @@ impl Reverse {
             from: s.local,
             socket: s.socket,
         });
-        s.phase = Phase::Ending {
+        s.phase = Phase::Ending(Box::new(Ending {
             end,
             bytes,
             attempts: 1,
             next_at: now + END_EVERY,
             report,
-        };
+        }));
         self.sessions.insert(key, s);
     }
 
@@ -540,23 +543,18 @@ impl Reverse {
                         s.order.control.stop.trigger();
                     }
                 }
-                Phase::Ending {
-                    bytes,
-                    attempts,
-                    next_at,
-                    ..
-                } => {
-                    if now < *next_at {
+                Phase::Ending(e) => {
+                    if now < e.next_at {
                         continue;
                     }
-                    if *attempts >= END_ATTEMPTS {
+                    if e.attempts >= END_ATTEMPTS {
                         forget.push(*key);
                         continue;
                     }
-                    *attempts += 1;
-                    *next_at = now + END_EVERY;
+                    e.attempts += 1;
+                    e.next_at = now + END_EVERY;
                     replies.push(Reply {
-                        bytes: ReplyBytes::End(*bytes),
+                        bytes: ReplyBytes::End(e.bytes),
                         to: s.to,
                         from: s.local,
                         socket: s.socket,
@@ -569,7 +567,7 @@ impl Reverse {
                 continue;
             };
             match s.phase {
-                Phase::Ending { report, .. } => self.done.push(report),
+                Phase::Ending(e) => self.done.push(e.report),
                 _ => self
                     .done
                     .push(never_sent(key, &s.order, StreamEnd::NeverConfirmed)),
@@ -589,7 +587,7 @@ impl Reverse {
                     stopping: None,
                 } => Some((*last_feedback + SILENCE).min(*started + self.cfg.caps.max_duration)),
                 Phase::Sending { .. } => None,
-                Phase::Ending { next_at, .. } => Some(*next_at),
+                Phase::Ending(e) => Some(e.next_at),
             })
             .min()
     }
@@ -610,7 +608,7 @@ impl Reverse {
         let mut done = self.take_done();
         for (key, s) in self.sessions.drain() {
             done.push(match s.phase {
-                Phase::Ending { report, .. } => report,
+                Phase::Ending(e) => e.report,
                 _ => never_sent(key, &s.order, StreamEnd::Shutdown),
             });
         }
