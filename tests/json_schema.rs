@@ -1,6 +1,7 @@
 //! The JSON report matches the schema we ship (`docs/udp_client.schema.json`)
 //! in the shapes a user can produce: one client, several, paced with a
-//! send buffer, 0-byte datagrams, and a target that is not a udp_server.
+//! send buffer, 0-byte datagrams, a target that is not a udp_server, and
+//! both directions (`-R`, `--bidir`).
 //! A field added to the report without the schema, or a type that changes,
 //! fails here.
 
@@ -38,6 +39,19 @@ fn real_reports_match_the_shipped_schema() {
     ] {
         check(&validator, flags, &client(&args(flags)));
     }
+    // Both directions: -R has one stream, --bidir two and its upload.
+    for flags in ["--local -R -n 1000 -b 1400", "--local --bidir -n 1000 -P 2"] {
+        let report = client(&args(flags));
+        let streams = report["streams"].as_array().expect("streams");
+        assert_eq!(streams.len(), if flags.contains("bidir") { 2 } else { 1 });
+        check(&validator, flags, &report);
+    }
+    let mut wrong = client(&args("--local -R -n 10"));
+    wrong["streams"][0]["direction"] = Value::String("sideways".into());
+    assert!(
+        !validator.is_valid(&wrong),
+        "a bad direction fails the schema"
+    );
     // A sink that is not a udp_server: no probe, no answer, no server side.
     let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
     let target = sink.local_addr().unwrap().to_string();

@@ -34,6 +34,9 @@ fn run() -> Result<i32> {
     } else if !cfg.json {
         progress = progress.with_intervals(cfg.clients);
     }
+    if cfg.traffic.downloads() {
+        return duplex(&cfg, &shutdown, progress);
+    }
     let result = if cfg.local {
         // The receiver side of each interval, from the in-process server.
         let show = |event: &netspeed::server::ServerEvent| {
@@ -56,6 +59,32 @@ fn run() -> Result<i32> {
     }
     // A run without the server's answer is not a success: the receiver
     // side, the number that matters, is missing.
+    Ok(result.exit_code())
+}
+
+/// `-R` and `--bidir`: the server sends (and, with --bidir, the client
+/// too); each direction reported on its own.
+fn duplex(cfg: &ClientConfig, shutdown: &Shutdown, progress: Progress) -> Result<i32> {
+    let show = |event: &netspeed::server::ServerEvent| {
+        if let netspeed::server::ServerEvent::Interval(r) = event {
+            progress.line(&report::reverse_interval(r, cfg.json_stream));
+        }
+    };
+    let shown = !cfg.json || cfg.json_stream;
+    let events = shown.then_some(&show as netspeed::download::ReceiveEvents);
+    let go = |cfg: &ClientConfig| netspeed::download::run(cfg, shutdown, &progress, events);
+    let result = if cfg.local {
+        netspeed::local::with_local_server(cfg, None, go)
+    } else {
+        go(cfg)
+    };
+    progress.finish();
+    let result = result?;
+    if cfg.json_stream {
+        println!("{}", report::json_event("end", &result));
+    } else {
+        println!("{}", report::duplex_report(&result, cfg.json));
+    }
     Ok(result.exit_code())
 }
 

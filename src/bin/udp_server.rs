@@ -57,11 +57,13 @@ fn run() -> Result<()> {
                 ServerEvent::PeerDone(r) => report::peer_done(r, json),
                 ServerEvent::Late(r) => report::late(r, json),
                 ServerEvent::Conflict(r) => report::conflict(r, json),
+                ServerEvent::StreamDone(r) => report::stream_done(r, json),
             };
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         },
         metrics.as_ref().map(|(board, _)| &**board),
+        None,
     );
     // The endpoint stops on the same flag (set already, unless the server
     // failed).

@@ -27,12 +27,17 @@
 //!   events to a sink; they never print and never exit:
 //!   - [`server`]: bind, receive with the meter's `--method` loops,
 //!     count per peer ([`server::peers`]); send reverse streams
-//!     ([`server::stream`]);
+//!     ([`server::stream`]) for the sessions that proved their address
+//!     ([`server::reverse`]: Start to EndAck, bounded);
 //!     what `--metrics` exposes ([`server::metrics`]);
 //!   - [`client`]: send an exact volume with the meter's send path, ask
-//!     for the server's count; say why
+//!     for the server's count; ask for a reverse stream
+//!     ([`client::start`]); say why
 //!     a run was not faster ([`client::verdict`]); search for the highest
 //!     rate the path carries ([`client::limit`]);
+//!   - [`download`]: `udp_client -R` and `--bidir`, the client's start
+//!     of a reverse stream with the server's own receive engine on the
+//!     client's socket (above both, so neither imports the other);
 //!   - [`local`]: `udp_client --local`, a client and a server in one
 //!     process (above both, so neither imports the other);
 //!   - [`proxy`]: tcp_proxy's relay modes (`proxy/relay.rs`,
@@ -75,6 +80,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod congestion;
+pub mod download;
 pub mod error;
 pub mod local;
 pub mod meter;

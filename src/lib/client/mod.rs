@@ -12,6 +12,7 @@
 //! is ignored.
 
 pub mod limit;
+pub mod start;
 pub mod verdict;
 
 use crate::config::ClientConfig;
@@ -288,7 +289,7 @@ pub fn random_u64() -> u64 {
 /// Creates a client socket for `server`: bound (to `bind`, or any
 /// address), send errors on, optionally don't-fragment, optionally
 /// connected. `sockbench ceiling` opens its sender with it too.
-pub(crate) fn open_socket(
+pub fn open_socket(
     server: SocketAddr,
     connected: bool,
     dont_fragment: bool,
@@ -407,6 +408,9 @@ fn exchange<T>(
 #[derive(Debug, Clone, Copy)]
 struct ServerInfo {
     end_grace: Duration,
+    /// The HelloAck's address cookie (0 from a server without reverse
+    /// streams).
+    cookie: u64,
 }
 
 /// The start probe: is a udp_server at `server`, with room for us, and do
@@ -471,6 +475,7 @@ fn probe(
     }
     Ok(ServerInfo {
         end_grace: Duration::from_nanos(ack.end_grace_ns).min(crate::config::MAX_END_GRACE),
+        cookie: ack.cookie,
     })
 }
 

@@ -160,6 +160,21 @@ pub struct ClientArgs {
     /// the start probe and the end-of-test exchange; sender side only.
     #[arg(long, conflicts_with = "local")]
     pub no_server: bool,
+    /// Reverse (iperf3 -R): the server sends, this client counts. Measures
+    /// the download direction, through NAT too: the client speaks first.
+    /// -b, -t, -n, --duration, --rate, -P, --gso/--no-gso and -i keep their
+    /// meaning, for what the server sends.
+    #[arg(short = 'R', long, conflicts_with_all = ["no_server", "bidir", "sweep", "find_limit"])]
+    pub reverse: bool,
+    /// Both directions at once (iperf3 --bidir): this client sends on one
+    /// socket while the server sends to it on another; each direction is
+    /// reported on its own.
+    #[arg(long, conflicts_with_all = ["no_server", "sweep", "find_limit"])]
+    pub bidir: bool,
+    /// With -R or --bidir: SO_RCVBUF to ask for on the client's receive
+    /// socket (e.g. 8M); the granted size is reported [default: 4M].
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    pub recv_buffer_size: Option<u64>,
     /// Write one JSON object with the final report to stdout.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -208,12 +223,16 @@ pub struct ClientFile {
     pub psk_file: Option<PathBuf>,
     pub json: Option<bool>,
     pub quiet: Option<bool>,
+    pub reverse: Option<bool>,
+    pub bidir: Option<bool>,
+    pub recv_buffer_size: Option<SizeValue>,
 }
 
 crate::impl_layer!(ClientFile {
     option: [
         server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, interval, batch,
         gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, psk_file, json, quiet,
+        reverse, bidir, recv_buffer_size,
     ]
     group: [[packets, total_send, duration]]
 });
@@ -256,6 +275,9 @@ impl ClientFile {
             psk_file: args.psk.psk_file.clone(),
             json: args.json.then_some(true),
             quiet: args.quiet.then_some(true),
+            reverse: args.reverse.then_some(true),
+            bidir: args.bidir.then_some(true),
+            recv_buffer_size: args.recv_buffer_size.map(SizeValue::Number),
         }
     }
 }
@@ -320,7 +342,39 @@ pub struct ClientConfig {
     pub quiet: bool,
     /// One run, a sweep, or a search.
     pub mode: ClientMode,
+    /// Which way the data flows (`-R`, `--bidir`).
+    pub traffic: Traffic,
+    /// With -R or --bidir: SO_RCVBUF for the client's receive socket.
+    pub recv_buffer_size: usize,
 }
+
+/// Which way a run's data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Traffic {
+    /// The client sends, the server counts.
+    #[default]
+    Upload,
+    /// `-R`: the server sends, the client counts.
+    Reverse,
+    /// `--bidir`: both at once.
+    Bidir,
+}
+
+impl Traffic {
+    /// The client sends in this run.
+    pub fn uploads(self) -> bool {
+        self != Traffic::Reverse
+    }
+
+    /// The server sends in this run.
+    pub fn downloads(self) -> bool {
+        self != Traffic::Upload
+    }
+}
+
+/// `--recv-buffer-size`'s default for -R and --bidir: room for a burst at
+/// tens of Gbit/s while the receive thread is descheduled for a moment.
+pub const DEFAULT_CLIENT_RECV_BUFFER: u64 = 4 << 20;
 
 /// What udp_client does with its settings. The flags make these
 /// exclusive; one enum says so, where three optional fields did not.
@@ -525,6 +579,37 @@ impl ClientConfig {
             .map(|b| check_between("--sndbuf", b, MAX_SOCKET_BUFFER))
             .transpose()?;
         let sched = sched_from(l.scheduler, l.priority)?;
+        let traffic = match (l.reverse == Some(true), l.bidir == Some(true)) {
+            (true, true) => {
+                return Err(Error::usage(
+                    "reverse and bidir are two choices: -R has the server send, --bidir both",
+                ))
+            }
+            (true, false) => Traffic::Reverse,
+            (false, true) => Traffic::Bidir,
+            (false, false) => Traffic::Upload,
+        };
+        if traffic.downloads() && l.no_server == Some(true) {
+            return Err(Error::usage(
+                "-R and --bidir need a udp_server to send: they cannot run with no_server",
+            ));
+        }
+        if traffic.downloads() && (args.find_limit || !args.sweep.is_empty()) {
+            return Err(Error::usage(
+                "-R and --bidir run one test: --sweep and --find-limit do not take them yet",
+            ));
+        }
+        let recv_buffer_size = size(l.recv_buffer_size, "recv_buffer_size")?;
+        if recv_buffer_size.is_some() && !traffic.downloads() {
+            return Err(Error::usage(
+                "--recv-buffer-size sizes the client's receive socket: it needs -R or --bidir",
+            ));
+        }
+        let recv_buffer_size = check_between(
+            "--recv-buffer-size",
+            recv_buffer_size.unwrap_or(DEFAULT_CLIENT_RECV_BUFFER),
+            MAX_SOCKET_BUFFER,
+        )? as usize;
         let find_limit = search_settings(&args, l.no_server == Some(true))?;
         let psk: Option<Psk> = psk_from(
             &PskArgs {
@@ -578,6 +663,8 @@ impl ClientConfig {
             json: l.json.unwrap_or(false) || args.json_stream,
             json_stream: args.json_stream,
             quiet: l.quiet.unwrap_or(false),
+            traffic,
+            recv_buffer_size,
         })
     }
 }

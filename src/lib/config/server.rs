@@ -5,7 +5,8 @@
 
 use super::{
     check_between, check_threads, duration_arg, file_layer, layered, psk_from, sched_from,
-    size_arg, DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER, MAX_THREADS,
+    size_arg, DurationValue, PskArgs, RateValue, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER,
+    MAX_THREADS,
 };
 use crate::auth::Psk;
 use crate::error::{Error, Result};
@@ -13,7 +14,7 @@ use crate::meter::recv::Method;
 use crate::sys::SchedPolicy;
 use clap::Parser;
 use serde::Deserialize;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -104,6 +105,19 @@ pub struct ServerArgs {
     /// --max-peers of them), so a scrape sees them [default: 5m].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "metrics")]
     pub metrics_retain: Option<Duration>,
+    /// The longest the server sends any reverse stream (udp_client -R,
+    /// --bidir); a longer request is refused [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub max_duration: Option<Duration>,
+    /// The highest rate per reverse stream, e.g. 1G; a faster request is
+    /// refused, an unpaced one is paced at it [default: unlimited for
+    /// clients on this host, 10Gbit for others].
+    #[arg(long, value_name = "RATE", value_parser = super::rate_arg)]
+    pub max_rate: Option<u64>,
+    /// Reverse streams sent at once; more are refused with the reason; 0
+    /// refuses them all [default: 8].
+    #[arg(long, value_name = "N")]
+    pub max_reverse_streams: Option<usize>,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -134,12 +148,16 @@ pub struct ServerFile {
     pub one_off: Option<bool>,
     pub metrics: Option<String>,
     pub metrics_retain: Option<DurationValue>,
+    pub max_duration: Option<DurationValue>,
+    pub max_rate: Option<RateValue>,
+    pub max_reverse_streams: Option<usize>,
 }
 
 crate::impl_layer!(ServerFile {
     option: [
         interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
-        scheduler, priority, psk_file, json, one_off, metrics, metrics_retain,
+        scheduler, priority, psk_file, json, one_off, metrics, metrics_retain, max_duration,
+        max_rate, max_reverse_streams,
     ]
     group: [[listen, port]]
 });
@@ -158,6 +176,8 @@ impl ServerFile {
             json: Some(false),
             one_off: Some(false),
             metrics_retain: Some(DurationValue::Parsed(DEFAULT_METRICS_RETAIN)),
+            max_duration: Some(DurationValue::Parsed(DEFAULT_MAX_DURATION)),
+            max_reverse_streams: Some(DEFAULT_MAX_STREAMS),
             ..ServerFile::default()
         }
     }
@@ -182,6 +202,9 @@ impl ServerFile {
             one_off: args.one_off.then_some(true),
             metrics: args.metrics.clone(),
             metrics_retain: args.metrics_retain.map(DurationValue::Parsed),
+            max_duration: args.max_duration.map(DurationValue::Parsed),
+            max_rate: args.max_rate.map(RateValue::Parsed),
+            max_reverse_streams: args.max_reverse_streams,
         }
     }
 }
@@ -211,6 +234,8 @@ pub struct ServerConfig {
     pub metrics: Option<SocketAddr>,
     /// `--metrics-retain`: how long finished peers stay in the metrics.
     pub metrics_retain: Duration,
+    /// `--max-duration`, `--max-rate`, `--max-reverse-streams`.
+    pub streams: StreamCaps,
 }
 
 /// How long the server counts datagrams still in flight after an End: a
@@ -228,6 +253,50 @@ pub const MAX_PEERS_LIMIT: usize = 65536;
 /// How long `--metrics` keeps a finished peer: several scrapes at the
 /// usual 15-60 s interval see its final figures.
 pub const DEFAULT_METRICS_RETAIN: Duration = Duration::from_secs(300);
+
+/// The server's caps on what a reverse stream may ask for
+/// (`udp_client -R`, `--bidir`); the server's stream engine applies them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamCaps {
+    /// The longest any stream runs (`--max-duration`).
+    pub max_duration: Duration,
+    /// The highest rate per stream (`--max-rate`, bit/s); None: unlimited
+    /// for clients on loopback, and [`MAX_RATE_OFF_LOOPBACK`] otherwise.
+    pub max_rate_bps: Option<u64>,
+    /// Streams sent at once (`--max-reverse-streams`); 0 refuses them all.
+    pub max_streams: usize,
+}
+
+/// `--max-rate`'s default for a client that is not on this host.
+pub const MAX_RATE_OFF_LOOPBACK: u64 = 10_000_000_000;
+/// `--max-duration`'s default.
+pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(60);
+/// `--max-reverse-streams`'s default.
+pub const DEFAULT_MAX_STREAMS: usize = 8;
+
+impl Default for StreamCaps {
+    fn default() -> Self {
+        StreamCaps {
+            max_duration: DEFAULT_MAX_DURATION,
+            max_rate_bps: None,
+            max_streams: DEFAULT_MAX_STREAMS,
+        }
+    }
+}
+
+impl StreamCaps {
+    /// The rate cap for a client at `ip`.
+    pub fn rate_for(&self, ip: IpAddr) -> Option<u64> {
+        match self.max_rate_bps {
+            Some(cap) => Some(cap),
+            None if ip.to_canonical().is_loopback() => None,
+            None => Some(MAX_RATE_OFF_LOOPBACK),
+        }
+    }
+}
+
+/// The longest `--max-duration`: a day.
+pub const MAX_STREAM_DURATION: Duration = Duration::from_secs(86_400);
 
 /// The port seed 001 used, kept as our default.
 pub const DEFAULT_PORT: u16 = 35000;
@@ -297,6 +366,31 @@ impl ServerConfig {
         if metrics_retain < Duration::from_secs(1) {
             return Err(Error::usage("--metrics-retain must be at least 1s"));
         }
+        let max_duration =
+            duration(l.max_duration, "max_duration")?.unwrap_or(DEFAULT_MAX_DURATION);
+        if max_duration.is_zero() || max_duration > MAX_STREAM_DURATION {
+            return Err(Error::usage(format!(
+                "--max-duration must be between 1ms and {}s",
+                MAX_STREAM_DURATION.as_secs()
+            )));
+        }
+        let max_rate_bps = l.max_rate.map(|r| r.bps("max_rate")).transpose()?;
+        if max_rate_bps == Some(0) {
+            return Err(Error::usage(
+                "--max-rate must be above 0 (--max-reverse-streams 0 refuses reverse streams)",
+            ));
+        }
+        let max_streams = l.max_reverse_streams.unwrap_or(DEFAULT_MAX_STREAMS);
+        if max_streams > MAX_PEERS_LIMIT {
+            return Err(Error::usage(format!(
+                "--max-reverse-streams {max_streams}: must be between 0 and {MAX_PEERS_LIMIT}"
+            )));
+        }
+        let streams = StreamCaps {
+            max_duration,
+            max_rate_bps,
+            max_streams,
+        };
         let method = l.method.unwrap_or_else(Method::default_for_platform);
         method.check_available()?;
         let psk = psk_from(
@@ -323,6 +417,7 @@ impl ServerConfig {
             one_off: l.one_off.unwrap_or(false),
             metrics,
             metrics_retain,
+            streams,
         })
     }
 }

@@ -7,10 +7,13 @@
 
 use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::config::ServerConfig;
+use crate::download::{upload_stream, DuplexReport, Stream};
 use crate::server::peers::{ConflictReport, DoneReason, LateReport, PeerReport};
+use crate::server::reverse::{StreamEnd, StreamReport};
 use crate::server::{Bound, ServerSummary};
 use crate::stats::{CpuCost, SendInterval};
 use crate::units::HumanBytes;
+use crate::wire::Direction;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -275,6 +278,54 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
     out
 }
 
+/// A reverse stream the server sent, finished.
+pub fn stream_done(r: &StreamReport, json_out: bool) -> String {
+    if json_out {
+        return json_event("stream_done", r);
+    }
+    let reason = match r.reason {
+        StreamEnd::Answered => "end of test",
+        StreamEnd::NoAnswer => "the client never answered its End",
+        StreamEnd::Silent => "the client went silent: its feedback stopped, so did the stream",
+        StreamEnd::NeverConfirmed => "the client never confirmed the start: nothing sent",
+        StreamEnd::MaxDuration => "cut short at --max-duration",
+        StreamEnd::Shutdown => "server stopping",
+        StreamEnd::Failed => "a send failed",
+    };
+    let mut out = format!(
+        "peer {} session {} [S->C] finished ({reason})\n  sent      {}, {} in {:.3} s {} ({})",
+        r.peer,
+        r.session,
+        plural(r.sent_packets, "packet", "packets"),
+        HumanBytes(r.sent_bytes),
+        r.seconds,
+        rate_phrase(r.gbps),
+        r.send_path,
+    );
+    if let Some(c) = &r.received {
+        out += &format!(
+            "\n  client    received {}, {}; {} lost ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms",
+            plural(c.packets, "packet", "packets"),
+            HumanBytes(c.bytes),
+            c.lost_packets,
+            crate::stats::percent(c.lost_packets, r.sent_packets),
+            c.duplicates,
+            c.reordered,
+            c.jitter_ms,
+        );
+        if let Some(d) = c.kernel_drops {
+            out += &format!(" ; {d} dropped by the client's socket");
+        }
+    }
+    if let Some(c) = &r.cpu {
+        out += &format!("\n  cpu       {} (the sending thread)", cpu_text(c));
+    }
+    if let Some(e) = &r.error {
+        out += &format!("\n  error     {e}");
+    }
+    out
+}
+
 /// A session whose End is contradicted.
 pub fn conflict(r: &ConflictReport, json_out: bool) -> String {
     if json_out {
@@ -477,10 +528,133 @@ pub fn client_start(cfg: &crate::config::ClientConfig) -> String {
     )
 }
 
+/// `[C->S]` or `[S->C]`: which way a line's data flowed.
+pub fn direction_label(d: Direction) -> &'static str {
+    match d {
+        Direction::ClientToServer => "[C->S]",
+        Direction::ServerToClient => "[S->C]",
+    }
+}
+
+/// One interval line of a reverse stream, as the receiving client counted.
+pub fn reverse_interval(r: &PeerReport, json_out: bool) -> String {
+    if json_out {
+        let mut value = serde_json::to_value(r).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut value {
+            map.insert("direction".into(), json!(Direction::ServerToClient.name()));
+        }
+        return json_event("interval", &value);
+    }
+    format!(
+        "{} {:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps (receiver side)",
+        direction_label(Direction::ServerToClient),
+        r.seconds,
+        r.packets,
+        HumanBytes(r.bytes).to_string(),
+        rate(r.gbps),
+        r.pps
+            .map_or_else(|| "unknown".to_string(), |p| format!("{p:.0}")),
+    )
+}
+
+/// The lines of one direction: its sender's side and its receiver's.
+fn stream_lines(st: &Stream, sender: &str, receiver: &str) -> String {
+    let label = direction_label(st.direction);
+    let s = &st.sender;
+    let mut out = format!(
+        "{label} sent      {}, {} in {:.3} s {} ({sender})",
+        plural(s.packets, "packet", "packets"),
+        HumanBytes(s.bytes),
+        s.seconds,
+        rate_phrase(s.gbps),
+    );
+    match &st.receiver {
+        Some(r) => {
+            let lost = r.lost_packets.unwrap_or(0);
+            out += &format!(
+                "\n{label} received  {}, {} in {:.3} s {} ({receiver})\n{label} loss      {} lost ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms",
+                plural(r.packets, "packet", "packets"),
+                HumanBytes(r.bytes),
+                r.seconds,
+                rate_phrase(r.gbps),
+                lost,
+                crate::stats::percent(lost, s.packets),
+                r.duplicates.unwrap_or(0),
+                r.reordered.unwrap_or(0),
+                r.jitter_ms.unwrap_or(0.0),
+            );
+            if let Some(d) = r.kernel_drops.filter(|&d| d > 0) {
+                out += &format!(
+                    "\n{label} kernel    {d} dropped by the {receiver}'s socket (receive buffer full)"
+                );
+            }
+        }
+        None => out += &format!("\n{label} received  unknown: the {receiver} never answered"),
+    }
+    for (who, cpu) in [
+        (sender, &s.cpu),
+        (receiver, &st.receiver.as_ref().and_then(|r| r.cpu)),
+    ] {
+        if let Some(c) = cpu {
+            out += &format!("\n{label} cpu       {who}: {}", cpu_text(c));
+        }
+    }
+    out
+}
+
+/// The final report of a `-R` or `--bidir` run.
+pub fn duplex_report(r: &DuplexReport, json_out: bool) -> String {
+    if json_out {
+        return serde_json::to_string(r).unwrap_or_else(|_| "{}".into());
+    }
+    let mut out = String::new();
+    if let Some(upload) = &r.upload {
+        out += &client_report(upload, false);
+        out += "\n\n";
+    }
+    let Some(first) = r.downloads.first() else {
+        return out;
+    };
+    out += &format!(
+        "udp_client from {}: the server sent to {}, {} client{}{}; receive buffer {}{}\n",
+        first.received.peer,
+        first.local_addr,
+        r.downloads.len(),
+        if r.downloads.len() == 1 { "" } else { "s" },
+        match first.granted_rate_bps {
+            Some(b) => format!(", paced at {:.3} Gbit/s", b as f64 / 1e9),
+            None => String::new(),
+        },
+        HumanBytes(first.recv_buffer as u64),
+        if first.gro { ", GRO on" } else { "" },
+    );
+    let lines: Vec<String> = r
+        .streams
+        .iter()
+        .map(|st| match st.direction {
+            Direction::ClientToServer => stream_lines(st, "client", "server"),
+            Direction::ServerToClient => stream_lines(st, "server", "client"),
+        })
+        .collect();
+    out += &lines.join("\n");
+    for d in r.downloads.iter().filter(|d| !d.answered) {
+        out += &format!(
+            "\nnote: session {}: the server's End never arrived; its sent figures are missing and loss is estimated from sequence numbers",
+            d.session
+        );
+    }
+    out
+}
+
 /// The client's final report.
 pub fn client_report(r: &RunReport, json_out: bool) -> String {
     if json_out {
-        return serde_json::to_string(r).unwrap_or_else(|_| "{}".into());
+        // Every run carries `streams`, one per direction: an upload has one.
+        let mut value = serde_json::to_value(r).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut value {
+            map.insert("streams".into(), json!([upload_stream(r)]));
+        }
+        return value.to_string();
     }
     let clients = r.clients.len();
     let mut out = format!(

@@ -26,6 +26,7 @@ use crate::sys;
 use peers::{
     ConflictReport, Event, LateReport, PeerReport, PeerTable, Reply, Rx, TableConfig, Totals,
 };
+use reverse::{SessionKey, StreamEnd, StreamReport};
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -33,6 +34,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use stream::{StreamOrder, StreamResult};
 use sys::RecvBatch;
 
 pub use crate::sys::BufferGrant;
@@ -98,16 +100,34 @@ pub fn bind(cfg: &ServerConfig) -> Result<Bound> {
             ))
         })?);
     }
+    let mut bound = adopt(sockets, cfg.recv_buffer_size, cfg.gro)?;
+    bound.fell_back_to_ipv4 = fell_back;
+    Ok(bound)
+}
+
+/// Makes bound sockets ready for [`run`]: sizes their receive buffers and
+/// turns GRO on where asked and possible. A reverse stream's client
+/// receives through its own socket this way.
+pub fn adopt(
+    sockets: Vec<Socket>,
+    recv_buffer_size: Option<usize>,
+    want_gro: bool,
+) -> Result<Bound> {
+    let addr = sockets
+        .first()
+        .and_then(|s| s.local_addr().ok())
+        .and_then(|a| a.as_socket())
+        .ok_or_else(|| Error::runtime("cannot read the bound address"))?;
     let mut buffer = None;
     for socket in &sockets {
         buffer = Some(sys::size_buffer(
             socket,
             sys::BufferSide::Receive,
-            cfg.recv_buffer_size,
+            recv_buffer_size,
         )?);
     }
     let (mut gro, mut gro_note) = (false, None);
-    if cfg.gro {
+    if want_gro {
         match sockets.iter().try_for_each(sys::enable_gro) {
             Ok(()) => gro = true,
             Err(e) if e.kind() == io::ErrorKind::Unsupported => gro_note = Some(e.to_string()),
@@ -118,7 +138,7 @@ pub fn bind(cfg: &ServerConfig) -> Result<Bound> {
         sockets,
         addr,
         buffer: buffer.expect("at least one socket"),
-        fell_back_to_ipv4: fell_back,
+        fell_back_to_ipv4: false,
         gro,
         gro_note,
     })
@@ -133,6 +153,8 @@ pub enum ServerEvent {
     Late(LateReport),
     /// A session's End is contradicted: a forged End, or a confused client.
     Conflict(ConflictReport),
+    /// A reverse stream (the server sent) finished.
+    StreamDone(StreamReport),
 }
 
 /// Totals over the server's whole run.
@@ -156,6 +178,8 @@ struct Shared {
     table: PeerTable,
     pending: Vec<ServerEvent>,
     replies: Vec<Reply>,
+    /// Reverse streams whose sending thread has returned.
+    streams_sent: Vec<(SessionKey, StreamResult)>,
 }
 
 /// Counts what the receive loops read into the shared table.
@@ -247,7 +271,30 @@ fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
 /// port scan or a client that died mid-test leaves the server waiting for
 /// a real test.
 fn serves_one_off(event: &ServerEvent) -> bool {
-    matches!(event, ServerEvent::PeerDone(r) if r.tagged && r.reason == Some(peers::DoneReason::End))
+    match event {
+        ServerEvent::PeerDone(r) => r.tagged && r.reason == Some(peers::DoneReason::End),
+        ServerEvent::StreamDone(r) => r.reason == StreamEnd::Answered,
+        _ => false,
+    }
+}
+
+/// Hands the reverse streams' news to the table: threads that returned
+/// (their End goes out), deadlines passed (silence, --max-duration, End
+/// retries), reports finished. Returns the streams to launch.
+fn drive_streams(
+    table: &mut PeerTable,
+    sent: &mut Vec<(SessionKey, StreamResult)>,
+    now: Instant,
+    pending: &mut Vec<ServerEvent>,
+    replies: &mut Vec<Reply>,
+) -> Vec<StreamOrder> {
+    let reverse = &mut table.reverse;
+    for (key, result) in sent.drain(..) {
+        reverse.sent(key, result, now, replies);
+    }
+    reverse.tick(now, replies);
+    pending.extend(reverse.take_done().into_iter().map(ServerEvent::StreamDone));
+    reverse.take_launches()
 }
 
 /// Sends answers; best effort: a lost answer is retried by the client.
@@ -310,6 +357,37 @@ impl Deliver for Counter<'_> {
     }
 }
 
+/// Starts the thread that sends reverse stream `order`, through a copy of
+/// the receive socket its Start came in on (the same port, so the stream
+/// leaves from where the client sent). The thread hands its result to the
+/// table and wakes the finalising thread.
+fn launch_stream<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    bound: &'scope Bound,
+    order: StreamOrder,
+    shared: &'scope Mutex<Shared>,
+) {
+    let main = std::thread::current();
+    let socket = bound
+        .sockets
+        .get(order.socket)
+        .or(bound.sockets.first())
+        .expect("at least one socket")
+        .try_clone()
+        .map(std::net::UdpSocket::from);
+    scope.spawn(move || {
+        let result = match socket {
+            Ok(socket) => stream::run(&socket, &order),
+            Err(e) => stream::failed(format!("cannot share the server socket: {e}")),
+        };
+        order.control.stop.trigger();
+        let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+        guard.streams_sent.push((order.key, result));
+        drop(guard);
+        main.unpark();
+    });
+}
+
 /// Receives and counts until `shutdown` is set, reporting through `events`
 /// from the calling thread. Receive threads do the counting; this thread
 /// writes interval lines, finalises sessions (sending their answers),
@@ -320,8 +398,13 @@ pub fn run(
     shutdown: &Shutdown,
     events: &mut dyn FnMut(ServerEvent),
 ) -> Result<ServerSummary> {
-    run_with(bound, cfg, shutdown, events, None)
+    run_with(bound, cfg, shutdown, events, None, None)
 }
+
+/// Called on the finalising thread at every pass (at least every
+/// 100 ms, `LONGEST_NAP`) with the table: a reverse stream's client sends its
+/// Feedback from here.
+pub type Watch<'a> = &'a mut dyn FnMut(&PeerTable, Instant);
 
 /// Hands every `peer_done` among `pending` (each is there for one pass of
 /// the finalising loop) to the metrics board.
@@ -343,6 +426,7 @@ pub fn run_with(
     shutdown: &Shutdown,
     events: &mut dyn FnMut(ServerEvent),
     board: Option<&metrics::Board>,
+    mut watch: Option<Watch>,
 ) -> Result<ServerSummary> {
     if let Some(board) = board {
         board.attach();
@@ -369,6 +453,7 @@ pub fn run_with(
             recv_buffer: bound.buffer.granted as u64,
             intervals: cfg.interval.is_some(),
             psk: cfg.psk.clone(),
+            streams: cfg.streams,
         },
         start,
     );
@@ -376,6 +461,7 @@ pub fn run_with(
         table,
         pending: Vec::new(),
         replies: Vec::new(),
+        streams_sent: Vec::new(),
     });
     let sockets: Vec<&Socket> = bound.sockets.iter().collect();
     let receive_cpu = ReceiveCpu::new(bound.sockets.len(), start);
@@ -411,18 +497,29 @@ pub fn run_with(
                 receivers_done.trigger();
                 nap = nap.min(LAST_LOOK);
             }
+
             // Sleeps until the next interval line or grace period ends, or
             // a receive thread wakes it, or LONGEST_NAP: a fixed short tick
             // cost an idle server a wake-up every 20 ms.
             std::thread::park_timeout(nap);
             let now = Instant::now();
+            let mut launches;
             {
                 let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
                 let Shared {
                     table,
                     pending,
                     replies: queued,
+                    streams_sent,
                 } = &mut *guard;
+                if stopping {
+                    table.reverse.stop_all();
+                }
+                launches = drive_streams(table, streams_sent, now, pending, queued);
+                if stopping {
+                    // No stream starts once the server is stopping.
+                    launches.clear();
+                }
                 {
                     let mut sink = push_event(pending);
                     if let Some(due) = next_interval {
@@ -458,7 +555,10 @@ pub fn run_with(
                         ),
                     });
                 }
-                let due = [next_interval, table.next_due(now)]
+                if let Some(watch) = watch.as_mut() {
+                    watch(table, now);
+                }
+                let due = [next_interval, table.next_due(now), table.reverse.next_due()]
                     .into_iter()
                     .flatten()
                     .min();
@@ -470,6 +570,9 @@ pub fn run_with(
                 std::mem::swap(queued, &mut replies);
             }
             send_replies(&sockets, &mut replies);
+            for order in launches {
+                launch_stream(scope, bound, order, &shared);
+            }
             for event in flushed.drain(..) {
                 // --one-off stops through the same flag as Ctrl-C, once the
                 // session's answer is sent (just above) and its summary out.
@@ -485,13 +588,25 @@ pub fn run_with(
         }
         recv::join_receive_threads(receivers)
     });
+    // Every sending thread has returned (the scope joined them): their
+    // Ends go out once, and every stream left is reported.
     let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
     let Shared {
         table,
         pending,
         replies,
+        streams_sent,
     } = &mut *guard;
-    table.finish_all(Instant::now(), &mut push_event(pending), replies);
+    let now = Instant::now();
+    drive_streams(table, streams_sent, now, pending, replies);
+    pending.extend(
+        table
+            .reverse
+            .finish_all()
+            .into_iter()
+            .map(ServerEvent::StreamDone),
+    );
+    table.finish_all(now, &mut push_event(pending), replies);
     send_replies(&sockets, replies);
     record_finished(board, pending);
     for event in pending.drain(..) {

@@ -28,7 +28,9 @@
 //! (but room for `--clients 1024`). A flood can then slow new sessions
 //! down, but not lock every real client out.
 
-use crate::auth::Psk;
+use super::reverse::{Reverse, ReverseConfig};
+use super::stream::StreamCaps;
+use crate::auth::{CookieKey, Psk};
 use crate::stats::{
     self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, KernelDrops, SeqSet,
 };
@@ -93,6 +95,9 @@ pub struct TableConfig {
     pub intervals: bool,
     /// `--psk`: Ends must carry its tag, and answers carry it.
     pub psk: Option<Psk>,
+    /// The caps on reverse streams (`--max-duration`, `--max-rate`,
+    /// `--max-reverse-streams`).
+    pub streams: StreamCaps,
 }
 
 impl Default for TableConfig {
@@ -106,6 +111,7 @@ impl Default for TableConfig {
             recv_buffer: 0,
             intervals: false,
             psk: None,
+            streams: StreamCaps::default(),
         }
     }
 }
@@ -175,6 +181,10 @@ pub struct PeerReport {
     /// totals, or data after an End that its total does not cover.
     pub conflict: Option<&'static str>,
     pub reason: Option<DoneReason>,
+    /// The sender's End, as received: a reverse stream's client reads the
+    /// server's own figures from it.
+    #[serde(skip)]
+    pub declared: Option<End>,
 }
 
 /// A session whose End is contradicted.
@@ -507,6 +517,7 @@ impl Peer {
             total_bytes: None,
             sent_packets: t.and_then(|t| t.declared.map(|d| d.sent_packets)),
             sent_bytes: t.and_then(|t| t.declared.map(|d| d.sent_bytes)),
+            declared: t.and_then(|t| t.declared),
             lost: loss.map(|l| l.most),
             lost_fewest: loss.filter(|l| l.fewest != l.most).map(|l| l.fewest),
             loss_percent: loss.map(|l| percent(l.most, l.expected)),
@@ -767,6 +778,11 @@ impl<K: std::hash::Hash + Eq + Copy> Slab<K> {
         slot
     }
 
+    /// The peer at `key`, without touching the lookup cache.
+    fn peers_find(&self, key: &K) -> Option<&Peer> {
+        self.index.get(key).map(|&slot| self.get(slot))
+    }
+
     fn get(&self, slot: usize) -> &Peer {
         self.slots[slot].as_ref().expect("live slot")
     }
@@ -903,6 +919,8 @@ pub struct PeerTable {
     /// before its next regular look: a queued event or a new grace period.
     attention: bool,
     pub totals: Totals,
+    /// Reverse sessions: the server sends (see [`super::reverse`]).
+    pub reverse: Reverse,
 }
 
 impl PeerTable {
@@ -935,6 +953,18 @@ impl PeerTable {
             queued: Vec::new(),
             attention: false,
             totals: Totals::default(),
+            reverse: Reverse::new(ReverseConfig {
+                caps: cfg.streams,
+                psk: cfg.psk.clone(),
+                cookies: CookieKey::random().unwrap_or_else(|| {
+                    let mut key = [0u8; 32];
+                    for chunk in key.chunks_mut(8) {
+                        chunk.copy_from_slice(&crate::auth::random_u64().to_be_bytes());
+                    }
+                    CookieKey::from_bytes(key)
+                }),
+                epoch: now,
+            }),
             cfg,
         }
     }
@@ -1181,8 +1211,35 @@ impl PeerTable {
             }
             Ok(Message::End(end)) => self.on_end(end, data, addr, from, at.now, meta, replies),
             Ok(Message::Hello(hello)) => self.on_hello(hello, addr, from, at.now, meta, replies),
-            Ok(Message::EndAck(_) | Message::HelloAck(_)) => {}
-            Ok(Message::Start(_) | Message::StartAck(_) | Message::Feedback(_)) => {}
+            Ok(Message::Start(start)) => {
+                // A Start is answered like a Hello: within the source's
+                // answer budget, and never with more bytes than it carried.
+                if self.limiter.allow(addr.ip(), at.now) {
+                    self.reverse.on_start(
+                        start,
+                        data,
+                        addr,
+                        from,
+                        meta.local,
+                        meta.socket,
+                        at.now,
+                        replies,
+                    );
+                } else {
+                    self.totals.answers_limited += 1;
+                }
+            }
+            Ok(Message::Feedback(feedback)) => {
+                self.reverse.on_feedback(feedback, data, addr, at.now);
+                // A first Feedback launches a stream: the finalising thread
+                // does that, at once.
+                self.attention |= self.reverse.has_launches();
+            }
+            Ok(Message::EndAck(ack)) => {
+                self.reverse.on_end_ack(ack, data, addr);
+                self.attention |= self.reverse.has_done();
+            }
+            Ok(Message::HelloAck(_) | Message::StartAck(_)) => {}
             Err(_) => {
                 self.totals.packets += 1;
                 self.totals.bytes += data.len() as u64;
@@ -1490,7 +1547,7 @@ impl PeerTable {
             flags,
             end_grace_ns: self.cfg.end_grace.as_nanos() as u64,
             recv_buffer: self.cfg.recv_buffer,
-            cookie: 0,
+            cookie: self.reverse.cookie(addr, hello.header.session, now),
         };
         replies.push(Reply {
             bytes: ReplyBytes::Hello(wire::encode_hello_ack(&ack)),
@@ -1875,6 +1932,20 @@ impl PeerTable {
             .filter(|peer| !peer.is_finished() && peer.total.packets > 0)
             .map(|peer| peer.summary(peer.shared_now(&self.flags), None))
             .collect()
+    }
+
+    /// What session `key` (canonical address, session id) has received so
+    /// far: distinct datagrams, their bytes, and one more than the highest
+    /// sequence number seen (0 before any). A reverse stream's client
+    /// sends them back in its Feedback.
+    pub fn session_counts(&self, key: SessionKey) -> Option<(u64, u64, u64)> {
+        let peer = self.tagged.peers_find(&key)?;
+        let next = peer
+            .tagged
+            .as_ref()
+            .and_then(|t| t.seq.highest())
+            .map_or(0, |h| h + 1);
+        Some((peer.total.packets, peer.total.bytes, next))
     }
 
     /// A peer's last interval (when interval lines are on) and summary.

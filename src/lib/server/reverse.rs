@@ -408,6 +408,16 @@ impl Reverse {
         self.done.push(report);
     }
 
+    /// Whether a stream waits to be launched.
+    pub fn has_launches(&self) -> bool {
+        !self.launches.is_empty()
+    }
+
+    /// Whether a finished stream's report waits.
+    pub fn has_done(&self) -> bool {
+        !self.done.is_empty()
+    }
+
     /// Streams to start sending now.
     pub fn take_launches(&mut self) -> Vec<StreamOrder> {
         std::mem::take(&mut self.launches)
@@ -450,7 +460,7 @@ impl Reverse {
             cpu,
             enobufs_retries: result.enobufs_retries,
             send_path: match path.gso_segments {
-                Some(n) => format!("{} with GSO ({n} datagrams per buffer)", path.name),
+                Some(n) => format!("{}, up to {n} datagrams per GSO buffer", path.name),
                 None => path.name.clone(),
             },
             received: None,

@@ -17,6 +17,7 @@
 //! stops: all through the stream's own [`Shutdown`], the one way a stream
 //! ends early.
 
+pub use crate::config::{StreamCaps, MAX_RATE_OFF_LOOPBACK};
 use crate::meter::plan::Volume;
 use crate::meter::send::{GsoChoice, GsoRequest, SendPath, Transmitter};
 use crate::meter::stream::{send_stream, SendProgress, Sent, StreamSpec};
@@ -37,46 +38,6 @@ pub const SILENCE: Duration = Duration::from_millis(600);
 /// answers, and how many times.
 pub const END_EVERY: Duration = Duration::from_millis(200);
 pub const END_ATTEMPTS: u32 = 6;
-
-/// The server's caps on what a reverse stream may ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamCaps {
-    /// The longest any stream runs (`--max-duration`).
-    pub max_duration: Duration,
-    /// The highest rate per stream (`--max-rate`, bit/s); None: unlimited
-    /// for clients on loopback, and [`MAX_RATE_OFF_LOOPBACK`] otherwise.
-    pub max_rate_bps: Option<u64>,
-    /// Streams sent at once (`--max-reverse-streams`); 0 refuses them all.
-    pub max_streams: usize,
-}
-
-/// `--max-rate`'s default for a client that is not on this host.
-pub const MAX_RATE_OFF_LOOPBACK: u64 = 10_000_000_000;
-/// `--max-duration`'s default.
-pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(60);
-/// `--max-reverse-streams`'s default.
-pub const DEFAULT_MAX_STREAMS: usize = 8;
-
-impl Default for StreamCaps {
-    fn default() -> Self {
-        StreamCaps {
-            max_duration: DEFAULT_MAX_DURATION,
-            max_rate_bps: None,
-            max_streams: DEFAULT_MAX_STREAMS,
-        }
-    }
-}
-
-impl StreamCaps {
-    /// The rate cap for a client at `ip`.
-    pub fn rate_for(&self, ip: IpAddr) -> Option<u64> {
-        match self.max_rate_bps {
-            Some(cap) => Some(cap),
-            None if ip.to_canonical().is_loopback() => None,
-            None => Some(MAX_RATE_OFF_LOOPBACK),
-        }
-    }
-}
 
 /// A request that passed the caps: what to send, and at what rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,6 +210,24 @@ pub fn run(socket: &UdpSocket, order: &StreamOrder) -> StreamResult {
 }
 
 /// A stream that sent nothing.
+/// The result of a stream that could not start sending.
+pub fn failed(error: String) -> StreamResult {
+    StreamResult {
+        sent: empty(),
+        path: crate::meter::send::SendPath {
+            name: String::new(),
+            batch: 0,
+            gso: "off".into(),
+            gso_segments: None,
+            notes: Vec::new(),
+            calls: 0,
+        },
+        enobufs_retries: 0,
+        backoff: Duration::ZERO,
+        error: Some(error),
+    }
+}
+
 fn empty() -> Sent {
     let now = std::time::Instant::now();
     Sent {
