@@ -5,7 +5,9 @@
 //!
 //! The witnesses are independent of netspeed: nftables counters on the
 //! router for every UDP datagram from the server to the client, and the
-//! client namespace's own `/proc/net/snmp`.
+//! client namespace's own `/proc/net/snmp`. A fourth namespace forges the
+//! client's address with a raw socket: the server must never send it a
+//! stream.
 
 mod common;
 
@@ -13,7 +15,9 @@ use common::impair::{delta, nft_apply, nft_counter, read_snmp};
 use common::netns::{require_root_and_ip, routed, Routed};
 use common::udp::{args_to, client_in, u, Server, CLIENT};
 use common::{poll_every, ChildGuard};
+use netspeed::wire;
 use serde_json::Value;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -183,5 +187,235 @@ fn a_killed_client_stops_the_stream_within_a_second() {
     let done = server.find("stream_done", |v| v["event"] == "stream_done");
     assert_eq!(done["reason"], "silent", "{done}");
     assert_eq!(u(&done, "sent_packets"), last, "{done}");
+    server.stop();
+}
+
+/// A raw IPv4/UDP datagram from `src` to `dst` (IP_HDRINCL: the kernel
+/// fills in the total length, the id and the header checksum; a UDP
+/// checksum of 0 means none).
+fn forged(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
+    let mut p = vec![0u8; 28];
+    p[0] = 0x45;
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&src.ip().octets());
+    p[16..20].copy_from_slice(&dst.ip().octets());
+    p[20..22].copy_from_slice(&src.port().to_be_bytes());
+    p[22..24].copy_from_slice(&dst.port().to_be_bytes());
+    p[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    p.extend_from_slice(payload);
+    p
+}
+
+/// Sends each of `datagrams` (raw IP packets) `times` times from a raw
+/// socket in the calling thread's namespace; returns the IP bytes sent.
+fn send_raw(dst: SocketAddrV4, datagrams: &[Vec<u8>], times: usize) -> u64 {
+    // SAFETY: socket(2) with constant arguments; the fd is checked and
+    // closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+    assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+    let to = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: dst.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(dst.ip().octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    let mut bytes = 0;
+    for _ in 0..times {
+        for d in datagrams {
+            // SAFETY: the buffer and the address are valid for the call.
+            let n = unsafe {
+                libc::sendto(
+                    fd,
+                    d.as_ptr().cast(),
+                    d.len(),
+                    0,
+                    (&to as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(
+                n,
+                d.len() as isize,
+                "sendto: {}",
+                std::io::Error::last_os_error()
+            );
+            bytes += d.len() as u64;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: fd is ours and open.
+    unsafe { libc::close(fd) };
+    bytes
+}
+
+fn start_bytes(session: u64, cookie: u64, nonce: u64) -> Vec<u8> {
+    wire::encode_start(&wire::Start {
+        header: wire::Header {
+            session,
+            ..Default::default()
+        },
+        nonce,
+        cookie,
+        direction: wire::Direction::ServerToClient,
+        request: wire::StreamRequest {
+            buffer_size: 1000,
+            amount: wire::Amount::Bytes(100_000_000),
+            rate_bps: 0,
+            flags: 0,
+            batch: 32,
+        },
+        answer_wait_ns: 0,
+        tag: [0; wire::TAG_LEN],
+    })
+    .to_vec()
+}
+
+#[test]
+fn a_spoofer_can_never_aim_a_stream_at_its_victim() {
+    require_root_and_ip();
+    // The victim is the client namespace; the attacker hangs off the router
+    // on a third link, and the router does not filter forged sources.
+    let net = routed("spf", 94, false);
+    let attacker = common::netns::Netns::new("spfatk");
+    common::netns::veth_pair(&net.router, "10.94.3.1/24", &attacker, "10.94.3.2/24");
+    attacker.ip(&["route", "add", "default", "via", "10.94.3.1"]);
+    let server = Server::start_in(&net.server, "0.0.0.0:0", &[]);
+    let server_addr = SocketAddrV4::new(net.server_ip.parse().unwrap(), server.port());
+    let victim_ip: Ipv4Addr = net.client_ip.parse().unwrap();
+    // What reaches the victim from the server: all of it, and Data
+    // (magic NSPD, kind 0) alone. And what the attacker sends.
+    let sip = &net.server_ip;
+    let vip = &net.client_ip;
+    for (table, rule) in [
+        (
+            "tovictim",
+            format!(
+                "ip saddr {sip} ip daddr {vip} udp sport {} counter",
+                server.port()
+            ),
+        ),
+        (
+            "datatovictim",
+            format!("ip saddr {sip} ip daddr {vip} @th,64,32 0x4e535044 @th,104,8 0 counter"),
+        ),
+        (
+            "fromattacker",
+            format!(
+                "ip saddr {vip} ip daddr {sip} iifname != \"{}\" counter",
+                net.client_link.1
+            ),
+        ),
+    ] {
+        nft_apply(
+            &net.router,
+            &format!(
+                "table ip {table} {{\n  chain c {{\n    type filter hook forward priority -10; policy accept;\n    {rule}\n  }}\n}}\n"
+            ),
+        );
+    }
+
+    // The victim's real opening, as an attacker on its link would capture
+    // it: a Hello, its HelloAck's cookie, and a Start echoing it. Its
+    // socket then closes without a Feedback.
+    let victim_port = 40_000;
+    let (hello, start) = common::impair::spawn_in(&net.client, move || {
+        let socket = UdpSocket::bind((victim_ip, victim_port)).expect("victim socket");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let session = 0x5106_0000_0000_0001;
+        let hello = wire::encode_hello(&wire::Hello {
+            header: wire::Header {
+                session,
+                ..Default::default()
+            },
+            nonce: 7,
+        })
+        .to_vec();
+        socket.send_to(&hello, server_addr).unwrap();
+        let mut buf = [0u8; 512];
+        let n = socket.recv(&mut buf).expect("a HelloAck");
+        let Ok(wire::Message::HelloAck(ack)) = wire::decode(&buf[..n]) else {
+            panic!("not a HelloAck")
+        };
+        assert_ne!(ack.cookie, 0);
+        let start = start_bytes(session, ack.cookie, 8);
+        socket.send_to(&start, server_addr).unwrap();
+        let n = socket.recv(&mut buf).expect("a StartAck");
+        let Ok(wire::Message::StartAck(ack)) = wire::decode(&buf[..n]) else {
+            panic!("not a StartAck")
+        };
+        assert_eq!(ack.status, wire::START_OK);
+        (hello, start)
+    })
+    .join()
+    .expect("the victim's opening");
+    let before_attack = nft_counter(&net.router, "ip", "tovictim");
+
+    // The attack, every datagram with the victim's address: Hellos and
+    // cookie-less Starts with fresh sessions, the captured opening
+    // replayed, and Feedback guessing the stream nonce.
+    let victim = SocketAddrV4::new(victim_ip, victim_port);
+    let mut datagrams = Vec::new();
+    for i in 0..100u64 {
+        let hello = wire::encode_hello(&wire::Hello {
+            header: wire::Header {
+                session: 0x4000 + i,
+                ..Default::default()
+            },
+            nonce: i,
+        });
+        datagrams.push(forged(victim, server_addr, &hello));
+        datagrams.push(forged(victim, server_addr, &start_bytes(0x8000 + i, 0, i)));
+        datagrams.push(forged(
+            victim,
+            server_addr,
+            &start_bytes(0x8000 + i, i * 7919 + 1, i),
+        ));
+        let fb = wire::encode_feedback(&wire::Feedback {
+            header: wire::Header {
+                session: 0x5106_0000_0000_0001,
+                ..Default::default()
+            },
+            stream_nonce: i * 104_729 + 3,
+            ..Default::default()
+        });
+        datagrams.push(forged(victim, server_addr, &fb));
+    }
+    datagrams.push(forged(victim, server_addr, &hello));
+    datagrams.push(forged(victim, server_addr, &start));
+    let attacker_bytes =
+        common::impair::spawn_in(&attacker, move || send_raw(server_addr, &datagrams, 5))
+            .join()
+            .expect("the attack");
+    // Past the server's wait for a first Feedback (2 s): any stream that
+    // could start would have.
+    std::thread::sleep(Duration::from_millis(2500));
+    let sent_by_attacker = nft_counter(&net.router, "ip", "fromattacker");
+    let to_victim = nft_counter(&net.router, "ip", "tovictim");
+    let data_to_victim = nft_counter(&net.router, "ip", "datatovictim");
+    assert_eq!(
+        sent_by_attacker.1, attacker_bytes,
+        "the router saw the whole attack"
+    );
+    let answered = to_victim.1 - before_attack.1;
+    assert!(
+        answered > 0,
+        "the server did answer the forged requests (to the victim)"
+    );
+    assert!(
+        answered <= attacker_bytes,
+        "the victim received {answered} bytes for the attacker's {attacker_bytes}"
+    );
+    assert_eq!(
+        data_to_victim.0, 0,
+        "not one Data datagram reached the victim"
+    );
+    let done = server.find("stream_done", |v| v["event"] == "stream_done");
+    assert_eq!(done["reason"], "never_confirmed", "{done}");
+    assert_eq!(u(&done, "sent_packets"), 0, "{done}");
     server.stop();
 }
