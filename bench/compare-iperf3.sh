@@ -16,6 +16,10 @@
 #                      variant is its own row, e.g. netspeed[gso]; flags
 #                      after "|" go to udp_server, e.g.
 #                      "epoll: |--method epoll;threads2: |--threads 2"
+#   REVERSE            1 (default) adds the download direction: "iperf3 -R"
+#                      (iperf3 -u -b 0 -R) and "netspeed -R" (udp_client
+#                      -R) rows, the server sending; ratios of -R rows are
+#                      against "iperf3 -R". 0: upload rows only.
 #   GSRO_SIZES         sizes for the extra "iperf3 --gsro" rows, only if this
 #                      iperf3 knows --gsro             (default "64 1460")
 #   CEILING            1 (default) adds a "ceiling" row per size: `sockbench
@@ -37,6 +41,7 @@ IPERF3=${IPERF3:-iperf3}
 NETSPEED_VARIANTS=${NETSPEED_VARIANTS:-"default: ;plain:--plain-send;mmsg:--no-gso"}
 CEILING=${CEILING:-1}
 GSRO_SIZES=${GSRO_SIZES:-"64 1460"}
+REVERSE=${REVERSE:-1}
 HOST=127.0.0.1
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,11 +57,12 @@ die() { log "error: $*"; exit 1; }
 # The exact command line, with every knob spelled out, for the report.
 shq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 CMDLINE="SIZES=$(shq "$SIZES") REPS=$REPS SECS=$SECS IPERF3=$(shq "$IPERF3")"
-CMDLINE+=" NETSPEED_VARIANTS=$(shq "$NETSPEED_VARIANTS") CEILING=$CEILING bash bench/compare-iperf3.sh"
+CMDLINE+=" NETSPEED_VARIANTS=$(shq "$NETSPEED_VARIANTS") CEILING=$CEILING REVERSE=$REVERSE bash bench/compare-iperf3.sh"
 
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive integer, got '$REPS'"
 [[ $SECS =~ ^[1-9][0-9]*$ ]] || die "SECS must be a positive integer, got '$SECS'"
 [[ $CEILING == 0 || $CEILING == 1 ]] || die "CEILING must be 0 or 1, got '$CEILING'"
+[[ $REVERSE == 0 || $REVERSE == 1 ]] || die "REVERSE must be 0 or 1, got '$REVERSE'"
 read -r -a SIZE_LIST <<<"$SIZES"
 ((${#SIZE_LIST[@]} > 0)) || die "SIZES is empty"
 for s in "${SIZE_LIST[@]}"; do
@@ -230,8 +236,33 @@ def iperf(path, errpath, size, label, rep, rc):
         return row(size, label, rep, False, note="iperf3 JSON has no end.sum_received/end.sum")
     row(size, label, rep, True, gbps, rx_pkts / secs / 1e6, loss, note)
 
-def netspeed(path, errpath, size, label, rep, rc, flagged):
+def cpu_per_gb(side):
+    c = (side or {}).get("cpu") if isinstance(side, dict) else None
+    v = c.get("seconds_per_gb") if isinstance(c, dict) else None
+    return "" if v is None else repr(float(v))
+
+def netspeed(path, errpath, size, label, rep, rc, flagged, cpufile):
     rc, flagged = int(rc), flagged == "1"
+    if rc == 0:
+        # CPU per GB at each end, for the upload-against-reverse table.
+        d = load_json(path)
+        streams = d.get("streams") if isinstance(d, dict) else None
+        if isinstance(streams, list) and streams:
+            st = streams[-1]
+            with open(cpufile, "a") as f:
+                f.write("\t".join([size, label, rep, cpu_per_gb(st.get("sender")),
+                                   cpu_per_gb(st.get("receiver"))]) + "\n")
+        if isinstance(d, dict) and isinstance(d.get("downloads"), list):
+            # -R: the receiver is this client, the sender the server.
+            st = next((x for x in streams or [] if x.get("direction") == "server_to_client"), None)
+            rcv = (st or {}).get("receiver")
+            if not isinstance(rcv, dict) or rcv.get("gbps") is None:
+                return row(size, label, rep, False, note="no receiver figures in the -R report")
+            secs = float(rcv["seconds"])
+            sent = int(st["sender"]["packets"])
+            mpps = int(rcv["packets"]) / secs / 1e6 if secs > 0 else None
+            loss = 100.0 * int(rcv.get("lost_packets", 0)) / sent if sent > 0 else None
+            return row(size, label, rep, True, float(rcv["gbps"]), mpps, loss)
     if rc != 0:
         if rc in (124, 137):
             why = "timeout"
@@ -275,6 +306,34 @@ def ceiling(path, errpath, size, label, rep, rc, memfile):
         f.write("%r\n" % float(d["memcpy_gbps"]))
     row(size, label, rep, True, r["gbps"], r["mpps"], 100.0 * (1.0 - float(r["delivered"])))
 
+def cputable(tsv, sizes):
+    cells, order = {}, []
+    try:
+        lines = open(tsv).read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        p = line.split("\t")
+        if len(p) < 5:
+            continue
+        key = (p[0], p[1])
+        if key not in cells:
+            cells[key] = []
+            order.append(key)
+        cells[key].append(p)
+    if not cells:
+        return
+    med = lambda xs: ("%.3f" % statistics.median(xs)) if xs else "n/a"
+    print()
+    print("CPU-seconds per GB moved, at each end (median; the sending threads and the receive threads, as the reports give them):")
+    print()
+    print("| size (B) | tool | sender CPU-s/GB | receiver CPU-s/GB |")
+    print("|---:|:---|---:|---:|")
+    for size in sizes.split():
+        for key in [k for k in order if k[0] == size]:
+            col = lambda i: [float(r[i]) for r in cells[key] if r[i] != ""]
+            print("| %s | %s | %s | %s |" % (size, key[1], med(col(3)), med(col(4))))
+
 def table(tsv, sizes, reps):
     reps = int(reps)
     cells, order = {}, []
@@ -297,11 +356,14 @@ def table(tsv, sizes, reps):
     print("|---:|:---|---:|---:|---:|---:|---:|")
     raw = []
     for size in sizes.split():
-        base = stats((size, "iperf3"))[0] if (size, "iperf3") in cells else None
+        base_up = stats((size, "iperf3"))[0] if (size, "iperf3") in cells else None
+        base_rev = stats((size, "iperf3 -R"))[0] if (size, "iperf3 -R") in cells else None
         top = stats((size, "ceiling"))[0] if (size, "ceiling") in cells else None
         for key in [k for k in order if k[0] == size]:
             g, m, l, nok, n, notes = stats(key)
             label = key[1]
+            # A download row is compared with iperf3's download.
+            base = base_rev if label.endswith(" -R") else base_up
             cs = "%.0f %%" % (100.0 * g / top) if (g is not None and top) else "n/a"
             if g is None:
                 why = "; ".join(notes) or "failed"
@@ -310,7 +372,7 @@ def table(tsv, sizes, reps):
                 gs = "%.3f" % g + ("" if nok == n else " (%d/%d runs ok)" % (nok, n))
                 ms = "%.3f" % m if m is not None else "n/a"
                 ls = "%.2f" % l if l is not None else "n/a"
-                if label == "iperf3":
+                if label in ("iperf3", "iperf3 -R"):
                     rs = "1.00 (baseline)"
                 elif label == "ceiling":
                     rs = "%.2f" % (g / base) if base else "n/a"
@@ -330,7 +392,7 @@ def table(tsv, sizes, reps):
 sys_host = "127.0.0.1"
 cmd, args = sys.argv[1], sys.argv[2:]
 {"freeport": freeport, "port": port, "iperf": iperf,
- "netspeed": netspeed, "ceiling": ceiling, "table": table}[cmd](*args)
+ "netspeed": netspeed, "ceiling": ceiling, "table": table, "cputable": cputable}[cmd](*args)
 PYEOF
 )
 py() { python3 -c "$PY" "$@"; }
@@ -396,6 +458,8 @@ done
 
 RESULTS=$WORK/results.tsv
 : >"$RESULTS"
+CPUS=$WORK/cpu.tsv
+: >"$CPUS"
 LIMIT=$((SECS + 30)) # hard bound for any single server / client
 
 # Wait until TCP PORT listens (iperf3 control socket) or PID dies; 10 s max.
@@ -413,10 +477,13 @@ wait_tcp_listen() {
     return 1
 }
 
-# run_iperf SIZE LABEL REP [extra iperf3 flags...]
+# run_iperf SIZE LABEL REP CLIENT_ONLY [extra iperf3 flags...]: CLIENT_ONLY
+# (e.g. "-R") goes to the client alone, the rest to both ends.
 run_iperf() {
     local size=$1 label=$2 rep=$3
-    shift 3
+    local -a client_only=()
+    read -r -a client_only <<<"$4"
+    shift 4
     local port spid rc=0 out=$WORK/iperf-c.json err=$WORK/iperf-c.err
     port=$(py freeport)
     timeout -k 5 "$LIMIT" "$IPERF3" -s -1 -B "$HOST" -p "$port" "$@" \
@@ -437,7 +504,8 @@ run_iperf() {
             "iperf3 server did not start: $(head -c 100 "$WORK/iperf-s.log" | tr '\n\t' '  ')" >>"$RESULTS"
         return 0
     fi
-    run_bounded "$out" "$err" "$IPERF3" -c "$HOST" -p "$port" -u -b 0 -l "$size" -t "$SECS" -J "$@"
+    run_bounded "$out" "$err" "$IPERF3" -c "$HOST" -p "$port" -u -b 0 -l "$size" -t "$SECS" -J \
+        ${client_only[@]+"${client_only[@]}"} "$@"
     rc=$RC
     stop_proc "$spid"
     py iperf "$out" "$err" "$size" "$label" "$rep" "$rc" >>"$RESULTS"
@@ -474,7 +542,7 @@ run_netspeed() {
         --json --quiet ${extra[@]+"${extra[@]}"}
     rc=$RC
     stop_proc "$spid"
-    py netspeed "$out" "$err" "$size" "$label" "$rep" "$rc" "$flagged" >>"$RESULTS"
+    py netspeed "$out" "$err" "$size" "$label" "$rep" "$rc" "$flagged" "$CPUS" >>"$RESULTS"
     if ((rc != 0)); then return 3; fi
     return 0
 }
@@ -500,10 +568,16 @@ for size in "${SIZE_LIST[@]}"; do
     # Reps are interleaved (iperf3, netspeed, iperf3, ...) so drift hits both.
     for ((rep = 1; rep <= REPS; rep++)); do
         log "size $size, run $rep/$REPS: iperf3"
-        run_iperf "$size" "iperf3" "$rep"
+        run_iperf "$size" "iperf3" "$rep" ""
         if ((do_gsro)); then
             log "size $size, run $rep/$REPS: iperf3 --gsro"
-            run_iperf "$size" "iperf3 --gsro" "$rep" --gsro
+            run_iperf "$size" "iperf3 --gsro" "$rep" "" --gsro
+        fi
+        if ((REVERSE)); then
+            log "size $size, run $rep/$REPS: iperf3 -R"
+            run_iperf "$size" "iperf3 -R" "$rep" "-R"
+            log "size $size, run $rep/$REPS: netspeed -R"
+            run_netspeed "$size" "netspeed -R" "$rep" "-R" "" || true
         fi
         if ((CEILING)); then
             log "size $size, run $rep/$REPS: ceiling"
@@ -557,5 +631,10 @@ NS_VERSION=$(awk -F'"' '/^version *=/ {print $2; exit}' Cargo.toml 2>/dev/null |
     fi
     echo "- total bench time: ${ELAPSED}s"
     echo
+    if ((REVERSE)); then
+        echo "- reverse rows: \`iperf3 -c ... -u -b 0 -l SIZE -t ${SECS} -J -R\` (the iperf3 server sends) and \`udp_client ... -R\` (udp_server sends, the client counts); both receivers are the client, and -R ratios are against iperf3 -R"
+    fi
+    echo
     py table "$RESULTS" "$SIZES" "$REPS"
+    py cputable "$CPUS" "$SIZES"
 }
