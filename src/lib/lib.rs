@@ -26,12 +26,19 @@
 //! - **Roles**, which compute and return report structs or send typed
 //!   events to a sink; they never print and never exit:
 //!   - [`server`]: bind, receive with the meter's `--method` loops,
-//!     count per peer ([`server::peers`]); send reverse streams
+//!     count per peer ([`server::peers`], split by concern:
+//!     `server/peers/admission.rs` slots and answers,
+//!     `server/peers/peer.rs` one peer's figures,
+//!     `server/peers/exchange.rs` the Hello/End exchange,
+//!     `server/peers/expiry.rs` time, `server/peers/report.rs` reports,
+//!     with its unit tests in `server/peers/tests.rs`); send reverse streams
 //!     ([`server::stream`]) for the sessions that proved their address
 //!     ([`server::reverse`]: Start to EndAck, bounded);
 //!     what `--metrics` exposes ([`server::metrics`]);
-//!   - [`client`]: send an exact volume with the meter's send path, ask
-//!     for the server's count; ask for a reverse stream
+//!   - [`client`]: send an exact volume with the meter's send path
+//!     (`client/sender.rs`), ask for the server's count
+//!     (`client/exchange.rs`), sum the clients' reports
+//!     (`client/summary.rs` into `client/report.rs`); ask for a reverse stream
 //!     ([`client::start`]); say why
 //!     a run was not faster ([`client::verdict`]); search for the highest
 //!     rate the path carries ([`client::limit`]);

@@ -94,7 +94,7 @@ impl SendTiming {
     }
 
     /// A send call that returned at `at`, having sent this much.
-    fn call(&mut self, at: Instant, packets: u64, bytes: u64) {
+    pub fn call(&mut self, at: Instant, packets: u64, bytes: u64) {
         if self.first_call.is_none() {
             self.first_call = Some(at);
             self.first_packets = packets;

@@ -1,0 +1,263 @@
+//! A run's totals from its clients' reports: the receiver side over
+//! several sessions of one server (sums, and rates and drops over the
+//! union of their spans), the server's CPU, the notes and the verdict.
+
+use super::*;
+
+/// The receiver side of one or more sessions of one server, from its
+/// answers and what each session sent: sums, and rates and drops over the
+/// union of their spans (the answers' times share the server's clock).
+pub(super) fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
+    let mut v = ServerView::default();
+    let mut sent = 0;
+    for &(a, sent_packets) in answers {
+        sent += sent_packets;
+        v.received_packets += a.received_packets;
+        v.received_bytes += a.received_bytes;
+        v.lost_packets += a.lost;
+        v.duplicates += a.duplicates;
+        v.reordered += a.reordered;
+        v.uncertain += a.uncertain;
+        v.late += a.late;
+        v.unexpected += a.unexpected;
+        v.jitter_ms = v.jitter_ms.max(a.jitter_ns as f64 / 1e6);
+        v.gro_buffers += a.gro_buffers;
+        v.truncated += a.truncated;
+        v.idle_finished |= a.flags & wire::ACK_IDLE_FINISHED != 0;
+        v.transit_discarded += a.transit_discarded;
+        v.disputed |= a.flags & wire::ACK_CONFLICT != 0;
+    }
+    let fewest: u64 = answers.iter().map(|(a, _)| a.lost_fewest).sum();
+    v.lost_fewest = (fewest != v.lost_packets).then_some(fewest);
+    v.loss_percent = percent(v.lost_packets, sent);
+    // Rates: what arrived after the earliest first arrival, over the span
+    // from it to the latest arrival.
+    let with_data: Vec<&EndAck> = answers
+        .iter()
+        .map(|(a, _)| *a)
+        .filter(|a| a.received_packets > 0)
+        .collect();
+    if let (Some(first), Some(last)) = (
+        with_data.iter().map(|a| a.first_arrival_ns).min(),
+        with_data.iter().map(|a| a.last_arrival_ns).max(),
+    ) {
+        let at_first: u64 = with_data
+            .iter()
+            .filter(|a| a.first_arrival_ns == first)
+            .map(|a| a.first_arrival_bytes)
+            .sum();
+        let span = Duration::from_nanos(last.saturating_sub(first));
+        v.seconds = span.as_secs_f64();
+        v.gbps = stats::rate_gbps(v.received_bytes.saturating_sub(at_first), span);
+    }
+    // Kernel drops: per receive socket, the counter's growth over the union
+    // of the sessions' spans on it, then summed over sockets.
+    let mut sockets: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut known = true;
+    let mut shared = answers.len() > 1;
+    for (a, _) in answers {
+        if a.drops_start == wire::UNKNOWN || a.drops_end == wire::UNKNOWN {
+            known = false;
+            continue;
+        }
+        shared |= a.flags & wire::ACK_DROPS_SHARED != 0;
+        let entry = sockets
+            .entry(a.drop_socket)
+            .or_insert((a.drops_start, a.drops_end));
+        entry.0 = entry.0.min(a.drops_start);
+        entry.1 = entry.1.max(a.drops_end);
+    }
+    v.cpu = server_cpu(answers, v.received_bytes);
+    let drops = (known && !sockets.is_empty())
+        .then(|| sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum());
+    v.drops = KernelDrops::new(drops, shared, v.gro_buffers > 0);
+    v
+}
+
+/// The server's receive CPU over the answered sessions: one session's own
+/// split, or the total from the earliest start to the latest end of
+/// several (the counter runs from the server's start, so overlapping
+/// sessions are not counted twice).
+pub(super) fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCost> {
+    let known = |a: &EndAck| {
+        [a.cpu_user_ns, a.cpu_system_ns, a.cpu_start_ns]
+            .iter()
+            .all(|&x| x != wire::UNKNOWN)
+    };
+    if answers.is_empty() || !answers.iter().all(|(a, _)| known(a)) {
+        return None;
+    }
+    let span =
+        |a: &EndAck| Duration::from_nanos(a.last_arrival_ns.saturating_sub(a.first_arrival_ns));
+    if let [(a, _)] = answers {
+        let cpu = CpuTime {
+            user: Duration::from_nanos(a.cpu_user_ns),
+            system: Duration::from_nanos(a.cpu_system_ns),
+        };
+        return Some(CpuCost::of(cpu, span(a), bytes));
+    }
+    let start = answers.iter().map(|(a, _)| a.cpu_start_ns).min()?;
+    let end = answers
+        .iter()
+        .map(|(a, _)| a.cpu_start_ns + a.cpu_user_ns + a.cpu_system_ns)
+        .max()?;
+    let first = answers.iter().map(|(a, _)| a.first_arrival_ns).min()?;
+    let last = answers.iter().map(|(a, _)| a.last_arrival_ns).max()?;
+    Some(CpuCost::of_total(
+        Duration::from_nanos(end.saturating_sub(start)),
+        Duration::from_nanos(last.saturating_sub(first)),
+        bytes,
+    ))
+}
+
+pub(super) fn summarise(
+    cfg: &ClientConfig,
+    clients: Vec<ClientReport>,
+    started: SystemTime,
+) -> RunReport {
+    let sent_packets = clients.iter().map(|c| c.sent_packets).sum();
+    let sent_bytes: u64 = clients.iter().map(|c| c.sent_bytes).sum();
+    // Sender side: what the calls after the earliest first call sent, from
+    // it to the latest last call.
+    let first = clients.iter().filter_map(|c| c.timing.first_call).min();
+    let last = clients
+        .iter()
+        .filter(|c| c.timing.first_call.is_some())
+        .map(|c| c.timing.last_call)
+        .max();
+    let (span, at_first) = match (first, last) {
+        (Some(a), Some(b)) => (
+            b.saturating_duration_since(a),
+            clients
+                .iter()
+                .filter(|c| c.timing.first_call == Some(a))
+                .map(|c| c.timing.first_bytes)
+                .sum(),
+        ),
+        _ => (Duration::ZERO, 0),
+    };
+    let answered: Vec<(&EndAck, u64)> = clients
+        .iter()
+        .filter_map(|c| c.ack.as_ref().map(|a| (a, c.sent_packets)))
+        .collect();
+    let server = (!answered.is_empty()).then(|| server_view(&answered));
+    let mut notes = Vec::new();
+    let untagged: u64 = clients.iter().map(|c| c.untagged_packets).sum();
+    if untagged > 0 {
+        notes.push(format!(
+            "{untagged} datagrams were shorter than the {}-byte header: the server counts them, but cannot check them for duplication or reordering",
+            wire::HEADER_LEN
+        ));
+    }
+    let count = |answer: Answer| clients.iter().filter(|c| c.answer == answer).count();
+    let n = clients.len();
+    let gone = count(Answer::ServerGone);
+    if gone > 0 {
+        notes.push(format!(
+            "{} answered 'port unreachable' while {gone} of {n} clients were sending: the server went away (or never listened); only sender-side figures are known for them, up to that point",
+            cfg.server
+        ));
+    }
+    let silent = count(Answer::NoAnswer);
+    if silent > 0 {
+        let key = if cfg.psk.is_some() {
+            "; with --psk, also a server with another key, which ignores the End"
+        } else {
+            ""
+        };
+        notes.push(format!(
+            "no end-of-test answer from {} for {silent} of {n} clients within {:.1} s: only sender-side figures are known for them (the server stopped, a firewall, or every answer lost; raise --end-timeout on a lossy path{key})",
+            cfg.server,
+            cfg.end_timeout.as_secs_f64()
+        ));
+    }
+    let forgotten = count(Answer::NoRecord);
+    if forgotten > 0 {
+        notes.push(format!(
+            "the server had no record of {forgotten} of {n} sessions when their End came (it restarted, or forgot them under a flood of sessions): their receiver side is unknown"
+        ));
+    }
+    if count(Answer::NotAsked) > 0 {
+        notes.push(
+            "--no-server: the receiver was not asked what arrived; these are sender-side figures only".into(),
+        );
+    }
+    if let Some(v) = &server {
+        notes.extend(server_notes(v));
+    }
+    let answered_count = count(Answer::Answered);
+    let limited_by = verdict::judge(&verdict::Facts {
+        offered_bps: cfg.rate_bps.map(|r| r.saturating_mul(n as u64)),
+        // Paced, each client holds its share from its own start.
+        sent_bps: if cfg.rate_bps.is_some() {
+            verdict::summed_client_bps(&clients)
+        } else {
+            stats::rate_gbps(sent_bytes.saturating_sub(at_first), span).map(|g| g * 1e9)
+        },
+        seconds: span.as_secs_f64(),
+        sender_cpu_percent: verdict::busiest_sender_percent(&clients),
+        enobufs_retries: clients.iter().map(|c| c.enobufs_retries).sum(),
+        backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
+        clients: n,
+        gso: clients.iter().any(|c| c.send_path.gso_segments.is_some()),
+        local: cfg.local,
+        receiver: server.as_ref().map(verdict::ReceiverFacts::of),
+    });
+    RunReport {
+        version: env!("CARGO_PKG_VERSION"),
+        start: humantime::format_rfc3339_millis(started).to_string(),
+        host: Host::this(),
+        settings: Settings::of(cfg),
+        server_addr: cfg.server.to_string(),
+        buffer_size: cfg.buffer_size,
+        connected: cfg.connected,
+        rate_bps: cfg.rate_bps,
+        sent_packets,
+        sent_bytes,
+        seconds: span.as_secs_f64(),
+        gbps: stats::rate_gbps(sent_bytes.saturating_sub(at_first), span),
+        enobufs_retries: clients.iter().map(|c| c.enobufs_retries).sum(),
+        backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
+        cpu: clients
+            .iter()
+            .map(|c| c.cpu_used)
+            .collect::<Option<Vec<CpuTime>>>()
+            .map(|all| {
+                let total = all.iter().fold(CpuTime::default(), |a, b| a.plus(*b));
+                let wall = clients
+                    .iter()
+                    .map(|c| c.loop_time)
+                    .max()
+                    .unwrap_or_default();
+                CpuCost::of(total, wall, sent_bytes)
+            }),
+        server,
+        clients_answered: answered_count,
+        complete: answered_count + count(Answer::NotAsked) == n,
+        clients,
+        notes,
+        limited_by,
+    }
+}
+
+/// What the server's answer says about its own figures: where they stop
+/// short, what they leave out, and whether they can be trusted.
+pub(super) fn server_notes(v: &ServerView) -> impl Iterator<Item = String> {
+    let ServerView {
+        idle_finished,
+        late,
+        unexpected,
+        disputed,
+        truncated,
+        ..
+    } = *v;
+    [
+        (idle_finished, "the server had already finished a session as idle (no datagram for its --idle-timeout) when the End arrived: its figures stop there; raise the server's --idle-timeout for slow senders".to_string()),
+        (late > 0, format!("{late} datagrams reached the server after it had finished the session: they are not in its figures (raise the server's --end-grace on a path that delays datagrams this much)")),
+        (unexpected > 0, format!("the server received {unexpected} datagrams for this session with sequence numbers it never sent: forged, or from another sender")),
+        (disputed, "DISPUTED: the server received another End for this session (with other totals), or data after the End that its total does not cover: a forged End, or a confused sender; these figures cannot be trusted (--psk on both ends makes Ends unforgeable)".to_string()),
+        (truncated > 0, format!("the server's kernel cut {truncated} buffers short (MSG_TRUNC): their datagrams count as lost")),
+    ]
+    .into_iter()
+    .filter_map(|(due, note)| due.then_some(note))
+}

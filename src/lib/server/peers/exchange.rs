@@ -1,0 +1,344 @@
+//! The Hello/End exchange and the data of a session: counting a data
+//! datagram, late data and disputes, answering a Hello, taking an End
+//! into its grace period, and finalising a session with one answer and
+//! one summary from the same figures.
+
+use super::*;
+
+impl PeerTable {
+    pub(super) fn on_data(
+        &mut self,
+        len: usize,
+        header: wire::Header,
+        addr: SocketAddr,
+        at: At,
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        let key = (addr, header.session);
+        let Some(slot) = self.session_slot(key, at.now, meta.socket, false, replies) else {
+            self.overflow(len, meta.socket);
+            return;
+        };
+        // After an End, a sequence number at or beyond its total says the
+        // End was not this sender's last word.
+        let beyond = self
+            .tagged
+            .get(slot)
+            .tagged
+            .as_ref()
+            .and_then(|t| t.declared)
+            .is_some_and(|end| header.seq >= end.sent_packets);
+        if beyond {
+            self.conflict(slot, CONFLICT_DATA, None, Some(header.seq));
+        }
+        if self.tagged.get(slot).is_finished() {
+            self.late(slot, len, at.now);
+            return;
+        }
+        let peer = self.tagged.get_mut(slot);
+        peer.seen(at.now, meta.drops, meta.cpu);
+        if meta.coalesced_first {
+            peer.gro_buffers += 1;
+        }
+        if meta.truncated {
+            peer.truncated += 1;
+        }
+        let t = peer.tagged.as_mut().expect("sessions are tagged");
+        match t.seq.record(header.seq) {
+            Arrival::Duplicate | Arrival::Uncertain => return,
+            Arrival::Implausible => {
+                // Counted as unexpected; it says nothing about timing.
+                peer.count(len, at.now);
+                return;
+            }
+            Arrival::New { .. } => {}
+        }
+        if at.jitter {
+            t.jitter.record(header.send_time_ns, at.ns);
+        }
+        peer.count(len, at.now);
+    }
+
+    /// A datagram for session `slot`, which is finished.
+    pub(super) fn late(&mut self, slot: usize, len: usize, now: Instant) {
+        let peer = self.tagged.get_mut(slot);
+        let socket = peer.socket;
+        if let State::Finished(f) = &mut peer.state {
+            f.late.add(Amount {
+                packets: 1,
+                bytes: len as u64,
+                wire: 0,
+            });
+            f.last_late = Some(now);
+        }
+        self.totals.late_packets += 1;
+        self.totals.late_bytes += len as u64;
+        // Its datagrams share the socket with whoever is on it now.
+        self.join(socket);
+    }
+
+    /// Marks session `slot` as disputed (once), and reports it.
+    pub(super) fn conflict(
+        &mut self,
+        slot: usize,
+        why: &'static str,
+        other: Option<&End>,
+        seq: Option<u64>,
+    ) {
+        let peer = self.tagged.get_mut(slot);
+        let t = peer.tagged.as_mut().expect("sessions are tagged");
+        if t.conflict.is_some() {
+            return;
+        }
+        t.conflict = Some(why);
+        let declared = t.declared.expect("a conflict needs an End");
+        let report = ConflictReport {
+            peer: peer.addr.to_string(),
+            session: format!("{:016x}", t.session),
+            conflict: why,
+            sent_packets: declared.sent_packets,
+            sent_bytes: declared.sent_bytes,
+            other_sent_packets: other.map(|e| e.sent_packets),
+            other_sent_bytes: other.map(|e| e.sent_bytes),
+            seq,
+        };
+        self.totals.conflicts += 1;
+        self.queued.push(Event::Conflict(report));
+        self.attention = true;
+    }
+
+    pub(super) fn on_hello(
+        &mut self,
+        hello: Hello,
+        addr: SocketAddr,
+        from: SocketAddr,
+        now: Instant,
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        let key = (addr, hello.header.session);
+        let slot = self.control_slot(key, now, meta.socket, true, replies);
+        if let Some(slot) = slot {
+            let peer = self.tagged.get_mut(slot);
+            if !peer.is_finished() {
+                peer.seen(now, meta.drops, meta.cpu);
+            }
+        }
+        if !self.limiter.allow(addr.ip(), now) {
+            self.totals.answers_limited += 1;
+            return;
+        }
+        let mut flags = 0;
+        if self.cfg.gro {
+            flags |= wire::ACK_GRO;
+        }
+        if self.cfg.psk.is_some() {
+            flags |= wire::ACK_AUTH;
+        }
+        if slot.is_none() {
+            // Say so, rather than leave the client to conclude that no
+            // server is there.
+            flags |= wire::ACK_BUSY;
+        }
+        let ack = HelloAck {
+            session: hello.header.session,
+            nonce: hello.nonce,
+            flags,
+            end_grace_ns: self.cfg.end_grace.as_nanos() as u64,
+            recv_buffer: self.cfg.recv_buffer,
+            cookie: self.reverse.cookie(addr, hello.header.session, now),
+        };
+        replies.push(Reply {
+            bytes: ReplyBytes::Hello(wire::encode_hello_ack(&ack)),
+            to: from,
+            from: meta.local,
+            socket: meta.socket,
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_end(
+        &mut self,
+        end: End,
+        raw: &[u8],
+        addr: SocketAddr,
+        from: SocketAddr,
+        now: Instant,
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        if let Some(psk) = &self.cfg.psk {
+            if !wire::verify_tag(raw, psk) {
+                // Not from a client that knows the key: it changes nothing.
+                self.totals.ends_rejected += 1;
+                return;
+            }
+        }
+        let key = (addr, end.header.session);
+        let known = self.tagged.find(&key).is_some();
+        let Some(slot) = self.control_slot(key, now, meta.socket, false, replies) else {
+            return;
+        };
+        if !known {
+            // No Hello and no data came first: the server never saw this
+            // session start (or forgot it), so its figures are not the
+            // session's.
+            self.tagged
+                .get_mut(slot)
+                .tagged
+                .as_mut()
+                .expect("tagged")
+                .unknown_start = true;
+        }
+        let reply = ReplyTo {
+            to: from,
+            local: meta.local,
+            socket: meta.socket,
+            nonce: end.nonce,
+        };
+        let declared = self
+            .tagged
+            .get(slot)
+            .tagged
+            .as_ref()
+            .and_then(|t| t.declared);
+        match declared {
+            Some(first)
+                if (first.sent_packets, first.sent_bytes) != (end.sent_packets, end.sent_bytes) =>
+            {
+                self.conflict(slot, CONFLICT_ENDS, Some(&end), None);
+            }
+            _ => {}
+        }
+        if self.tagged.get(slot).is_finished() {
+            // A retry: answer from the record, which no longer changes. It
+            // shares the socket with whoever is on it now.
+            self.join(meta.socket);
+            let t = self.tagged.get_mut(slot).tagged.as_mut().expect("tagged");
+            if t.declared.is_none() {
+                // Finished as idle before its End came: now its totals are
+                // known, the figures are fixed, and the record is kept as
+                // long as this client will ask.
+                t.declared = Some(end);
+                t.freeze();
+                self.extend_record(slot, now);
+            }
+            self.answer(slot, reply, now, replies);
+            return;
+        }
+        let grace = self.cfg.end_grace;
+        // The grace period runs from when the End is read, not from when it
+        // arrived: a receive thread that lags behind must not cut it short.
+        let grace_from = meta.processed.max(now);
+        let peer = self.tagged.get_mut(slot);
+        peer.seen(now, meta.drops, meta.cpu);
+        match &mut peer.state {
+            State::Closing { reply: pending, .. } => {
+                // Answered once the grace period is over, to the latest ask.
+                *pending = reply;
+            }
+            _ => {
+                peer.tagged.as_mut().expect("tagged").declared = Some(end);
+                peer.state = State::Closing {
+                    grace_until: grace_from + grace,
+                    reply,
+                };
+                self.attention = true;
+            }
+        }
+    }
+
+    /// Sends session `slot`'s answer, if the rate limit allows.
+    pub(super) fn answer(
+        &mut self,
+        slot: usize,
+        reply: ReplyTo,
+        now: Instant,
+        replies: &mut Vec<Reply>,
+    ) {
+        let ip = canonical(reply.to).ip();
+        if !self.limiter.allow(ip, now) {
+            self.totals.answers_limited += 1;
+            return;
+        }
+        let ack = self
+            .tagged
+            .get(slot)
+            .answer(reply.nonce, self.epoch, &self.flags);
+        let bytes = match &self.cfg.psk {
+            Some(psk) => wire::encode_end_ack_tagged(&ack, psk),
+            None => wire::encode_end_ack(&ack),
+        };
+        replies.push(Reply {
+            bytes: ReplyBytes::End(bytes),
+            to: reply.to,
+            from: reply.local,
+            socket: reply.socket,
+        });
+    }
+
+    /// Writes a session's last interval and summary, answers its End, and
+    /// keeps its record.
+    pub(super) fn finalise(
+        &mut self,
+        key: SessionKey,
+        now: Instant,
+        reason: DoneReason,
+        events: &mut dyn FnMut(Event),
+        replies: &mut Vec<Reply>,
+    ) {
+        let Some(slot) = self.tagged.find(&key) else {
+            return;
+        };
+        // Short datagrams that came from this address before the session
+        // was known belong to it.
+        if let Some(m) = self.untagged.remove(&key.0) {
+            self.end_peer(m.socket);
+            let peer = self.tagged.get_mut(slot);
+            merge(peer, m);
+        }
+        let (reply, socket, proven) = {
+            let peer = self.tagged.get_mut(slot);
+            let reply = match peer.state {
+                State::Closing { reply, .. } => Some(reply),
+                _ => None,
+            };
+            let proven = peer.tagged.as_ref().is_some_and(|t| t.proven);
+            (reply, peer.socket, proven)
+        };
+        let shared = self.tagged.get(slot).shared_now(&self.flags);
+        self.tagged.get_mut(slot).shared = shared;
+        self.write_done(self.tagged.get(slot), reason, events);
+        self.session_ended(key, proven, socket);
+        let keep = self.keep_for(self.tagged.get(slot));
+        self.expiry_ids += 1;
+        let expiry = (now + keep, self.expiry_ids);
+        self.expiry.insert(expiry, key);
+        {
+            let peer = self.tagged.get_mut(slot);
+            peer.state = State::Finished(Finished {
+                at: now,
+                reason,
+                late: Amount::default(),
+                late_reported: 0,
+                last_late: None,
+                late_reported_at: None,
+                expiry,
+            });
+            if let Some(t) = peer.tagged.as_mut() {
+                t.freeze();
+            }
+        }
+        if let Some(reply) = reply {
+            self.answer(slot, reply, now, replies);
+        }
+        while self.records() > self.records_bound() {
+            let Some((_, oldest)) = self.expiry.pop_first() else {
+                break;
+            };
+            self.totals.records_evicted += 1;
+            self.forget(oldest, events);
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Time in the table: when the finalising thread must look next,
+//! interval lines, idle peers and grace periods that ended, records that
+//! may go, and the last summaries when the server stops.
+
+use super::*;
+
+impl PeerTable {
+    /// Whether something arrived since the last call that `expire` should
+    /// handle sooner than its caller's longest nap (see [`Self::next_due`]).
+    pub fn take_attention(&mut self) -> bool {
+        std::mem::take(&mut self.attention)
+    }
+
+    /// The earliest time `expire` has work that cannot wait: `now` while
+    /// events are queued, else the end of the first grace period. Idle
+    /// timeouts and record expiry are not in it: they tolerate a nap.
+    pub fn next_due(&self, now: Instant) -> Option<Instant> {
+        if !self.queued.is_empty() {
+            return Some(now);
+        }
+        self.tagged
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(|peer| match peer.state {
+                State::Closing { grace_until, .. } => Some(grace_until),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Moves a record's expiry later, if its client now says it will ask
+    /// for longer.
+    pub(super) fn extend_record(&mut self, slot: usize, now: Instant) {
+        let keep = self.keep_for(self.tagged.get(slot));
+        let peer = self.tagged.get_mut(slot);
+        let key = (peer.addr, peer.tagged.as_ref().map_or(0, |t| t.session));
+        let State::Finished(f) = &mut peer.state else {
+            return;
+        };
+        if f.expiry.0 < now + keep {
+            self.expiry.remove(&f.expiry);
+            self.expiry_ids += 1;
+            f.expiry = (now + keep, self.expiry_ids);
+            self.expiry.insert(f.expiry, key);
+        }
+    }
+
+    /// How long a finished session's record is kept: as long as its client
+    /// said it would ask, within bounds.
+    pub(super) fn keep_for(&self, peer: &Peer) -> Duration {
+        let asked = peer
+            .tagged
+            .as_ref()
+            .and_then(|t| t.declared)
+            .map_or(Duration::ZERO, |e| Duration::from_nanos(e.answer_wait_ns));
+        asked
+            .max(self.cfg.idle_timeout * 2)
+            .clamp(KEEP_FINISHED_MIN, KEEP_FINISHED_MAX)
+    }
+
+    /// Drops a finished session's record, reporting late datagrams not yet
+    /// reported.
+    pub(super) fn forget(&mut self, key: SessionKey, events: &mut dyn FnMut(Event)) {
+        if let Some(peer) = self.tagged.remove(&key) {
+            if let Some(report) = late_report(&peer) {
+                events(Event::Late(report));
+            }
+        }
+        if self.by_addr.get(&key.0) == Some(&key) {
+            self.by_addr.remove(&key.0);
+        }
+    }
+
+    /// Interval lines for every peer that received something since the last
+    /// tick. Call every `--interval`.
+    /// `cpu_now` is the receive threads' CPU so far, for the lines' CPU.
+    pub fn tick_intervals(
+        &mut self,
+        now: Instant,
+        cpu_now: Option<CpuTime>,
+        events: &mut dyn FnMut(Event),
+    ) {
+        let flags = &self.flags;
+        for peer in self
+            .tagged
+            .slots
+            .iter_mut()
+            .chain(self.untagged.slots.iter_mut())
+            .flatten()
+        {
+            if peer.is_finished() {
+                continue;
+            }
+            let shared = peer.shared_now(flags);
+            if let Some(report) = peer.interval(now, cpu_now, shared) {
+                events(Event::Interval(report));
+                peer.mark = Some(Mark {
+                    at: now,
+                    total: peer.total,
+                    cpu: cpu_now,
+                });
+            }
+        }
+    }
+
+    /// Finalises sessions whose grace period is over or that went idle,
+    /// summarises idle untagged sources, and forgets finished sessions'
+    /// records once no retry can come. Call at [`Self::next_due`], and at
+    /// least every 100 ms.
+    pub fn expire(
+        &mut self,
+        now: Instant,
+        events: &mut dyn FnMut(Event),
+        replies: &mut Vec<Reply>,
+    ) {
+        self.flush_queued(events);
+        let idle = self.cfg.idle_timeout;
+        let mut due = Vec::new();
+        for peer in self.tagged.slots.iter_mut().flatten() {
+            // Stragglers, reported at most once a second per session.
+            let due = match &peer.state {
+                State::Finished(f) => {
+                    f.late.packets > f.late_reported
+                        && f.late_reported_at.is_none_or(|at| {
+                            now.saturating_duration_since(at) >= Duration::from_secs(1)
+                        })
+                }
+                _ => false,
+            };
+            if !due {
+                continue;
+            }
+            if let Some(report) = late_report(peer) {
+                events(Event::Late(report));
+            }
+            if let State::Finished(f) = &mut peer.state {
+                f.late_reported = f.late.packets;
+                f.late_reported_at = Some(now);
+            }
+        }
+        for (key, &slot) in &self.tagged.index {
+            let peer = self.tagged.get(slot);
+            match peer.state {
+                State::Closing { grace_until, .. } if now >= grace_until => {
+                    due.push((*key, Some(DoneReason::End)))
+                }
+                State::Active if now.saturating_duration_since(peer.last_seen) >= idle => {
+                    // A probe and nothing else has nothing to report.
+                    let reason = (peer.total.packets > 0).then_some(DoneReason::Idle);
+                    due.push((*key, reason));
+                }
+                _ => {}
+            }
+        }
+        for (key, reason) in due {
+            match reason {
+                Some(reason) => self.finalise(key, now, reason, events, replies),
+                None => {
+                    if let Some(peer) = self.tagged.remove(&key) {
+                        let proven = peer.tagged.as_ref().is_some_and(|t| t.proven);
+                        self.session_ended(key, proven, peer.socket);
+                    }
+                    if self.by_addr.get(&key.0) == Some(&key) {
+                        self.by_addr.remove(&key.0);
+                    }
+                }
+            }
+        }
+        while let Some((&(until, id), &key)) = self.expiry.first_key_value() {
+            if until > now {
+                break;
+            }
+            self.expiry.remove(&(until, id));
+            self.forget(key, events);
+        }
+        let idle_sources: Vec<SocketAddr> = self
+            .untagged
+            .index
+            .iter()
+            .filter(|(_, &slot)| {
+                now.saturating_duration_since(self.untagged.get(slot).last_seen) >= idle
+            })
+            .map(|(addr, _)| *addr)
+            .collect();
+        for addr in idle_sources {
+            if let Some(peer) = self.untagged.remove(&addr) {
+                self.end_peer(peer.socket);
+                self.write_done(&peer, DoneReason::Idle, events);
+            }
+        }
+    }
+
+    /// What session `key` (canonical address, session id) has received so
+    /// far: distinct datagrams, their bytes, and one more than the highest
+    /// sequence number seen (0 before any). A reverse stream's client
+    /// sends them back in its Feedback.
+    pub fn session_counts(&self, key: SessionKey) -> Option<(u64, u64, u64)> {
+        let peer = self.tagged.peers_find(&key)?;
+        let next = peer
+            .tagged
+            .as_ref()
+            .and_then(|t| t.seq.highest())
+            .map_or(0, |h| h + 1);
+        Some((peer.total.packets, peer.total.bytes, next))
+    }
+
+    /// Hands over the events queued while a datagram was accounted (an
+    /// eviction finalises a session where no event sink is at hand).
+    pub(super) fn flush_queued(&mut self, events: &mut dyn FnMut(Event)) {
+        for event in self.queued.drain(..) {
+            events(event);
+        }
+    }
+
+    /// Finalises every unfinished peer and reports every record's
+    /// unreported late datagrams; used once, at shutdown. Sessions whose
+    /// End arrived are answered.
+    pub fn finish_all(
+        &mut self,
+        now: Instant,
+        events: &mut dyn FnMut(Event),
+        replies: &mut Vec<Reply>,
+    ) {
+        self.flush_queued(events);
+        for (key, _) in self.tagged.keys() {
+            // Finalising one session can evict another's record.
+            let Some(slot) = self.tagged.find(&key) else {
+                continue;
+            };
+            let peer = self.tagged.get(slot);
+            match peer.state {
+                State::Closing { .. } => self.finalise(key, now, DoneReason::End, events, replies),
+                State::Active if peer.total.packets > 0 => {
+                    self.finalise(key, now, DoneReason::Shutdown, events, replies)
+                }
+                _ => {}
+            }
+        }
+        for peer in self.untagged.peers() {
+            self.write_done(peer, DoneReason::Shutdown, events);
+        }
+        for peer in self.tagged.peers() {
+            if let Some(report) = late_report(peer) {
+                events(Event::Late(report));
+            }
+        }
+        self.tagged.clear();
+        self.untagged.clear();
+        self.by_addr.clear();
+        self.expiry.clear();
+        self.active_sessions = 0;
+        self.unproven_sessions = 0;
+        self.sessions_per_ip.clear();
+    }
+}

@@ -1,0 +1,591 @@
+//! The server's bounded table of peers: who sent what, and when they are
+//! finished.
+//!
+//! A peer is a client session (tagged traffic, keyed by source address and
+//! session id) or a source address (untagged traffic from any sender).
+//! Why two tables, each bounded by `max_peers`: a flood of garbage from
+//! spoofed source addresses can fill the untagged table, but it cannot take
+//! a slot from a real session. Traffic that finds its table full is summed
+//! in an overflow bucket, so memory stays bounded and nothing is uncounted.
+//!
+//! A session lives through three states:
+//!
+//! * **active**: data is counted;
+//! * **closing**: its End arrived; data still in flight is counted for
+//!   `end_grace`, then the session is finalised: its summary is written and
+//!   the End answered, once, from the same figures;
+//! * **finished**: a record kept long enough to answer every retry the
+//!   client can still send (it says how long in its End), with its own
+//!   bound. Retries are answered from the record, so every answer agrees
+//!   with the summary; datagrams that arrive now are *late*, counted against
+//!   the record and reported as such, never as a new peer.
+//!
+//! Why sessions that began with a Hello come first: every udp_client says
+//! Hello, and the answer proves the session can hear us. Sessions seen only
+//! in data (forged, or a sender of another kind) may hold at most half of
+//! the table, and a Hello that finds the table full takes the slot of the
+//! one silent longest. One source IP holds at most a quarter of the table
+//! (but room for `--clients 1024`). A flood can then slow new sessions
+//! down, but not lock every real client out.
+//!
+//! The table is split by concern: this file holds its shape and the
+//! receive dispatch (a datagram in, decoded once, handed to the code that
+//! owns its kind); `admission.rs` who gets a slot and an answer; `peer.rs`
+//! one peer's figures and its answer to an End; `exchange.rs` the
+//! Hello/End exchange and a session's data; `expiry.rs` time (intervals,
+//! grace periods, idle peers, records); `report.rs` what is reported.
+
+use super::reverse::{Reverse, ReverseConfig};
+use crate::auth::{CookieKey, Psk};
+use crate::config::StreamCaps;
+use crate::stats::{
+    self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, KernelDrops, SeqSet,
+};
+use crate::wire::{self, End, EndAck, Hello, HelloAck, Message};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Answers (to End and Hello) allowed per source IP per second: room for
+/// `--clients 1024` on one host retrying twice within a second, while
+/// bounding what a flood of forged requests can draw out.
+pub const ANSWERS_PER_SECOND: u32 = 2048;
+
+/// Sequence-number ranges (16 bytes each) the whole session table may hold;
+/// each session gets an equal share, at least [`MIN_RANGES_PER_SESSION`].
+pub const RANGE_BUDGET: usize = 4 << 20;
+/// The least ranges a session keeps before it forgets its oldest holes.
+pub const MIN_RANGES_PER_SESSION: usize = 1024;
+
+/// A finished session's record is kept at least this long, whatever the
+/// client asked for: long enough for a straggler to be recognised as late.
+pub const KEEP_FINISHED_MIN: Duration = Duration::from_secs(10);
+/// ... and at most this long, whatever the client asked for.
+pub const KEEP_FINISHED_MAX: Duration = Duration::from_secs(600);
+
+/// Most finished sessions' records kept, whatever `--max-peers` says.
+pub const MAX_RECORDS: usize = 65536;
+
+mod admission;
+mod exchange;
+mod expiry;
+mod peer;
+mod report;
+
+use admission::*;
+use peer::*;
+pub use report::*;
+
+/// How the server's table is set up.
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    /// Most sessions, and most untagged sources, tracked at once.
+    pub max_peers: usize,
+    pub idle_timeout: Duration,
+    /// How long after an End data still in flight is counted.
+    pub end_grace: Duration,
+    /// Receive sockets (`--threads`).
+    pub sockets: usize,
+    /// UDP_GRO is on.
+    pub gro: bool,
+    /// What the kernel granted for SO_RCVBUF, for the Hello answer.
+    pub recv_buffer: u64,
+    /// Interval lines are written: the last partial interval of a peer is
+    /// written before its summary, so that interval lines add up to it.
+    pub intervals: bool,
+    /// `--psk`: Ends must carry its tag, and answers carry it.
+    pub psk: Option<Psk>,
+    /// The caps on reverse streams (`--max-duration`, `--max-rate`,
+    /// `--max-reverse-streams`).
+    pub streams: StreamCaps,
+}
+
+impl Default for TableConfig {
+    fn default() -> Self {
+        TableConfig {
+            max_peers: 4096,
+            idle_timeout: Duration::from_secs(2),
+            end_grace: Duration::from_millis(100),
+            sockets: 1,
+            gro: false,
+            recv_buffer: 0,
+            intervals: false,
+            psk: None,
+            streams: StreamCaps::default(),
+        }
+    }
+}
+
+/// When a datagram arrived, in the two forms the table needs.
+#[derive(Clone, Copy)]
+struct At {
+    now: Instant,
+    /// Nanoseconds since the table's epoch, for jitter.
+    ns: u64,
+    /// Whether this datagram updates the jitter estimate.
+    jitter: bool,
+}
+
+impl At {
+    fn new(now: Instant, epoch: Instant) -> Self {
+        let since = now.saturating_duration_since(epoch);
+        At {
+            now,
+            ns: since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos()),
+            jitter: true,
+        }
+    }
+}
+
+/// What the table asks its owner to do.
+pub enum Event {
+    Interval(PeerReport),
+    Done(PeerReport),
+    Late(LateReport),
+    Conflict(ConflictReport),
+}
+
+/// Traffic that found its table full.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct Overflow {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+pub(super) type SessionKey = (SocketAddr, u64);
+
+/// Counters over the table's whole life.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Totals {
+    /// Every datagram counted: data (duplicates included), untagged, late
+    /// and overflow. Control messages are not counted.
+    pub packets: u64,
+    pub bytes: u64,
+    /// Peer entries ever created.
+    pub peers: u64,
+    pub overflow: Overflow,
+    /// Answers refused by the per-IP rate limit.
+    pub answers_limited: u64,
+    /// End messages of new sessions that found the table full: unanswered.
+    pub ends_table_full: u64,
+    /// Datagrams for sessions already finished.
+    pub late_packets: u64,
+    pub late_bytes: u64,
+    /// Buffers cut short by the kernel (MSG_TRUNC).
+    pub truncated: u64,
+    /// Finished sessions' records dropped early because too many were kept.
+    pub records_evicted: u64,
+    /// Sessions seen only in data, evicted for one that began with a Hello.
+    pub sessions_evicted: u64,
+    /// Ends without a valid tag, ignored (`--psk`).
+    pub ends_rejected: u64,
+    /// Sessions whose End was contradicted (see `conflict` events).
+    pub conflicts: u64,
+}
+
+/// An answer to send: bytes, destination (as received) and the receive
+/// socket the request came in on.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub bytes: ReplyBytes,
+    pub to: SocketAddr,
+    /// The source address the request was sent to, when known.
+    pub from: Option<IpAddr>,
+    pub socket: usize,
+}
+
+/// An EndAck or a HelloAck, without allocating.
+#[derive(Debug, Clone)]
+pub enum ReplyBytes {
+    End([u8; wire::END_LEN]),
+    Hello([u8; wire::HELLO_LEN]),
+}
+
+impl ReplyBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            ReplyBytes::End(b) => b,
+            ReplyBytes::Hello(b) => b,
+        }
+    }
+}
+
+/// The peer table.
+pub struct PeerTable {
+    cfg: TableConfig,
+    /// Sessions in every state, finished ones included.
+    tagged: Slab<SessionKey>,
+    untagged: Slab<SocketAddr>,
+    /// The latest session seen from each source address, for datagrams
+    /// too short to carry a session id.
+    by_addr: HashMap<SocketAddr, SessionKey>,
+    /// Sessions not yet finished, those of them seen only in data, and
+    /// per source IP.
+    active_sessions: usize,
+    unproven_sessions: usize,
+    sessions_per_ip: HashMap<IpAddr, usize>,
+    /// Finished sessions' records, by when they may go.
+    expiry: BTreeMap<(Instant, u64), SessionKey>,
+    expiry_ids: u64,
+    epoch: Instant,
+    limiter: AnswerLimiter,
+    sockets: Vec<SocketState>,
+    flags: TableFlags,
+    ranges_per_session: usize,
+    /// Events that arise as datagrams arrive (a conflict, an eviction),
+    /// handed on at the next `expire` (or `finish_all`).
+    queued: Vec<Event>,
+    /// Something arrived that the thread calling `expire` should see
+    /// before its next regular look: a queued event or a new grace period.
+    attention: bool,
+    pub totals: Totals,
+    /// Reverse sessions: the server sends (see [`super::reverse`]).
+    pub reverse: Reverse,
+}
+
+impl PeerTable {
+    /// A table whose clock starts at `now`.
+    pub fn new(cfg: TableConfig, now: Instant) -> Self {
+        let sockets = cfg.sockets.max(1);
+        let ranges_per_session =
+            (RANGE_BUDGET / cfg.max_peers.max(1)).clamp(MIN_RANGES_PER_SESSION, RANGE_BUDGET);
+        PeerTable {
+            tagged: Slab::new(),
+            untagged: Slab::new(),
+            by_addr: HashMap::new(),
+            active_sessions: 0,
+            unproven_sessions: 0,
+            sessions_per_ip: HashMap::new(),
+            expiry: BTreeMap::new(),
+            expiry_ids: 0,
+            epoch: now,
+            limiter: AnswerLimiter {
+                window_start: now,
+                counts: HashMap::new(),
+                max_sources: cfg.max_peers,
+            },
+            sockets: vec![SocketState::default(); sockets],
+            flags: TableFlags {
+                gro: cfg.gro,
+                socket_joins: vec![0; sockets],
+            },
+            ranges_per_session,
+            queued: Vec::new(),
+            attention: false,
+            totals: Totals::default(),
+            reverse: Reverse::new(ReverseConfig {
+                caps: cfg.streams,
+                psk: cfg.psk.clone(),
+                cookies: CookieKey::random().unwrap_or_else(|| {
+                    let mut key = [0u8; 32];
+                    for chunk in key.chunks_mut(8) {
+                        chunk.copy_from_slice(&crate::auth::random_u64().to_be_bytes());
+                    }
+                    CookieKey::from_bytes(key)
+                }),
+                epoch: now,
+            }),
+            cfg,
+        }
+    }
+
+    /// Finished sessions' records kept at most.
+    pub fn records_bound(&self) -> usize {
+        (self.cfg.max_peers * 4).clamp(1024, MAX_RECORDS)
+    }
+
+    /// Most unfinished sessions from one source IP: a quarter of the table,
+    /// but always room for `--clients 1024` (or the whole table, if smaller).
+    pub fn sessions_per_ip_bound(&self) -> usize {
+        (self.cfg.max_peers / 4).max(self.cfg.max_peers.min(1024))
+    }
+
+    /// Peers tracked right now: unfinished ones, and finished sessions'
+    /// records.
+    pub fn len(&self) -> usize {
+        self.tagged.len() + self.untagged.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Finished sessions' records kept now.
+    pub fn records(&self) -> usize {
+        self.tagged.len() - self.active_sessions
+    }
+
+    /// The sum of every socket's kernel drop counter, when known.
+    pub fn kernel_drops(&self) -> Option<u64> {
+        let known: Vec<u64> = self
+            .sockets
+            .iter()
+            .filter(|s| s.raw.is_some())
+            .map(|s| s.total)
+            .collect();
+        (!known.is_empty()).then(|| known.iter().sum())
+    }
+
+    /// Accounts one received buffer: a datagram, or with UDP_GRO several
+    /// datagrams of `rx.segment_size` bytes (the last may be shorter) from
+    /// one flow. Answers to send are pushed to `replies`.
+    pub fn on_receive(&mut self, data: &[u8], rx: &Rx, replies: &mut Vec<Reply>) {
+        self.receive(data, rx, replies, true)
+    }
+
+    /// [`Self::on_receive`]; `runs` false accounts every GRO buffer
+    /// datagram by datagram (tests compare the two).
+    fn receive(&mut self, data: &[u8], rx: &Rx, replies: &mut Vec<Reply>, runs: bool) {
+        let at = At::new(rx.arrived, self.epoch);
+        let drops = self.socket_drops(rx.socket, rx.drops);
+        if rx.truncated {
+            self.totals.truncated += 1;
+        }
+        let meta = Meta {
+            socket: rx.socket,
+            local: rx.local,
+            cpu: rx.cpu,
+            processed: rx.processed,
+            drops,
+            coalesced_first: false,
+            truncated: rx.truncated,
+        };
+        match rx.segment_size {
+            Some(seg) if seg > 0 && data.len() > seg => {
+                if !(runs && self.account_run(data, seg, rx.from, at, meta)) {
+                    self.account_each(data, seg, rx.from, at, meta, replies);
+                }
+            }
+            _ => self.account(data, rx.from, at, meta, replies),
+        }
+    }
+
+    /// A GRO buffer, datagram by datagram. Coalesced datagrams arrived
+    /// together: jitter is measured once per buffer (its first datagram);
+    /// the others would only add zeros from the shared arrival time.
+    fn account_each(
+        &mut self,
+        data: &[u8],
+        segment: usize,
+        from: SocketAddr,
+        at: At,
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        for (i, chunk) in data.chunks(segment).enumerate() {
+            let at = At {
+                jitter: i == 0,
+                ..at
+            };
+            let meta = Meta {
+                coalesced_first: i == 0,
+                truncated: meta.truncated && i == 0,
+                ..meta
+            };
+            self.account(chunk, from, at, meta, replies);
+        }
+    }
+
+    /// A GRO buffer that holds one known session's next sequence numbers in
+    /// order, as a GSO sender's buffers do: accounted in one step, with the
+    /// same result as datagram by datagram (one lookup, one range insert,
+    /// one count, instead of one each per datagram). Returns false,
+    /// changing nothing, for anything else (a new or finished session, an
+    /// End already declared, a duplicate, reordering, a foreign or short
+    /// datagram); the caller then goes datagram by datagram.
+    fn account_run(
+        &mut self,
+        data: &[u8],
+        segment: usize,
+        from: SocketAddr,
+        at: At,
+        meta: Meta,
+    ) -> bool {
+        let Ok(Message::Data(first)) = wire::decode(&data[..segment]) else {
+            return false;
+        };
+        // The first is decoded above; the rest must follow it.
+        let mut count = 1u64;
+        for chunk in data.chunks(segment).skip(1) {
+            match wire::decode(chunk) {
+                Ok(Message::Data(h))
+                    if h.session == first.session && h.seq == first.seq + count =>
+                {
+                    count += 1
+                }
+                _ => return false,
+            }
+        }
+        let addr = canonical(from);
+        let Some(slot) = self.tagged.find(&(addr, first.session)) else {
+            return false;
+        };
+        let peer = self.tagged.get_mut(slot);
+        if peer.is_finished() {
+            return false;
+        }
+        let t = peer.tagged.as_mut().expect("sessions are tagged");
+        if t.declared.is_some() || !t.seq.record_run(first.seq, count) {
+            return false;
+        }
+        if at.jitter {
+            t.jitter.record(first.send_time_ns, at.ns);
+        }
+        let last_len = data.len() - (count as usize - 1) * segment;
+        let ipv6 = peer.addr.is_ipv6();
+        let amount = Amount {
+            packets: count,
+            bytes: data.len() as u64,
+            wire: (count - 1) * wire_bytes(segment as u64, ipv6)
+                + wire_bytes(last_len as u64, ipv6),
+        };
+        peer.seen(at.now, meta.drops, meta.cpu);
+        peer.gro_buffers += 1;
+        if meta.truncated {
+            peer.truncated += 1;
+        }
+        peer.count_amount(amount, at.now);
+        self.totals.packets += count;
+        self.totals.bytes += data.len() as u64;
+        true
+    }
+
+    /// Accounts one datagram that was not coalesced (tests and fuzzing).
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_datagram(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        now: Instant,
+        socket: usize,
+        drops: Option<u32>,
+    ) -> Option<Reply> {
+        let mut replies = Vec::new();
+        let rx = Rx {
+            from,
+            arrived: now,
+            processed: now,
+            socket,
+            drops,
+            ..Rx::default()
+        };
+        self.on_receive(data, &rx, &mut replies);
+        replies.pop()
+    }
+
+    fn account(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        at: At,
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        let addr = canonical(from);
+        match wire::decode(data) {
+            Ok(Message::Data(header)) => {
+                self.totals.packets += 1;
+                self.totals.bytes += data.len() as u64;
+                self.on_data(data.len(), header, addr, at, meta, replies);
+            }
+            Ok(Message::End(end)) => self.on_end(end, data, addr, from, at.now, meta, replies),
+            Ok(Message::Hello(hello)) => self.on_hello(hello, addr, from, at.now, meta, replies),
+            Ok(Message::Start(start)) => {
+                // A Start is answered like a Hello: within the source's
+                // answer budget, and never with more bytes than it carried.
+                if self.limiter.allow(addr.ip(), at.now) {
+                    self.reverse.on_start(
+                        start,
+                        data,
+                        addr,
+                        from,
+                        meta.local,
+                        meta.socket,
+                        at.now,
+                        replies,
+                    );
+                } else {
+                    self.totals.answers_limited += 1;
+                }
+            }
+            Ok(Message::Feedback(feedback)) => {
+                self.reverse.on_feedback(feedback, data, addr, at.now);
+                // A first Feedback launches a stream: the finalising thread
+                // does that, at once.
+                self.attention |= self.reverse.has_launches();
+            }
+            Ok(Message::EndAck(ack)) => {
+                self.reverse.on_end_ack(ack, data, addr);
+                self.attention |= self.reverse.has_done();
+            }
+            Ok(Message::HelloAck(_) | Message::StartAck(_)) => {}
+            Err(_) => {
+                self.totals.packets += 1;
+                self.totals.bytes += data.len() as u64;
+                self.on_untagged(data.len(), addr, at.now, meta);
+            }
+        }
+    }
+}
+
+/// A received buffer: who sent it, when, where, and what the kernel said
+/// about it.
+#[derive(Debug, Clone, Copy)]
+pub struct Rx {
+    /// As received (a v4-mapped address on a dual-stack socket).
+    pub from: SocketAddr,
+    /// When the kernel received it, on our monotonic clock.
+    pub arrived: Instant,
+    /// When it was read.
+    pub processed: Instant,
+    /// Which receive socket.
+    pub socket: usize,
+    /// The socket's drop counter (a u32 that wraps), where known.
+    pub drops: Option<u32>,
+    /// The address it was sent to (answers leave from it).
+    pub local: Option<IpAddr>,
+    /// UDP GRO: the size of each coalesced datagram.
+    pub segment_size: Option<usize>,
+    /// MSG_TRUNC: the kernel cut it.
+    pub truncated: bool,
+    /// The receive threads' CPU so far, when known.
+    pub cpu: Option<CpuTime>,
+}
+
+impl Default for Rx {
+    fn default() -> Self {
+        let now = Instant::now();
+        Rx {
+            from: SocketAddr::from(([0, 0, 0, 0], 0)),
+            arrived: now,
+            processed: now,
+            socket: 0,
+            drops: None,
+            local: None,
+            segment_size: None,
+            truncated: false,
+            cpu: None,
+        }
+    }
+}
+
+/// Where a datagram came in, and what the kernel said about it.
+#[derive(Clone, Copy)]
+struct Meta {
+    socket: usize,
+    local: Option<IpAddr>,
+    cpu: Option<CpuTime>,
+    /// When the datagram was read (its arrival time is the kernel's).
+    processed: Instant,
+    /// The socket's running drop total, when known.
+    drops: Option<u64>,
+    /// The first datagram of a coalesced (GRO) buffer.
+    coalesced_first: bool,
+    truncated: bool,
+}
+
+pub use crate::sys::canonical_addr as canonical;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,403 @@
+//! One peer's figures: a session (tagged traffic, with its sequence
+//! accounting in [`Tagged`]) or an untagged source, its state from active
+//! to finished, and its answer to an End built from those figures.
+
+use super::*;
+
+/// Packets, payload bytes and estimated wire bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Amount {
+    pub(super) packets: u64,
+    pub(super) bytes: u64,
+    pub(super) wire: u64,
+}
+
+impl Amount {
+    pub(super) fn add(&mut self, other: Amount) {
+        self.packets += other.packets;
+        self.bytes += other.bytes;
+        self.wire += other.wire;
+    }
+
+    pub(super) fn minus(self, other: Amount) -> Amount {
+        Amount {
+            packets: self.packets.saturating_sub(other.packets),
+            bytes: self.bytes.saturating_sub(other.bytes),
+            wire: self.wire.saturating_sub(other.wire),
+        }
+    }
+}
+
+/// Where the last interval line left off.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mark {
+    pub(super) at: Instant,
+    pub(super) total: Amount,
+    pub(super) cpu: Option<CpuTime>,
+}
+
+/// Where to send an answer to an End, once the session is finalised.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReplyTo {
+    /// As received (a v4-mapped address on a dual-stack socket).
+    pub(super) to: SocketAddr,
+    /// The address the End was sent to: the answer leaves from it.
+    pub(super) local: Option<IpAddr>,
+    pub(super) socket: usize,
+    pub(super) nonce: u64,
+}
+
+pub(super) enum State {
+    Active,
+    Closing {
+        grace_until: Instant,
+        reply: ReplyTo,
+    },
+    Finished(Finished),
+}
+
+pub(super) struct Finished {
+    pub(super) at: Instant,
+    pub(super) reason: DoneReason,
+    pub(super) late: Amount,
+    pub(super) late_reported: u64,
+    pub(super) last_late: Option<Instant>,
+    /// When late datagrams were last reported (at most once a second).
+    pub(super) late_reported_at: Option<Instant>,
+    /// The record's key in the expiry index.
+    pub(super) expiry: (Instant, u64),
+}
+
+pub(super) struct Tagged {
+    pub(super) session: u64,
+    pub(super) seq: SeqSet,
+    pub(super) jitter: Jitter,
+    pub(super) declared: Option<End>,
+    /// Untagged datagrams from the same address, counted in this session.
+    pub(super) untagged_packets: u64,
+    /// The session began with a Hello (or said one since).
+    pub(super) proven: bool,
+    pub(super) conflict: Option<&'static str>,
+    /// Its End created the session: no Hello, no data before it (the
+    /// server restarted, or forgot the session).
+    pub(super) unknown_start: bool,
+    /// Set when the session is finished with its End's totals: the figures
+    /// no longer change, and the sequence set is freed.
+    pub(super) frozen: Option<SeqFigures>,
+}
+
+/// Loss against what the sender declared, or estimated from sequence
+/// numbers.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Loss {
+    /// Lost at most ...
+    pub(super) most: u64,
+    /// ... and at least (equal unless arrivals were uncertain).
+    pub(super) fewest: u64,
+    pub(super) expected: u64,
+    pub(super) basis: &'static str,
+}
+
+/// What a session's sequence numbers say.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SeqFigures {
+    pub(super) loss: Option<Loss>,
+    pub(super) duplicates: u64,
+    pub(super) reordered: u64,
+    pub(super) uncertain: u64,
+    pub(super) unexpected: u64,
+}
+
+impl Tagged {
+    pub(super) fn figures(&self) -> SeqFigures {
+        if let Some(frozen) = self.frozen {
+            return frozen;
+        }
+        let seq = &self.seq;
+        let (loss, unexpected) = match &self.declared {
+            Some(end) => {
+                let (fewest, most) = seq.lost_range(end.sent_packets);
+                // Untagged datagrams of the session have no sequence number
+                // but were declared too.
+                let loss = Loss {
+                    most: most.saturating_sub(self.untagged_packets),
+                    fewest: fewest.saturating_sub(self.untagged_packets),
+                    expected: end.sent_packets,
+                    basis: "declared",
+                };
+                (Some(loss), seq.unexpected(end.sent_packets))
+            }
+            None if seq.unique > 0 || seq.uncertain > 0 => {
+                let expected = seq.expected_from_sequence();
+                let (fewest, most) = seq.lost_range(expected);
+                let loss = Loss {
+                    most,
+                    fewest,
+                    expected,
+                    basis: "sequence",
+                };
+                (Some(loss), seq.implausible)
+            }
+            None => (None, seq.implausible),
+        };
+        SeqFigures {
+            loss,
+            duplicates: seq.duplicates,
+            reordered: seq.reordered,
+            uncertain: seq.uncertain,
+            unexpected,
+        }
+    }
+
+    /// Once the End's totals are known and the session finished, the
+    /// figures are fixed: keep them, and free the set. A session finished
+    /// as idle keeps its set (shrunk) until its End comes, if ever.
+    pub(super) fn freeze(&mut self) {
+        if self.declared.is_some() {
+            self.frozen = Some(self.figures());
+            self.seq = SeqSet::with_bound(2);
+        } else {
+            self.seq.shrink();
+        }
+    }
+}
+
+pub(super) struct Peer {
+    pub(super) addr: SocketAddr,
+    pub(super) state: State,
+    pub(super) total: Amount,
+    /// The first data arrival, and what arrived at that instant.
+    pub(super) first: Option<Instant>,
+    pub(super) at_first: Amount,
+    /// The last data arrival.
+    pub(super) last: Instant,
+    /// The last datagram of any kind (for the idle time-out).
+    pub(super) last_seen: Instant,
+    pub(super) mark: Option<Mark>,
+    pub(super) tagged: Option<Box<Tagged>>,
+    /// The receive socket, its drop counter at this peer's first and latest
+    /// datagram, and whether anything else arrived on it meanwhile.
+    pub(super) socket: usize,
+    pub(super) drops_start: Option<u64>,
+    pub(super) drops_end: Option<u64>,
+    /// The receive threads' CPU at this peer's first and latest datagram,
+    /// and when the first came.
+    pub(super) cpu_start: Option<CpuTime>,
+    pub(super) cpu_end: Option<CpuTime>,
+    pub(super) first_seen: Instant,
+    pub(super) joins_at_start: u64,
+    pub(super) shared: bool,
+    pub(super) gro_buffers: u64,
+    pub(super) truncated: u64,
+}
+
+impl Peer {
+    pub(super) fn new(
+        addr: SocketAddr,
+        now: Instant,
+        socket: usize,
+        tagged: Option<Box<Tagged>>,
+    ) -> Self {
+        Peer {
+            addr,
+            state: State::Active,
+            total: Amount::default(),
+            first: None,
+            at_first: Amount::default(),
+            last: now,
+            last_seen: now,
+            mark: None,
+            tagged,
+            socket,
+            drops_start: None,
+            drops_end: None,
+            cpu_start: None,
+            cpu_end: None,
+            first_seen: now,
+            joins_at_start: 0,
+            shared: false,
+            gro_buffers: 0,
+            truncated: 0,
+        }
+    }
+
+    pub(super) fn is_finished(&self) -> bool {
+        matches!(self.state, State::Finished(_))
+    }
+
+    pub(super) fn count(&mut self, len: usize, at: Instant) {
+        self.count_amount(
+            Amount {
+                packets: 1,
+                bytes: len as u64,
+                wire: wire_bytes(len as u64, self.addr.is_ipv6()),
+            },
+            at,
+        );
+    }
+
+    /// Counts `amount`, all of which arrived at `at`.
+    pub(super) fn count_amount(&mut self, amount: Amount, at: Instant) {
+        let first_ever = self.total.packets == 0;
+        self.total.add(amount);
+        match self.first {
+            Some(first) if at > first => {}
+            Some(first) if at == first => self.at_first.add(amount),
+            _ => {
+                self.first = Some(at);
+                self.at_first = amount;
+            }
+        }
+        if at > self.last || first_ever {
+            self.last = at;
+        }
+    }
+
+    pub(super) fn seen(&mut self, now: Instant, drops: Option<u64>, cpu: Option<CpuTime>) {
+        self.last_seen = self.last_seen.max(now);
+        if drops.is_some() {
+            self.drops_start = self.drops_start.or(drops);
+            self.drops_end = drops;
+        }
+        if cpu.is_some() {
+            self.cpu_start = self.cpu_start.or(cpu);
+            self.cpu_end = cpu;
+        }
+    }
+
+    /// The receive CPU from the peer's first datagram to its latest.
+    pub(super) fn cpu_used(&self) -> Option<CpuTime> {
+        Some(self.cpu_end?.since(self.cpu_start?))
+    }
+
+    pub(super) fn socket_drops(&self) -> Option<u64> {
+        Some(self.drops_end?.saturating_sub(self.drops_start?))
+    }
+
+    /// The answer to an End: the session's figures, which no longer change
+    /// once it is finished (late datagrams are counted apart).
+    pub(super) fn answer(&self, nonce: u64, epoch: Instant, table: &TableFlags) -> EndAck {
+        let t = self.tagged.as_ref().expect("answers are for tagged peers");
+        let figures = t.figures();
+        let (lost, lost_fewest) = figures.loss.map_or((0, 0), |l| (l.most, l.fewest));
+        let since = |at: Instant| at.saturating_duration_since(epoch).as_nanos() as u64;
+        let mut flags = 0;
+        if table.gro {
+            flags |= wire::ACK_GRO;
+        }
+        if self.shared_now(table) {
+            flags |= wire::ACK_DROPS_SHARED;
+        }
+        if t.conflict.is_some() {
+            flags |= wire::ACK_CONFLICT;
+        }
+        if t.unknown_start {
+            flags |= wire::ACK_NO_RECORD;
+        }
+        let late = match &self.state {
+            State::Finished(f) => {
+                if f.reason == DoneReason::Idle {
+                    flags |= wire::ACK_IDLE_FINISHED;
+                }
+                f.late.packets
+            }
+            _ => 0,
+        };
+        EndAck {
+            session: t.session,
+            flags,
+            nonce,
+            received_packets: self.total.packets,
+            received_bytes: self.total.bytes,
+            lost,
+            lost_fewest,
+            duplicates: figures.duplicates,
+            reordered: figures.reordered,
+            uncertain: figures.uncertain,
+            late,
+            unexpected: figures.unexpected,
+            first_arrival_ns: self.first.map_or(0, since),
+            last_arrival_ns: self.first.map_or(0, |_| since(self.last)),
+            first_arrival_packets: self.at_first.packets,
+            first_arrival_bytes: self.at_first.bytes,
+            jitter_ns: t.jitter.nanos() as u64,
+            drops_start: self.drops_start.unwrap_or(wire::UNKNOWN),
+            drops_end: self.drops_end.unwrap_or(wire::UNKNOWN),
+            drop_socket: self.socket as u64,
+            gro_buffers: self.gro_buffers,
+            truncated: self.truncated,
+            cpu_user_ns: self
+                .cpu_used()
+                .map_or(wire::UNKNOWN, |c| c.user.as_nanos() as u64),
+            cpu_system_ns: self
+                .cpu_used()
+                .map_or(wire::UNKNOWN, |c| c.system.as_nanos() as u64),
+            cpu_start_ns: self
+                .cpu_start
+                .map_or(wire::UNKNOWN, |c| c.total().as_nanos() as u64),
+            transit_discarded: t.jitter.discarded,
+            tag: [0; wire::TAG_LEN],
+        }
+    }
+
+    /// Whether anything else arrived on this peer's socket while it was
+    /// active (decided for good when it finishes: `finalise` stores it).
+    pub(super) fn shared_now(&self, table: &TableFlags) -> bool {
+        if self.is_finished() {
+            return self.shared;
+        }
+        self.shared
+            || table
+                .socket_joins
+                .get(self.socket)
+                .is_some_and(|&joins| joins != self.joins_at_start)
+    }
+}
+
+/// Adds an untagged source's datagrams to the session from the same
+/// address.
+pub(super) fn merge(peer: &mut Peer, m: Peer) {
+    if let Some(t) = peer.tagged.as_mut() {
+        t.untagged_packets += m.total.packets;
+    }
+    match (peer.first, m.first) {
+        (_, None) => {}
+        (Some(a), Some(b)) if a < b => {}
+        (Some(a), Some(b)) if a == b => peer.at_first.add(m.at_first),
+        (_, Some(b)) => {
+            peer.first = Some(b);
+            peer.at_first = m.at_first;
+        }
+    }
+    if peer.total.packets == 0 || m.last > peer.last {
+        peer.last = m.last;
+    }
+    peer.total.add(m.total);
+    // Interval lines already written under the source address count for
+    // the session: its lines go on from where both left off.
+    peer.mark = either(peer.mark, m.mark, |a, b| {
+        let mut total = a.total;
+        total.add(b.total);
+        Mark {
+            at: a.at.max(b.at),
+            total,
+            cpu: a.cpu.or(b.cpu),
+        }
+    });
+    peer.drops_start = either(peer.drops_start, m.drops_start, Ord::min);
+    peer.drops_end = either(peer.drops_end, m.drops_end, Ord::max);
+    peer.cpu_start = either(peer.cpu_start, m.cpu_start, Ord::min);
+    peer.cpu_end = either(peer.cpu_end, m.cpu_end, Ord::max);
+    peer.first_seen = peer.first_seen.min(m.first_seen);
+    peer.shared |= m.shared;
+    peer.gro_buffers += m.gro_buffers;
+    peer.truncated += m.truncated;
+}
+
+/// Both combined with `both`, or whichever is known.
+pub(super) fn either<T>(a: Option<T>, b: Option<T>, both: impl FnOnce(T, T) -> T) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(both(a, b)),
+        (a, b) => a.or(b),
+    }
+}

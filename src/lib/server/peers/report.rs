@@ -1,0 +1,284 @@
+//! What the table reports: a peer's interval lines and summary
+//! ([`PeerReport`]), disputed sessions, late data, and why a summary was
+//! written. Nothing here counts; it reads a [`Peer`]'s figures.
+
+use super::*;
+
+/// Why a peer's summary was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DoneReason {
+    /// Its end-of-test message arrived (and the grace period passed).
+    End,
+    /// Nothing arrived for `--idle-timeout`.
+    Idle,
+    /// The server is stopping.
+    Shutdown,
+    /// A session seen only in data, whose slot a session that began with a
+    /// Hello needed (the table was full).
+    Evicted,
+}
+
+/// One peer's figures, for an interval line or a final summary. Optional
+/// fields are left out of JSON when unknown. `docs/output.md` defines each.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerReport {
+    pub peer: String,
+    pub tagged: bool,
+    pub session: Option<String>,
+    /// Distinct datagrams received (duplicates are not counted again).
+    pub packets: u64,
+    pub bytes: u64,
+    /// Summary: first to last datagram. Interval: the interval's span.
+    pub seconds: f64,
+    /// Rates over `seconds`, of what arrived after its start; null when the
+    /// span is under `stats::MIN_RATE_SPAN`.
+    #[serialize_always]
+    pub gbps: Option<f64>,
+    #[serialize_always]
+    pub pps: Option<f64>,
+    #[serialize_always]
+    pub wire_gbps: Option<f64>,
+    pub total_packets: Option<u64>,
+    pub total_bytes: Option<u64>,
+    pub sent_packets: Option<u64>,
+    pub sent_bytes: Option<u64>,
+    /// Lost datagrams (at most this many, see `lost_fewest`).
+    pub lost: Option<u64>,
+    /// Present only when some arrivals could not be classified: the loss is
+    /// then between this and `lost`.
+    pub lost_fewest: Option<u64>,
+    pub loss_percent: Option<f64>,
+    /// `declared` (the client's end-of-test totals) or `sequence` (estimated
+    /// from the highest sequence number, when no end-of-test arrived).
+    pub loss_basis: Option<&'static str>,
+    pub duplicates: Option<u64>,
+    pub reordered: Option<u64>,
+    /// Arrivals that could not be classified as new or duplicate.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub uncertain: u64,
+    /// Datagrams whose sequence numbers the sender never sent.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unexpected: u64,
+    pub jitter_ms: Option<f64>,
+    /// Datagrams without a netspeed header counted in this session (a
+    /// client's datagrams shorter than the header).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub untagged_packets: u64,
+    /// Drops on the server socket while this peer was active.
+    #[serde(flatten)]
+    pub drops: KernelDrops,
+    /// Buffers received that held more than one datagram (UDP GRO).
+    pub gro_buffers: u64,
+    /// Buffers the kernel cut to fit (MSG_TRUNC): should never happen.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub truncated: u64,
+    /// Transit times left out of the jitter as implausible.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub transit_discarded: u64,
+    /// The server's receive threads' CPU over this span (shared with any
+    /// other peer active at the same time); absent where unknown.
+    pub cpu: Option<CpuCost>,
+    /// Why this session's figures are disputed: Ends with different
+    /// totals, or data after an End that its total does not cover.
+    pub conflict: Option<&'static str>,
+    pub reason: Option<DoneReason>,
+    /// The sender's End, as received: a reverse stream's client reads the
+    /// server's own figures from it.
+    #[serde(skip)]
+    pub declared: Option<End>,
+}
+
+/// A session whose End is contradicted.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Serialize)]
+pub struct ConflictReport {
+    pub peer: String,
+    pub session: String,
+    pub conflict: &'static str,
+    /// The totals of the End the session was finalised with.
+    pub sent_packets: u64,
+    pub sent_bytes: u64,
+    /// What contradicts them: another End's totals, or a sequence number.
+    pub other_sent_packets: Option<u64>,
+    pub other_sent_bytes: Option<u64>,
+    pub seq: Option<u64>,
+}
+
+/// Why a session is in conflict.
+pub const CONFLICT_ENDS: &str = "two End messages with different totals";
+pub const CONFLICT_DATA: &str = "data after the End, beyond its total";
+
+/// Datagrams that arrived for a session after it was finished.
+#[derive(Debug, Clone, Serialize)]
+pub struct LateReport {
+    pub peer: String,
+    pub session: String,
+    /// Since the session finished, in all.
+    pub late_packets: u64,
+    pub late_bytes: u64,
+    /// From the session's end to the latest of them.
+    pub seconds_after_end: f64,
+}
+
+pub(super) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Peer {
+    /// A report of `amount` over the span from `start` to `end`, where
+    /// `after_start` is the part of `amount` that arrived after `start`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn report(
+        &self,
+        amount: Amount,
+        after_start: Amount,
+        span: Duration,
+        shared: bool,
+        cpu: Option<CpuCost>,
+        reason: Option<DoneReason>,
+    ) -> PeerReport {
+        let t = self.tagged.as_deref();
+        let figures = t.map(Tagged::figures);
+        let loss = figures.and_then(|f| f.loss);
+        PeerReport {
+            peer: self.addr.to_string(),
+            tagged: t.is_some(),
+            session: t.map(|t| format!("{:016x}", t.session)),
+            packets: amount.packets,
+            bytes: amount.bytes,
+            seconds: span.as_secs_f64(),
+            gbps: stats::rate_gbps(after_start.bytes, span),
+            pps: stats::rate_per_second(after_start.packets, span),
+            wire_gbps: stats::rate_gbps(after_start.wire, span),
+            total_packets: None,
+            total_bytes: None,
+            sent_packets: t.and_then(|t| t.declared.map(|d| d.sent_packets)),
+            sent_bytes: t.and_then(|t| t.declared.map(|d| d.sent_bytes)),
+            declared: t.and_then(|t| t.declared),
+            lost: loss.map(|l| l.most),
+            lost_fewest: loss.filter(|l| l.fewest != l.most).map(|l| l.fewest),
+            loss_percent: loss.map(|l| percent(l.most, l.expected)),
+            loss_basis: loss.map(|l| l.basis),
+            duplicates: figures.map(|f| f.duplicates),
+            reordered: figures.map(|f| f.reordered),
+            uncertain: figures.map_or(0, |f| f.uncertain),
+            unexpected: figures.map_or(0, |f| f.unexpected),
+            jitter_ms: t.map(|t| t.jitter.nanos() / 1e6),
+            untagged_packets: t.map_or(0, |t| t.untagged_packets),
+            drops: KernelDrops::new(self.socket_drops(), shared, self.gro_buffers > 0),
+            gro_buffers: self.gro_buffers,
+            truncated: self.truncated,
+            transit_discarded: t.map_or(0, |t| t.jitter.discarded),
+            cpu,
+            conflict: t.and_then(|t| t.conflict),
+            reason,
+        }
+    }
+
+    /// The whole peer: first to last datagram; `reason` why it is done, or
+    /// None while it is not.
+    pub(super) fn summary(&self, shared: bool, reason: Option<DoneReason>) -> PeerReport {
+        let span = match self.first {
+            Some(first) => self.last.saturating_duration_since(first),
+            None => Duration::ZERO,
+        };
+        let cpu = self.cpu_used().map(|c| {
+            let span = self.last_seen.saturating_duration_since(self.first_seen);
+            CpuCost::of(c, span, self.total.bytes)
+        });
+        self.report(
+            self.total,
+            self.total.minus(self.at_first),
+            span,
+            shared,
+            cpu,
+            reason,
+        )
+    }
+
+    /// What arrived since the last interval line, up to `end`; None when
+    /// nothing did.
+    pub(super) fn interval(
+        &self,
+        end: Instant,
+        cpu_now: Option<CpuTime>,
+        shared: bool,
+    ) -> Option<PeerReport> {
+        let first = self.first?;
+        let (start, amount, after_start, cpu_from) = match self.mark {
+            Some(m) => {
+                let amount = self.total.minus(m.total);
+                (m.at, amount, amount, m.cpu)
+            }
+            None => (
+                first,
+                self.total,
+                self.total.minus(self.at_first),
+                self.cpu_start,
+            ),
+        };
+        if amount.packets == 0 {
+            return None;
+        }
+        let span = end.saturating_duration_since(start);
+        let cpu = cpu_now
+            .zip(cpu_from)
+            .map(|(now, from)| CpuCost::of(now.since(from), span, amount.bytes));
+        let mut report = self.report(amount, after_start, span, shared, cpu, None);
+        report.total_packets = Some(self.total.packets);
+        report.total_bytes = Some(self.total.bytes);
+        Some(report)
+    }
+}
+
+impl PeerTable {
+    /// Every unfinished peer's figures so far, as its summary would give
+    /// them now (no reason: it is not done), for `--metrics`. Finished
+    /// sessions' records are left out: their `peer_done` was the last word.
+    pub fn live_reports(&self) -> Vec<PeerReport> {
+        self.tagged
+            .peers()
+            .chain(self.untagged.peers())
+            .filter(|peer| !peer.is_finished() && peer.total.packets > 0)
+            .map(|peer| peer.summary(peer.shared_now(&self.flags), None))
+            .collect()
+    }
+
+    /// A peer's last interval (when interval lines are on) and summary.
+    pub(super) fn write_done(
+        &self,
+        peer: &Peer,
+        reason: DoneReason,
+        events: &mut dyn FnMut(Event),
+    ) {
+        let shared = peer.shared_now(&self.flags);
+        if self.cfg.intervals {
+            if let Some(report) = peer.interval(peer.last, peer.cpu_end, shared) {
+                events(Event::Interval(report));
+            }
+        }
+        events(Event::Done(peer.summary(shared, Some(reason))));
+    }
+}
+
+/// The session's late datagrams, if some are not reported yet.
+pub(super) fn late_report(peer: &Peer) -> Option<LateReport> {
+    let State::Finished(f) = &peer.state else {
+        return None;
+    };
+    if f.late.packets <= f.late_reported {
+        return None;
+    }
+    let t = peer.tagged.as_ref()?;
+    Some(LateReport {
+        peer: peer.addr.to_string(),
+        session: format!("{:016x}", t.session),
+        late_packets: f.late.packets,
+        late_bytes: f.late.bytes,
+        seconds_after_end: f
+            .last_late
+            .map_or(0.0, |l| l.saturating_duration_since(f.at).as_secs_f64()),
+    })
+}
