@@ -1,8 +1,8 @@
 //! Every example in `configs/` parses, with the binary's own parser, and
 //! passes validation: a config we ship must never be rejected.
 
+use netspeed::config::proxy::{ProxyArgs, ProxyConfig};
 use netspeed::config::{parse_args, ClientArgs, ClientConfig, ServerArgs, ServerConfig};
-use netspeed::proxy::config::{ProxyArgs, ProxyConfig};
 use std::path::Path;
 
 #[test]

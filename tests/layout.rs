@@ -1,7 +1,9 @@
 //! The library's shape, checked on its source so that it cannot drift back:
 //! only `output` prints or exits and only it uses the presentation crates;
-//! platform `cfg` lives in `sys`; the leaves import nothing above them;
-//! and the crate docs' "Layout" names every module file in the tree.
+//! platform `cfg` lives in `sys`; the leaves import nothing above them,
+//! the meter nothing but the leaves, and the settings no role; roles do
+//! not re-export settings; no file outgrows a reader (1,000 lines before
+//! its tests); and the crate docs' "Layout" names every module file.
 //!
 //! These read the source as text. Comment lines are skipped, so a doc that
 //! mentions `println!` is not a violation; code is.
@@ -110,6 +112,107 @@ fn platform_cfg_and_errno_live_in_sys() {
         found.is_empty(),
         "platform code outside sys:\n{}",
         found.join("\n")
+    );
+}
+
+/// Lines of files under `dirs` (path prefixes below src/lib) that import
+/// any of the crate modules in `above`, directly or in a `crate::{...}`
+/// group.
+fn imports_from(dirs: &[&str], above: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in rust_files(Path::new(LIB)) {
+        let shown = file.to_string_lossy().into_owned();
+        if !dirs.iter().any(|d| shown.starts_with(d)) {
+            continue;
+        }
+        for (n, line) in code_lines(&file) {
+            let grouped: Vec<String> = line
+                .split_once("crate::{")
+                .map(|(_, rest)| {
+                    rest.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .map(|name| format!("crate::{name}"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let named =
+                |a: &&str| line.contains(&format!("{a}::")) || line.contains(&format!("{a};"));
+            if above.iter().any(named) || grouped.iter().any(|g| above.contains(&g.as_str())) {
+                found.push(format!("src/lib/{shown}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    found
+}
+
+/// The roles and what composes them: nothing below may import these.
+const ROLES: [&str; 7] = [
+    "crate::server",
+    "crate::client",
+    "crate::proxy",
+    "crate::bench",
+    "crate::output",
+    "crate::local",
+    "crate::download",
+];
+
+#[test]
+fn settings_import_no_role() {
+    let found = imports_from(&["config/"], &ROLES);
+    assert!(
+        found.is_empty(),
+        "config imports a role (settings types belong below the roles):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_meter_imports_no_role_and_no_settings() {
+    let mut above = ROLES.to_vec();
+    above.push("crate::config");
+    let found = imports_from(&["meter/"], &above);
+    assert!(
+        found.is_empty(),
+        "the meter imports from above it:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn roles_do_not_re_export_settings() {
+    let found: Vec<String> = uses_outside(
+        &["config/", "output/", "lib.rs"],
+        &["pub use crate::config"],
+    );
+    assert!(
+        found.is_empty(),
+        "a role re-exports config (import it from config instead):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The most lines a source file may hold before its tests: a reader holds
+/// one file at a time (docs/../STYLE: split a file past about 1,000 lines
+/// by concern). Counted as all lines, comments included, up to the first
+/// `#[cfg(test)]` line.
+const MOST_LINES_BEFORE_TESTS: usize = 1000;
+
+#[test]
+fn no_file_is_longer_than_a_reader_can_hold() {
+    let mut long = Vec::new();
+    for file in rust_files(Path::new(LIB)) {
+        let text = std::fs::read_to_string(Path::new(LIB).join(&file)).expect("read source");
+        let before_tests = text
+            .lines()
+            .take_while(|l| !l.starts_with("#[cfg(test)]"))
+            .count();
+        if before_tests > MOST_LINES_BEFORE_TESTS {
+            long.push(format!("src/lib/{}: {before_tests} lines", file.display()));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these by concern:\n{}",
+        long.join("\n")
     );
 }
 

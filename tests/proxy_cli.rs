@@ -6,7 +6,7 @@ mod common;
 
 use common::{args, run_bounded, ChildGuard, TempDir};
 use netspeed::config::parse_args;
-use netspeed::proxy::{ProxyArgs, ProxyConfig};
+use netspeed::config::proxy::{ProxyArgs, ProxyConfig};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;

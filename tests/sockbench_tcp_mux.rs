@@ -5,8 +5,9 @@
 mod common;
 
 use netspeed::bench::mux::{self, MuxCase};
-use netspeed::bench::tcp::{self, Duplex, Impl, TcpCase};
-use netspeed::bench::udp::Conn;
+use netspeed::bench::tcp::{self, TcpCase};
+use netspeed::config::bench::Conn;
+use netspeed::config::bench::{Duplex, Impl};
 use netspeed::meter::recv::Method;
 use netspeed::shutdown::Shutdown;
 use netspeed::sys::SchedPolicy;

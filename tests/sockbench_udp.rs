@@ -1,7 +1,8 @@
 //! `sockbench udp`: every backend, briefly, with the counts checked
 //! against each other; the binary's output formats and its usage errors.
 
-use netspeed::bench::udp::{run_case, Conn, Ip, Mode, Reuse, SocketKind, Timing, UdpCase};
+use netspeed::bench::udp::{run_case, Mode, Timing, UdpCase};
+use netspeed::config::bench::{Conn, Ip, Reuse, SocketKind};
 use netspeed::shutdown::Shutdown;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! handlers, hands the report to output and maps errors to exit codes.
 
 use clap::CommandFactory;
-use netspeed::bench::Cli;
+use netspeed::config::bench::Cli;
 use netspeed::config::parse_args;
 use netspeed::error::{Error, Result};
 use netspeed::output::bench::{CellBar, Format};

@@ -124,7 +124,7 @@ fn sweep(
 /// `--find-limit`: the highest rate the path carries, trial by trial.
 fn find_limit(
     cfg: &ClientConfig,
-    search: &client::limit::SearchSettings,
+    search: &netspeed::config::SearchSettings,
     plot: Option<&Path>,
     shutdown: &Shutdown,
 ) -> Result<i32> {

@@ -23,7 +23,7 @@ pub mod sweep;
 pub mod tcp;
 pub mod udp;
 
-pub use crate::config::bench::{Cli, OutputArgs, Suite};
+use crate::config::bench::Suite;
 
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;

@@ -17,7 +17,7 @@
 //! and fragmentation), both over the receiver's first-to-last datagram.
 
 use crate::config::bench::{Conn, Ip};
-pub use crate::config::bench::{MuxArgs, MuxSettings};
+use crate::config::bench::{MuxArgs, MuxSettings};
 use crate::error::{Error, Result};
 use crate::meter::recv::{run_method, Deliver, Method};
 use crate::shutdown::Shutdown;

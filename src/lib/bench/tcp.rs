@@ -16,7 +16,7 @@
 //! sample and then `--samples` measured ones, summarised by
 //! [`crate::stats::samples`].
 
-pub use crate::config::bench::{Duplex, Impl, TcpArgs, TcpSettings};
+use crate::config::bench::{Duplex, Impl, TcpArgs, TcpSettings};
 use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;

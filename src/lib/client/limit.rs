@@ -28,36 +28,13 @@
 
 use super::verdict::{busiest_sender_percent, summed_client_bps, Cap, ReceiverFacts, BUSY_PERCENT};
 use super::RunReport;
-use crate::config::ClientConfig;
+use crate::config::{ClientConfig, SearchSettings};
 use crate::error::{Error, Result};
 use crate::meter::plan::Volume;
 use crate::shutdown::Shutdown;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// How the search is run (`--resolution`, `--confirm`, ...).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SearchSettings {
-    /// Stop bisecting when the highest pass is within this share of the
-    /// lowest failure (0.02 = 2 %).
-    pub resolution: f64,
-    /// Extra passes the result must make.
-    pub confirmations: u32,
-    /// The most trials, the unpaced one included.
-    pub max_trials: u32,
-    /// Loss (percent) a passing trial may have.
-    pub loss_tolerance: f64,
-    /// Each trial's length.
-    pub trial: Duration,
-    /// The pause after each trial, for queues to drain and policers to
-    /// refill (RFC 2544 waits between trials too).
-    pub pause: Duration,
-}
-
-/// The default `--resolution`, `--confirm`, `--max-trials`.
-pub const DEFAULT_RESOLUTION: f64 = 0.02;
-pub const DEFAULT_CONFIRMATIONS: u32 = 2;
-pub const DEFAULT_MAX_TRIALS: u32 = 40;
 /// The first bracketing step down from the unpaced rate: half.
 const FIRST_STEP: f64 = 0.5;
 /// How often a trial that only the sender failed is run again.

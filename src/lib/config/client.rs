@@ -9,7 +9,6 @@ use super::{
     sched_from, size_arg, DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER,
 };
 use crate::auth::Psk;
-use crate::client::limit::SearchSettings;
 use crate::error::{Error, Result};
 use crate::meter::plan::Volume;
 use crate::meter::send::GsoRequest;
@@ -348,6 +347,29 @@ pub struct ClientConfig {
     pub recv_buffer_size: usize,
 }
 
+/// How the search is run (`--resolution`, `--confirm`, ...).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchSettings {
+    /// Stop bisecting when the highest pass is within this share of the
+    /// lowest failure (0.02 = 2 %).
+    pub resolution: f64,
+    /// Extra passes the result must make.
+    pub confirmations: u32,
+    /// The most trials, the unpaced one included.
+    pub max_trials: u32,
+    /// Loss (percent) a passing trial may have.
+    pub loss_tolerance: f64,
+    /// Each trial's length.
+    pub trial: Duration,
+    /// The pause after each trial, for queues to drain and policers to
+    /// refill (RFC 2544 waits between trials too).
+    pub pause: Duration,
+}
+
+/// The default `--resolution`, `--confirm`, `--max-trials`.
+pub const DEFAULT_RESOLUTION: f64 = 0.02;
+pub const DEFAULT_CONFIRMATIONS: u32 = 2;
+pub const DEFAULT_MAX_TRIALS: u32 = 40;
 /// Which way a run's data flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Traffic {
@@ -399,7 +421,6 @@ pub enum ClientMode {
 
 /// `--find-limit`'s settings from the flags.
 fn search_settings(args: &ClientArgs, no_server: bool) -> Result<Option<SearchSettings>> {
-    use crate::client::limit;
     if !args.find_limit {
         return Ok(None);
     }
@@ -408,7 +429,7 @@ fn search_settings(args: &ClientArgs, no_server: bool) -> Result<Option<SearchSe
             "--find-limit needs a udp_server's counts: it cannot run with no_server",
         ));
     }
-    let resolution = args.resolution.unwrap_or(limit::DEFAULT_RESOLUTION * 100.0);
+    let resolution = args.resolution.unwrap_or(DEFAULT_RESOLUTION * 100.0);
     if !(0.1..=50.0).contains(&resolution) {
         return Err(Error::usage(format!(
             "--resolution {resolution}: give a percentage from 0.1 to 50"
@@ -420,8 +441,8 @@ fn search_settings(args: &ClientArgs, no_server: bool) -> Result<Option<SearchSe
             "--trial-duration must be at least 100ms: shorter trials measure the start-up, not the rate",
         ));
     }
-    let max_trials = args.max_trials.unwrap_or(limit::DEFAULT_MAX_TRIALS);
-    let confirmations = args.confirm.unwrap_or(limit::DEFAULT_CONFIRMATIONS);
+    let max_trials = args.max_trials.unwrap_or(DEFAULT_MAX_TRIALS);
+    let confirmations = args.confirm.unwrap_or(DEFAULT_CONFIRMATIONS);
     check_between("--max-trials", max_trials, 1000)?;
     if confirmations > 100 {
         return Err(Error::usage(format!(

@@ -2,9 +2,10 @@
 //! ends, then the rate found and where the first losses above it were
 //! counted. `docs/output.md` defines each figure.
 
-use crate::client::limit::{LimitReport, LossPlaces, SearchSettings, Trial};
+use crate::client::limit::{LimitReport, LossPlaces, Trial};
 use crate::client::verdict::Cap;
 use crate::config::ClientConfig;
+use crate::config::SearchSettings;
 
 /// A rate with the unit that keeps four significant digits: the search
 /// runs from tens of Gbit/s down to a shaper's few Mbit/s.

@@ -15,7 +15,8 @@
 //! `--duration` or `--requests`. A failed request fails its row loudly
 //! (status, length and body are checked) instead of being counted.
 
-use super::http::{Client, Test, TestServer};
+use super::http::{Client, TestServer};
+use crate::config::proxy::Test;
 use crate::config::proxy::{BenchConfig, Mode};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;

@@ -19,9 +19,9 @@
 //! while more are queued (a non-blocking peek tells), and frees it. The
 //! buffer is a `BufReader`'s, which std reads into without zeroing it.
 
-use super::config::{Mode, ProxyConfig};
 use super::events::End;
 use super::{Cut, Meter};
+use crate::config::proxy::{Mode, ProxyConfig};
 use futures::channel::oneshot;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::mem::MaybeUninit;

@@ -5,8 +5,8 @@
 //! or NDJSON on stdout). Tests and embedders can collect the events
 //! instead of parsing lines.
 
-use super::config::ProxyConfig;
 pub use super::pipes::RefusedBy;
+use crate::config::proxy::ProxyConfig;
 use serde::{Serialize, Serializer};
 use std::net::SocketAddr;
 
@@ -111,7 +111,8 @@ impl Listening {
             congestion: crate::congestion::Congestion::effective(cfg.congestion),
             congestion_is_system_default: cfg.congestion.is_none(),
             max_conns: cfg.max_conns,
-            pipe_budget: (cfg.mode == super::config::Mode::Splice).then_some(cfg.pipe_budget),
+            pipe_budget: (cfg.mode == crate::config::proxy::Mode::Splice)
+                .then_some(cfg.pipe_budget),
         }
     }
 }

@@ -32,7 +32,7 @@ pub const WRITE_PIECE: usize = 16 * 1024;
 /// Longest request head the server accepts.
 const MAX_HEAD: usize = 8 * 1024;
 
-pub use crate::config::proxy::Test;
+use crate::config::proxy::Test;
 
 /// What each request fetches.
 impl Test {

@@ -1,5 +1,5 @@
 //! `tcp_proxy`: forwards each accepted TCP connection to one upstream, in
-//! one of six ways ([`Mode`]), and the latency benchmark that compares them
+//! one of six ways ([`Mode`](crate::config::proxy::Mode)), and the latency benchmark that compares them
 //! ([`bench`](mod@bench)).
 //!
 //! Why six: seed 004 compared Go's `io.Copy` with Rust proxies built on
@@ -10,7 +10,7 @@
 //! one that moves bulk data fastest.
 //!
 //! # Layout
-//! - [`config`] (`crate::config::proxy`): flags and TOML into a validated
+//! - [`crate::config::proxy`]: flags and TOML into a validated
 //!   [`ProxyConfig`].
 //! - [`events`]: what the proxy reports ([`ProxyEvent`]), sent to the
 //!   [`EventSink`] it is given; `crate::output::proxy` prints them.
@@ -54,9 +54,7 @@ pub mod http;
 pub mod pipes;
 mod relay;
 
-/// The settings live with every other binary's, in `crate::config`.
-pub use crate::config::proxy as config;
-pub use config::{Mode, ProxyArgs, ProxyConfig};
+use crate::config::proxy::ProxyConfig;
 pub use events::{ConnReport, End, EventSink, ProxyEvent, Summary};
 
 use crate::error::{Error, Result};
@@ -540,7 +538,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             upstream.local_addr().unwrap(),
         );
-        cfg.mode = Mode::Tokio;
+        cfg.mode = crate::config::proxy::Mode::Tokio;
         cfg.threads = 1;
         let listener = bind(cfg.listen).unwrap();
         let addr = listener.local_addr().unwrap();

@@ -30,10 +30,10 @@
 //! starts at the kernel's 64 KiB and grows on demand up to `--buffer-size`
 //! under the proxy's `--pipe-budget` (`super::pipes`).
 
-use super::config::Mode;
 use super::events::End;
 use super::pipes::GrowingPipe;
 use super::{Ctx, Cut, Meter};
+use crate::config::proxy::Mode;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;

@@ -34,9 +34,10 @@
 
 use super::peers::{Reply, ReplyBytes};
 use super::stream::{
-    grant, StreamCaps, StreamControl, StreamOrder, StreamResult, END_ATTEMPTS, END_EVERY, SILENCE,
+    grant, StreamControl, StreamOrder, StreamResult, END_ATTEMPTS, END_EVERY, SILENCE,
 };
 use crate::auth::{CookieKey, Psk, COOKIE_SLOT};
+use crate::config::StreamCaps;
 use crate::stats::{self, CpuCost};
 use crate::wire::{
     self, Direction, End, EndAck, Feedback, Header, SenderStats, Start, StartAck, START_LEN,

@@ -17,7 +17,7 @@
 //! stops: all through the stream's own [`Shutdown`], the one way a stream
 //! ends early.
 
-pub use crate::config::{StreamCaps, MAX_RATE_OFF_LOOPBACK};
+use crate::config::StreamCaps;
 use crate::meter::plan::Volume;
 use crate::meter::send::{GsoChoice, GsoRequest, SendPath, Transmitter};
 use crate::meter::stream::{send_stream, SendProgress, Sent, StreamSpec};
@@ -288,7 +288,10 @@ mod tests {
             LAN,
             65507,
         );
-        assert_eq!(refused(r), (wire::START_TOO_FAST, MAX_RATE_OFF_LOOPBACK));
+        assert_eq!(
+            refused(r),
+            (wire::START_TOO_FAST, crate::config::MAX_RATE_OFF_LOOPBACK)
+        );
         // A size the socket cannot send, nothing to send.
         let mut big = request(Amount::Nanos(1), 0);
         big.buffer_size = 65508;
@@ -304,7 +307,7 @@ mod tests {
     fn an_unpaced_stream_is_paced_at_the_cap_except_on_loopback() {
         let caps = StreamCaps::default();
         let g = grant(&request(Amount::Nanos(1_000_000_000), 0), &caps, LAN, 65507).unwrap();
-        assert_eq!(g.rate_bps, Some(MAX_RATE_OFF_LOOPBACK));
+        assert_eq!(g.rate_bps, Some(crate::config::MAX_RATE_OFF_LOOPBACK));
         let g = grant(
             &request(Amount::Nanos(1_000_000_000), 0),
             &caps,

@@ -38,7 +38,7 @@ mod blocking;
 mod driver;
 mod runtimes;
 
-pub use crate::config::bench::{Conn, Ip, Reuse, SocketKind, UdpArgs, UdpSettings};
+use crate::config::bench::{Conn, Ip, Reuse, SocketKind, UdpArgs, UdpSettings};
 pub use driver::{DRAIN_MAX, POLL};
 
 use crate::config::{check_threads, MAX_THREADS};

@@ -12,7 +12,8 @@ pub mod table;
 pub use plot::{limit_plot, sweep_plot, Chart, Series};
 pub use table::{sweep_table, Table};
 
-use crate::bench::{OutputArgs, Progress, Report};
+use crate::bench::{Progress, Report};
+use crate::config::bench::OutputArgs;
 use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};

@@ -8,9 +8,10 @@
 use crate::bench::mux::MuxRow;
 use crate::bench::sweep::SweepReport;
 use crate::bench::tcp::TcpRow;
-use crate::bench::udp::{Mode, SocketKind, UdpRow};
+use crate::bench::udp::{Mode, UdpRow};
 use crate::bench::Report;
 use crate::client::limit::LimitReport;
+use crate::config::bench::SocketKind;
 use crate::error::{Error, Result};
 use crate::meter::recv::Method;
 use plotters::prelude::*;
