@@ -555,3 +555,42 @@ fn a_real_prometheus_scrapes_the_counters() {
     assert_eq!(packets, Some(u(&done, "packets").to_string()));
     server.stop();
 }
+
+#[test]
+fn reverse_streams_expose_the_bytes_sent_to_each_peer() {
+    let (server, metrics) = start(&[]);
+    // A paced stream long enough to be scraped while it runs, then done.
+    let mut cmd = Command::new(common::udp::CLIENT);
+    cmd.args(args_to(
+        &server.addr,
+        "-R -b 1000 -n 4000 --rate 20Mbit --json",
+    ))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut client = ChildGuard::spawn(&mut cmd, "udp_client -R");
+    let lines = client.stdout_lines();
+    poll_until(WAIT, "a reverse stream's sent bytes while it runs", || {
+        scrape(&metrics).iter().any(|s| {
+            s.name == "netspeed_peer_sent_bytes_total"
+                && s.value.parse::<u64>().is_ok_and(|v| v > 0 && v < 4_000_000)
+        })
+    });
+    let status = client.wait_timeout(WAIT).expect("udp_client -R ends");
+    assert!(status.success(), "udp_client -R failed: {status}");
+    let report: Value = serde_json::from_str(&lines.drain(WAIT).join("\n")).expect("a JSON report");
+    let session = report["downloads"][0]["session"].as_str().expect("session");
+    let done = server.find("stream_done", |v| v["event"] == "stream_done");
+    assert_eq!(u(&done, "sent_bytes"), 4_000_000);
+    let samples = scrape(&metrics);
+    assert_eq!(
+        of_session(&samples, "netspeed_peer_sent_bytes_total", session),
+        Some("4000000"),
+        "the finished stream's sent bytes are its stream_done's"
+    );
+    assert_eq!(
+        of_session(&samples, "netspeed_peer_bytes_total", session),
+        Some(u(&done["received"], "bytes").to_string().as_str()),
+        "and the bytes its client said it received"
+    );
+    server.stop();
+}

@@ -208,6 +208,7 @@ impl Collector for Exposition {
             ("peer_duplicates", "Datagrams received more than once (peer_done duplicates).", None, Counter, |p| p.duplicates),
             ("peer_reordered", "Datagrams that arrived after a later one (peer_done reordered).", None, Counter, |p| p.reordered),
             ("peer_kernel_drops", "Drops on the peer's receive socket while it was active (peer_done socket_kernel_drops).", None, Counter, |p| p.kernel_drops),
+            ("peer_sent", "Payload bytes the server sent the peer in a reverse stream (udp_client -R, --bidir; stream_done sent_bytes).", Some(Unit::Bytes), Counter, |p| p.sent_bytes),
         ];
         for (name, help, unit, kind, value) in families {
             per_peer(&mut e, peers, (name, help, unit, kind), value, counter_u64)?;
@@ -393,6 +394,7 @@ mod tests {
             kernel_drops_shared: false,
             cpu_seconds: Some(0.012),
             finished,
+            sent_bytes: None,
         };
         View {
             info: ServerInfo {
@@ -471,6 +473,8 @@ mod tests {
         assert!(
             text.contains(r#"netspeed_build_info{version="0.1.0",method="mmsg",threads="1"} 1"#)
         );
+        // Only reverse streams have bytes sent.
+        assert!(!text.contains("netspeed_peer_sent_bytes_total{"), "{text}");
         // Untagged peers have no sequence figures: no sample, not a zero.
         assert!(!text.contains(&format!("netspeed_peer_duplicates_total{untagged}")));
         assert!(!text.contains(&format!("netspeed_peer_lost_packets{untagged}")));
@@ -487,5 +491,31 @@ mod tests {
         assert!(!text.contains("netspeed_receive_cpu"), "{text}");
         assert!(!text.contains("netspeed_peer_bytes_total{"), "{text}");
         assert!(text.contains("netspeed_peers_active 0\n"), "{text}");
+    }
+
+    #[test]
+    fn a_reverse_stream_shows_what_was_sent() {
+        let mut v = view();
+        v.peers.push(PeerSample::of_stream(
+            "127.0.0.1:5002".into(),
+            "00000000000000ac".into(),
+            2_000_000,
+            Some((1990, 1_990_000)),
+            true,
+        ));
+        let text = exposition(&v);
+        let stream = r#"{peer="127.0.0.1:5002",session="00000000000000ac"}"#;
+        assert_eq!(
+            line(&text, &format!("netspeed_peer_sent_bytes_total{stream} ")),
+            format!("netspeed_peer_sent_bytes_total{stream} 2000000")
+        );
+        assert_eq!(
+            line(&text, &format!("netspeed_peer_bytes_total{stream} ")),
+            format!("netspeed_peer_bytes_total{stream} 1990000")
+        );
+        assert!(
+            text.contains("# UNIT netspeed_peer_sent_bytes bytes\n"),
+            "{text}"
+        );
     }
 }

@@ -49,6 +49,9 @@ pub struct PeerSample {
     pub cpu_seconds: Option<f64>,
     /// Its `peer_done` was written: these figures are final.
     pub finished: bool,
+    /// A reverse stream (the server sends): payload bytes sent so far.
+    /// None for what the server receives.
+    pub sent_bytes: Option<u64>,
 }
 
 /// The labels that name a peer's series.
@@ -69,6 +72,32 @@ impl PeerSample {
                 && r.drops.kernel_drops.is_none(),
             cpu_seconds: r.cpu.map(|c| c.seconds),
             finished,
+            sent_bytes: None,
+        }
+    }
+
+    /// A reverse stream, sending or done: what the server sent, and what
+    /// its client said it received once it answered.
+    pub fn of_stream(
+        peer: String,
+        session: String,
+        sent_bytes: u64,
+        received: Option<(u64, u64)>,
+        finished: bool,
+    ) -> Self {
+        PeerSample {
+            peer,
+            session,
+            packets: received.map_or(0, |r| r.0),
+            bytes: received.map_or(0, |r| r.1),
+            lost: None,
+            duplicates: None,
+            reordered: None,
+            kernel_drops: None,
+            kernel_drops_shared: false,
+            cpu_seconds: None,
+            finished,
+            sent_bytes: Some(sent_bytes),
         }
     }
 
@@ -336,12 +365,15 @@ impl Board {
 
     /// A `peer_done` report: the peer's final figures.
     pub(crate) fn finished(&self, report: &PeerReport) {
+        self.finished_sample(PeerSample::of(report, true));
+    }
+
+    /// A finished peer's or stream's final figures.
+    pub(crate) fn finished_sample(&self, sample: PeerSample) {
         let mut state = self.state();
         let generation = state.generation;
         state.finished += 1;
-        state
-            .retained
-            .insert(PeerSample::of(report, true), Instant::now(), generation);
+        state.retained.insert(sample, Instant::now(), generation);
     }
 
     /// What a scrape shows: a fresh snapshot (asked of the server's thread,
@@ -402,6 +434,7 @@ mod tests {
             kernel_drops_shared: false,
             cpu_seconds: None,
             finished,
+            sent_bytes: None,
         }
     }
 

@@ -411,8 +411,16 @@ pub type Watch<'a> = &'a mut dyn FnMut(&PeerTable, Instant);
 fn record_finished(board: Option<&metrics::Board>, pending: &[ServerEvent]) {
     let Some(board) = board else { return };
     for event in pending {
-        if let ServerEvent::PeerDone(r) = event {
-            board.finished(r);
+        match event {
+            ServerEvent::PeerDone(r) => board.finished(r),
+            ServerEvent::StreamDone(r) => board.finished_sample(metrics::PeerSample::of_stream(
+                r.peer.clone(),
+                r.session.clone(),
+                r.sent_bytes,
+                r.received.as_ref().map(|c| (c.packets, c.bytes)),
+                true,
+            )),
+            _ => {}
         }
     }
 }
@@ -547,6 +555,15 @@ pub fn run_with(
                             .live_reports()
                             .iter()
                             .map(|r| metrics::PeerSample::of(r, false))
+                            .chain(table.reverse.live().into_iter().map(|s| {
+                                metrics::PeerSample::of_stream(
+                                    s.peer.to_string(),
+                                    format!("{:016x}", s.session),
+                                    s.sent_bytes,
+                                    Some((s.received_packets, s.received_bytes)),
+                                    false,
+                                )
+                            }))
                             .collect(),
                         server: metrics::ServerSample::of(
                             &table.totals,
