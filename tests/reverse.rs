@@ -233,3 +233,40 @@ fn reverse_flags_that_cannot_apply_are_usage_errors() {
         );
     }
 }
+
+#[test]
+fn eight_reverse_clients_and_uploads_at_once_all_count_exactly() {
+    let server = Server::loopback();
+    let addr = server.addr.clone();
+    // 8 processes receiving paced streams while 2 others upload.
+    let reverse: Vec<_> = (0..8)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                client_outcome(&args_to(&addr, "-R -b 1200 -n 6000 --rate 100Mbit"))
+            })
+        })
+        .collect();
+    let uploads: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                client_outcome(&args_to(&addr, "-b 1200 -n 6000 --rate 100Mbit"))
+            })
+        })
+        .collect();
+    for h in reverse {
+        let out = h.join().expect("a reverse client");
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let report = out.report.expect("a report");
+        assert_reverse_exact(&server, &report, 6000, 1200);
+    }
+    for h in uploads {
+        let out = h.join().expect("an upload client");
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let report = out.report.expect("a report");
+        let c = &report["clients"][0];
+        common::udp::assert_exact(&report, c, &server.done_for(c["session"].as_str().unwrap()));
+    }
+    server.stop();
+}
