@@ -1,30 +1,74 @@
 //! Who gets a slot in the table, and who gets an answer: the session
-//! and untagged-source slabs and their bounds, the rule that lets a
-//! Hello take the slot of a session seen only in data, the per-IP share,
-//! the overflow bucket, and the per-source answer limiter. See the
+//! and untagged-source slabs and their bounds, the separate budgets of
+//! sessions that began with a Hello and sessions seen only in data (each
+//! with its per-IP share), the rule that lets a Hello take the slot of a
+//! session seen only in data, the overflow bucket, and the answer limiter
+//! (per proven session, else per source address and IP). See the
 //! module docs of [`super`] for why.
 
 use super::*;
 
-/// Limits answers per source IP, in one-second windows.
+/// What an answer is charged to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Charge {
+    /// A session that began with a Hello: its own budget, which no other
+    /// sender can spend.
+    Session(SessionKey),
+    /// Anything else, from this address and port ...
+    Source(SocketAddr),
+    /// ... and from this IP, whatever the port.
+    Ip(IpAddr),
+}
+
+impl Charge {
+    fn limit(self) -> u32 {
+        match self {
+            Charge::Session(_) => ANSWERS_PER_SESSION,
+            Charge::Source(_) => ANSWERS_PER_SOURCE,
+            Charge::Ip(_) => ANSWERS_PER_SECOND,
+        }
+    }
+}
+
+/// Limits answers in one-second windows: a proven session's per session,
+/// everything else per source address and per source IP. Why both: a
+/// flood of requests from one port of a client's own IP (forged or not)
+/// spends that port's budget and stops there, so it cannot spend the IP's
+/// budget that the real client's Hello needs, nor the budget of the real
+/// client's session for its End.
 pub(super) struct AnswerLimiter {
     pub(super) window_start: Instant,
-    pub(super) counts: HashMap<IpAddr, u32>,
-    pub(super) max_sources: usize,
+    pub(super) counts: HashMap<Charge, u32>,
+    /// Most entries in a window (a bound on memory under a flood).
+    pub(super) max_entries: usize,
 }
 
 impl AnswerLimiter {
-    pub(super) fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
+    fn charge(&mut self, key: Charge, now: Instant) -> bool {
         if now.saturating_duration_since(self.window_start) >= Duration::from_secs(1) {
             self.window_start = now;
             self.counts.clear();
         }
-        if self.counts.len() >= self.max_sources && !self.counts.contains_key(&ip) {
+        if self.counts.len() >= self.max_entries && !self.counts.contains_key(&key) {
             return false;
         }
-        let count = self.counts.entry(ip).or_insert(0);
+        let count = self.counts.entry(key).or_insert(0);
+        if *count >= key.limit() {
+            return false;
+        }
         *count += 1;
-        *count <= ANSWERS_PER_SECOND
+        true
+    }
+
+    /// An answer to a session that began with a Hello.
+    pub(super) fn allow_session(&mut self, key: SessionKey, now: Instant) -> bool {
+        self.charge(Charge::Session(key), now)
+    }
+
+    /// An answer to anyone else (a Hello, a Start, an End of a session
+    /// seen only in data): charged to the source address, then to its IP.
+    pub(super) fn allow(&mut self, from: SocketAddr, now: Instant) -> bool {
+        self.charge(Charge::Source(from), now) && self.charge(Charge::Ip(from.ip()), now)
     }
 }
 
@@ -194,15 +238,32 @@ impl PeerTable {
                 t.proven = true;
                 if !finished {
                     self.unproven_sessions -= 1;
+                    let ip = key.0.ip();
+                    decrement(&mut self.unproven_per_ip, ip);
+                    *self.proven_per_ip.entry(ip).or_insert(0) += 1;
                 }
             }
             return Some(slot);
         }
+        // Two budgets: sessions that began with a Hello (a quarter of the
+        // table per IP), and sessions seen only in data (half the table,
+        // a quarter of that per IP). Data alone can then never take the
+        // room a Hello needs: a full table makes room by evicting it.
         let ip = key.0.ip();
-        if self.sessions_per_ip.get(&ip).copied().unwrap_or(0) >= self.sessions_per_ip_bound() {
+        let per_ip = if proven {
+            &self.proven_per_ip
+        } else {
+            &self.unproven_per_ip
+        };
+        let bound = if proven {
+            self.sessions_per_ip_bound()
+        } else {
+            self.unproven_per_ip_bound()
+        };
+        if per_ip.get(&ip).copied().unwrap_or(0) >= bound {
             return None;
         }
-        if !proven && self.unproven_sessions >= (self.cfg.max_peers / 2).max(1) {
+        if !proven && self.unproven_sessions >= self.unproven_bound() {
             return None;
         }
         if self.active_sessions >= self.cfg.max_peers
@@ -227,7 +288,12 @@ impl PeerTable {
         if !proven {
             self.unproven_sessions += 1;
         }
-        *self.sessions_per_ip.entry(ip).or_insert(0) += 1;
+        let per_ip = if proven {
+            &mut self.proven_per_ip
+        } else {
+            &mut self.unproven_per_ip
+        };
+        *per_ip.entry(ip).or_insert(0) += 1;
         self.by_addr.insert(key.0, key);
         Some(self.tagged.insert(key, peer))
     }
@@ -268,15 +334,12 @@ impl PeerTable {
     /// A session that is no longer counted among the unfinished ones.
     pub(super) fn session_ended(&mut self, key: SessionKey, proven: bool, socket: usize) {
         self.active_sessions -= 1;
-        if !proven {
-            self.unproven_sessions -= 1;
-        }
         let ip = key.0.ip();
-        if let Some(n) = self.sessions_per_ip.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
-                self.sessions_per_ip.remove(&ip);
-            }
+        if proven {
+            decrement(&mut self.proven_per_ip, ip);
+        } else {
+            self.unproven_sessions -= 1;
+            decrement(&mut self.unproven_per_ip, ip);
         }
         self.end_peer(socket);
     }
@@ -338,5 +401,15 @@ impl PeerTable {
             self.totals.ends_table_full += 1;
         }
         slot
+    }
+}
+
+/// One fewer for `ip`; the entry goes at zero.
+fn decrement(per_ip: &mut HashMap<IpAddr, usize>, ip: IpAddr) {
+    if let Some(n) = per_ip.get_mut(&ip) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            per_ip.remove(&ip);
+        }
     }
 }

@@ -125,7 +125,7 @@ impl PeerTable {
                 peer.seen(now, meta.drops, meta.cpu);
             }
         }
-        if !self.limiter.allow(addr.ip(), now) {
+        if !self.limiter.allow(addr, now) {
             self.totals.answers_limited += 1;
             return;
         }
@@ -257,8 +257,27 @@ impl PeerTable {
         now: Instant,
         replies: &mut Vec<Reply>,
     ) {
-        let ip = canonical(reply.to).ip();
-        if !self.limiter.allow(ip, now) {
+        let from = canonical(reply.to);
+        let proven = self
+            .tagged
+            .get(slot)
+            .tagged
+            .as_ref()
+            .is_some_and(|t| t.proven);
+        let key = (
+            self.tagged.get(slot).addr,
+            self.tagged
+                .get(slot)
+                .tagged
+                .as_ref()
+                .map_or(0, |t| t.session),
+        );
+        let allowed = if proven {
+            self.limiter.allow_session(key, now)
+        } else {
+            self.limiter.allow(from, now)
+        };
+        if !allowed {
             self.totals.answers_limited += 1;
             return;
         }

@@ -251,6 +251,7 @@ impl PeerTable {
         self.expiry.clear();
         self.active_sessions = 0;
         self.unproven_sessions = 0;
-        self.sessions_per_ip.clear();
+        self.proven_per_ip.clear();
+        self.unproven_per_ip.clear();
     }
 }

@@ -22,11 +22,15 @@
 //!
 //! Why sessions that began with a Hello come first: every udp_client says
 //! Hello, and the answer proves the session can hear us. Sessions seen only
-//! in data (forged, or a sender of another kind) may hold at most half of
-//! the table, and a Hello that finds the table full takes the slot of the
-//! one silent longest. One source IP holds at most a quarter of the table
-//! (but room for `--clients 1024`). A flood can then slow new sessions
-//! down, but not lock every real client out.
+//! in data (forged, or a sender of another kind) have a budget of their
+//! own, half the table and a quarter of that per source IP, and a Hello
+//! that finds the table full takes the slot of the one silent longest.
+//! Proven sessions are counted apart: one source IP holds at most a quarter
+//! of the table of them (but room for `--clients 1024`). Answers to a
+//! proven session come from its own budget; everything else is answered
+//! within a budget per source address and per IP. A flood from another
+//! port of a client's own IP can then neither take the room its Hello
+//! needs nor the answers it asks for.
 //!
 //! The table is split by concern: this file holds its shape and the
 //! receive dispatch (a datagram in, decoded once, handed to the code that
@@ -51,6 +55,11 @@ use std::time::{Duration, Instant};
 /// `--clients 1024` on one host retrying twice within a second, while
 /// bounding what a flood of forged requests can draw out.
 pub const ANSWERS_PER_SECOND: u32 = 2048;
+/// Answers per source address (IP and port) per second, for requests not
+/// of a proven session: a client asks at most 5 times a second.
+pub const ANSWERS_PER_SOURCE: u32 = 64;
+/// Answers per session that began with a Hello, per second.
+pub const ANSWERS_PER_SESSION: u32 = 64;
 
 /// Sequence-number ranges (16 bytes each) the whole session table may hold;
 /// each session gets an equal share, at least [`MIN_RANGES_PER_SESSION`].
@@ -224,7 +233,10 @@ pub struct PeerTable {
     /// per source IP.
     active_sessions: usize,
     unproven_sessions: usize,
-    sessions_per_ip: HashMap<IpAddr, usize>,
+    /// Unfinished sessions per source IP: those that began with a Hello,
+    /// and those seen only in data (separate budgets).
+    proven_per_ip: HashMap<IpAddr, usize>,
+    unproven_per_ip: HashMap<IpAddr, usize>,
     /// Finished sessions' records, by when they may go.
     expiry: BTreeMap<(Instant, u64), SessionKey>,
     expiry_ids: u64,
@@ -256,14 +268,15 @@ impl PeerTable {
             by_addr: HashMap::new(),
             active_sessions: 0,
             unproven_sessions: 0,
-            sessions_per_ip: HashMap::new(),
+            proven_per_ip: HashMap::new(),
+            unproven_per_ip: HashMap::new(),
             expiry: BTreeMap::new(),
             expiry_ids: 0,
             epoch: now,
             limiter: AnswerLimiter {
                 window_start: now,
                 counts: HashMap::new(),
-                max_sources: cfg.max_peers,
+                max_entries: cfg.max_peers * 3,
             },
             sockets: vec![SocketState::default(); sockets],
             flags: TableFlags {
@@ -299,6 +312,16 @@ impl PeerTable {
     /// but always room for `--clients 1024` (or the whole table, if smaller).
     pub fn sessions_per_ip_bound(&self) -> usize {
         (self.cfg.max_peers / 4).max(self.cfg.max_peers.min(1024))
+    }
+
+    /// Most unfinished sessions seen only in data (no Hello), in all ...
+    pub fn unproven_bound(&self) -> usize {
+        (self.cfg.max_peers / 2).max(1)
+    }
+
+    /// ... and from one source IP: a quarter of that.
+    pub fn unproven_per_ip_bound(&self) -> usize {
+        (self.unproven_bound() / 4).max(1)
     }
 
     /// Peers tracked right now: unfinished ones, and finished sessions'
@@ -494,7 +517,7 @@ impl PeerTable {
             Ok(Message::Start(start)) => {
                 // A Start is answered like a Hello: within the source's
                 // answer budget, and never with more bytes than it carried.
-                if self.limiter.allow(addr.ip(), at.now) {
+                if self.limiter.allow(addr, at.now) {
                     self.reverse.on_start(
                         start,
                         data,

@@ -308,9 +308,10 @@ fn ends_that_find_the_table_full_are_counted() {
 #[test]
 fn a_hello_takes_the_slot_of_a_session_seen_only_in_data() {
     let mut t = Harness::with_max_peers(4);
-    // A flood of forged data sessions fills its half of the table.
+    // A flood of forged data sessions (from many addresses: one IP holds
+    // a quarter of their budget) fills its half of the table.
     for port in 0..10u16 {
-        let from = SocketAddr::from(([10, 0, 0, 2], port));
+        let from = SocketAddr::from(([10, 0, 1, port as u8], port));
         t.data(from, u64::from(port), 0, 64, MS * u32::from(port));
     }
     assert_eq!(t.table.active_sessions, 2);
@@ -331,7 +332,7 @@ fn a_hello_takes_the_slot_of_a_session_seen_only_in_data() {
         .filter(|r| r.reason == Some(DoneReason::Evicted))
         .collect();
     assert_eq!(evicted.len(), 2);
-    assert_eq!(evicted[0].peer, "10.0.0.2:0", "{evicted:?}");
+    assert_eq!(evicted[0].peer, "10.0.1.0:0", "{evicted:?}");
     // Now the table is full of proven sessions: say so.
     let from = SocketAddr::from(([10, 0, 0, 4], 1));
     let flags = hello_flags(t.hello(from, 200, MS * 40));
@@ -492,16 +493,27 @@ fn an_end_for_a_session_never_seen_says_so() {
 }
 
 #[test]
-fn answers_are_rate_limited_per_source() {
+fn answers_are_rate_limited_per_source_and_per_ip() {
     let mut t = Harness::with_max_peers(4096);
     let a = addr("10.0.0.1:9");
     let answered = (0..3000)
         .filter(|&i| t.hello(a, i, START).is_some())
         .count();
-    assert_eq!(answered, ANSWERS_PER_SECOND as usize);
+    assert_eq!(
+        answered, ANSWERS_PER_SOURCE as usize,
+        "one port: its own budget"
+    );
+    // Other ports of the same IP share the IP's budget.
+    let answered = (0..4000u64)
+        .filter(|&i| {
+            let from = SocketAddr::from(([10, 0, 0, 1], 1000 + (i % 50) as u16));
+            t.hello(from, 10_000 + i, START).is_some()
+        })
+        .count();
+    assert_eq!(answered as u32, ANSWERS_PER_SECOND - ANSWERS_PER_SOURCE);
     assert_eq!(
         t.table.totals.answers_limited,
-        3000 - ANSWERS_PER_SECOND as u64
+        3000 + 4000 - u64::from(ANSWERS_PER_SECOND)
     );
     let reply = t.hello(a, 1, Duration::from_millis(1001)).unwrap();
     let Ok(Message::HelloAck(ack)) = wire::decode(reply.bytes.as_slice()) else {
@@ -509,6 +521,33 @@ fn answers_are_rate_limited_per_source() {
     };
     assert_eq!((ack.session, ack.nonce), (1, 1));
     assert!(reply.bytes.as_slice().len() <= wire::HELLO_LEN);
+}
+
+#[test]
+fn floods_from_another_port_of_the_same_ip_cannot_lock_a_client_out() {
+    let mut t = Harness::with_max_peers(4096);
+    let attacker = addr("10.0.0.1:6000");
+    // 1,100 sessions seen only in data, from another port of the
+    // client's own IP: they take at most their own budget.
+    for i in 0..1100u64 {
+        t.data(attacker, 0xa000 + i, 0, 64, START);
+    }
+    assert_eq!(t.table.active_sessions, t.table.unproven_per_ip_bound());
+    // 40,000 Hellos with one session id, from the same port.
+    for i in 0..40_000u64 {
+        t.hello(attacker, 0xbad, START + Duration::from_micros(i));
+    }
+    // The real client, on its own port, still gets a session and its
+    // answer.
+    let client = addr("10.0.0.1:5000");
+    let flags = hello_flags(t.hello(client, 7, START + 50 * MS));
+    assert_eq!(flags & wire::ACK_BUSY, 0, "the client got a session");
+    for seq in 0..100 {
+        t.data(client, 7, seq, 1000, START + 60 * MS);
+    }
+    t.end(client, 7, 100, 100_000, 1, START + 70 * MS);
+    let ack = t.first_ack(START + 400 * MS);
+    assert_eq!((ack.received_packets, ack.lost), (100, 0));
 }
 
 #[test]
