@@ -220,6 +220,47 @@ fn policer_limit_is_found_and_its_drops_are_the_loss() {
     }
 }
 
+#[test]
+fn reverse_search_finds_a_downstream_policer() {
+    // The same policer, on the client's input: only the download direction
+    // (-R: the server sends) meets it.
+    require_nft();
+    let _one = one_at_a_time();
+    let Hosts {
+        srv: _srv,
+        cli,
+        server,
+        target,
+        ..
+    } = served("fl5", "10.67.5", "8M");
+    let port = server.port();
+    const RATE: f64 = 2.0 * 1024.0 * 1024.0;
+    const BURST: f64 = 16.0 * 1024.0;
+    nft_apply(
+        &cli,
+        &format!(
+            "table inet pol {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
+             udp sport {port} udp length 1408 limit rate over 2 mbytes/second burst 16 kbytes counter drop\n  }}\n}}\n"
+        ),
+    );
+    let report = find_limit_in(
+        &cli,
+        &target,
+        "-R -b 1400 --no-gso --trial-duration 1s --trial-pause 1.2s --resolution 3 --confirm 1",
+    );
+    check_trials(&report);
+    let (dropped, _) = nft_counter(&cli, "inet", "pol");
+    assert_eq!(
+        dropped,
+        sum(&report, "lost_packets"),
+        "the policer's drops on the client's side are the loss the reverse trials counted: {report}"
+    );
+    let t = 1.0;
+    let expected = 8.0 * (RATE * (t + 1.0) + BURST) / t * 1400.0 / 1428.0;
+    let found = assert_found(&report, "downstream policer", expected, 0.94, 1.02);
+    assert!(f(&report["limit"], "first_loss_at_bps") > found, "{report}");
+}
+
 // ---------------------------------------------------------------------------
 // A tbf on the client's link: the sender's own queue is the limit.
 // ---------------------------------------------------------------------------

@@ -222,7 +222,7 @@ fn reverse_flags_that_cannot_apply_are_usage_errors() {
         ("-R --no-server", "cannot be used with"),
         ("-R --bidir", "cannot be used with"),
         ("--recv-buffer-size 8M", "needs -R or --bidir"),
-        ("-R --find-limit", "cannot be used with"),
+        ("--bidir --find-limit", "cannot be used with"),
     ] {
         let out = client_outcome(&args_to("127.0.0.1:9", rest));
         assert_eq!(out.code, Some(2), "udp_client {rest}: {}", out.stderr);

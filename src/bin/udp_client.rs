@@ -134,13 +134,20 @@ fn find_limit(
         if text {
             println!("{}", limit::header(cfg, search));
         }
-        client::limit::find(cfg, search, shutdown, &mut |trial| {
+        let mut on_trial = |trial: &client::limit::Trial| {
             if text {
                 println!("{}", limit::trial_line(trial));
             } else if cfg.json_stream {
                 println!("{}", report::json_event("trial", trial));
             }
-        })
+        };
+        if cfg.traffic.downloads() {
+            // -R: each trial is a reverse stream; the server sends.
+            let mut reverse = |c: &ClientConfig| netspeed::download::trial(c, shutdown);
+            client::limit::find_with(cfg, search, shutdown, &mut on_trial, &mut reverse)
+        } else {
+            client::limit::find(cfg, search, shutdown, &mut on_trial)
+        }
     };
     let report = if cfg.local {
         netspeed::local::with_local_server(cfg, None, go)?

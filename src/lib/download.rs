@@ -14,8 +14,10 @@
 //! speaks first. This module composes the two, so it lives above both
 //! (as [`crate::local`] does).
 
+use crate::client::limit::TrialRun;
 use crate::client::start::{self, Granted};
-use crate::client::{self, RunReport, SendProgress};
+use crate::client::verdict::ReceiverFacts;
+use crate::client::{self, NoProgress, RunReport, SendProgress};
 use crate::config::{ClientConfig, ServerConfig, StreamCaps, Traffic};
 use crate::error::{Error, Result};
 use crate::server::peers::PeerReport;
@@ -419,4 +421,62 @@ pub fn download_stream(downloads: &[Download]) -> Stream {
         sender,
         receiver: Some(receiver),
     }
+}
+
+/// One `--find-limit -R` trial: `cfg.clients` reverse streams, judged by
+/// what the server said it sent and what this client counted.
+pub fn trial(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<TrialRun> {
+    let downloads = receive(cfg, shutdown, &NoProgress, None)?;
+    trial_run(cfg, &downloads)
+}
+
+/// A trial's figures from its reverse streams.
+fn trial_run(cfg: &ClientConfig, downloads: &[Download]) -> Result<TrialRun> {
+    let mut run = TrialRun {
+        buffer_size: cfg.buffer_size,
+        ..TrialRun::default()
+    };
+    let mut rx = ReceiverFacts::default();
+    let (mut sent_bps, mut received_bps) = (0.0, 0.0);
+    for d in downloads {
+        let r = &d.received;
+        let Some(end) = r.declared.as_ref() else {
+            return Err(Error::runtime(format!(
+                "the server's End never arrived for session {}: the search needs the sender's counts",
+                d.session
+            )));
+        };
+        let span = Duration::from_nanos(end.duration_ns);
+        run.sent_packets += end.sent_packets;
+        run.sent_bytes += end.sent_bytes;
+        run.seconds = run.seconds.max(span.as_secs_f64());
+        if let Some(s) = end.sender {
+            run.enobufs_retries += s.enobufs_retries;
+            run.backoff_seconds += Duration::from_nanos(s.backoff_ns).as_secs_f64();
+            sent_bps += stats::rate_gbps(end.sent_bytes.saturating_sub(s.first_call_bytes), span)
+                .unwrap_or(0.0)
+                * 1e9;
+            if s.cpu_user_ns != wire::UNKNOWN && !span.is_zero() {
+                let cpu = (s.cpu_user_ns + s.cpu_system_ns) as f64 / span.as_nanos() as f64 * 100.0;
+                run.sender_cpu_percent = Some(run.sender_cpu_percent.unwrap_or(0.0).max(cpu));
+            }
+        }
+        received_bps += r.gbps.unwrap_or(0.0) * 1e9;
+        rx.lost += r.lost.unwrap_or(0);
+        rx.received += r.packets;
+        rx.gro_buffers += r.gro_buffers;
+        if let Some(drops) = r.drops.kernel_drops.or(r.drops.socket_kernel_drops) {
+            *rx.kernel_drops.get_or_insert(0) += drops;
+        }
+        rx.drops_in_buffers |= r.drops.kernel_drops_unit == Some("buffers");
+        run.drops_unit = run.drops_unit.or(r.drops.kernel_drops_unit);
+        if let Some(p) = r.cpu.and_then(|c| c.percent_of_core) {
+            rx.cpu_percent = Some(rx.cpu_percent.unwrap_or(0.0).max(p));
+        }
+    }
+    rx.loss_percent = stats::percent(rx.lost, run.sent_packets);
+    run.sent_bps = Some(sent_bps);
+    run.received_bps = Some(received_bps);
+    run.receiver = Some(rx);
+    Ok(run)
 }

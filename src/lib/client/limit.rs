@@ -318,19 +318,66 @@ pub struct LimitReport {
     pub notes: Vec<String>,
 }
 
+/// One trial's figures, whichever way the data flowed: an upload's from
+/// its [`RunReport`] ([`TrialRun::of`]), a reverse stream's from what the
+/// server said it sent and what this client counted.
+#[derive(Debug, Clone, Default)]
+pub struct TrialRun {
+    pub buffer_size: usize,
+    pub sent_packets: u64,
+    pub sent_bytes: u64,
+    /// The sending span, seconds.
+    pub seconds: f64,
+    /// The sender-side rate over all streams, bit/s.
+    pub sent_bps: Option<f64>,
+    pub enobufs_retries: u64,
+    pub backoff_seconds: f64,
+    /// The busiest sending thread, % of one core.
+    pub sender_cpu_percent: Option<f64>,
+    /// The receiver's count; None when it never came.
+    pub receiver: Option<ReceiverFacts>,
+    pub received_bps: Option<f64>,
+    /// What the receiver's kernel drops count: `datagrams` or `buffers`.
+    pub drops_unit: Option<&'static str>,
+}
+
+impl TrialRun {
+    /// An upload trial's figures; an error when a client got no answer.
+    pub fn of(r: &RunReport) -> Result<Self> {
+        let Some(v) = r.server.as_ref().filter(|_| r.complete) else {
+            return Err(Error::runtime(format!(
+                "a trial got no end-of-test answer from {}: the search needs the receiver's counts",
+                r.server_addr
+            )));
+        };
+        Ok(TrialRun {
+            buffer_size: r.buffer_size,
+            sent_packets: r.sent_packets,
+            sent_bytes: r.sent_bytes,
+            seconds: r.seconds,
+            sent_bps: summed_client_bps(&r.clients),
+            enobufs_retries: r.enobufs_retries,
+            backoff_seconds: r.backoff_seconds,
+            sender_cpu_percent: busiest_sender_percent(&r.clients),
+            receiver: Some(ReceiverFacts::of(v)),
+            received_bps: v.gbps.map(|g| g * 1e9),
+            drops_unit: v.drops.kernel_drops_unit,
+        })
+    }
+}
+
 /// The figures of one trial's run, judged against the settings.
 pub fn judge_trial(
     index: usize,
     phase: Phase,
     offered_bps: Option<u64>,
-    r: &RunReport,
+    r: &TrialRun,
     s: &SearchSettings,
 ) -> Trial {
-    let v = r.server.as_ref();
-    let rx = v.map(ReceiverFacts::of).unwrap_or_default();
+    let rx = r.receiver.unwrap_or_default();
     let (lost, loss_percent, kernel_drops) = (rx.lost, rx.loss_percent, rx.kernel_drops);
-    let unit = v.and_then(|v| v.drops.kernel_drops_unit);
-    let sent_bps = summed_client_bps(&r.clients);
+    let unit = r.drops_unit;
+    let sent_bps = r.sent_bps;
     // Datagrams the pacer asked for that did not go out.
     let trial_seconds = s.trial.as_secs_f64();
     let size = r.buffer_size.max(1) as f64;
@@ -363,13 +410,13 @@ pub fn judge_trial(
         phase,
         offered_bps,
         sent_bps,
-        received_bps: v.and_then(|v| v.gbps).map(|g| g * 1e9),
+        received_bps: r.received_bps,
         seconds: r.seconds,
         sent_packets: r.sent_packets,
         received_packets: rx.received,
         loss_percent,
         backoff_seconds: r.backoff_seconds,
-        sender_cpu_percent: busiest_sender_percent(&r.clients),
+        sender_cpu_percent: r.sender_cpu_percent,
         receiver_cpu_percent: rx.cpu_percent,
         passed,
         cause,
@@ -394,6 +441,8 @@ struct Runner<'a> {
     s: &'a SearchSettings,
     shutdown: &'a Shutdown,
     on_trial: &'a mut dyn FnMut(&Trial),
+    /// Runs one trial: an upload, or a reverse stream (`-R`).
+    run: &'a mut dyn FnMut(&ClientConfig) -> Result<TrialRun>,
     trials: Vec<Trial>,
 }
 
@@ -418,18 +467,13 @@ impl Runner<'_> {
         trial_cfg.volume = Volume::Time(self.s.trial);
         trial_cfg.interval = None;
         trial_cfg.rate_bps = offered.map(|o| o / clients);
-        let report = super::run(&trial_cfg, self.shutdown)?;
+        let run = (self.run)(&trial_cfg);
         if self.shutdown.is_triggered() {
             return Ok(Err(Stopped));
         }
-        if report.server.is_none() || !report.complete {
-            return Err(Error::runtime(format!(
-                "trial {} got no end-of-test answer from {}: the search needs the receiver's counts",
-                self.trials.len() + 1,
-                self.cfg.server
-            )));
-        }
-        let trial = judge_trial(self.trials.len() + 1, phase, offered, &report, self.s);
+        let run =
+            run.map_err(|e| Error::runtime(format!("trial {}: {e}", self.trials.len() + 1)))?;
+        let trial = judge_trial(self.trials.len() + 1, phase, offered, &run, self.s);
         (self.on_trial)(&trial);
         self.trials.push(trial.clone());
         Ok(Ok(trial))
@@ -462,13 +506,26 @@ impl Runner<'_> {
     }
 }
 
-/// Runs the search against `cfg.server`, calling `on_trial` after each
-/// trial (for the live lines). A signal ends it with the result so far.
+/// Runs the search against `cfg.server` with uploads, calling `on_trial`
+/// after each trial (for the live lines). A signal ends it with the
+/// result so far.
 pub fn find(
     cfg: &ClientConfig,
     s: &SearchSettings,
     shutdown: &Shutdown,
     on_trial: &mut dyn FnMut(&Trial),
+) -> Result<LimitReport> {
+    let mut upload = |c: &ClientConfig| super::run(c, shutdown).and_then(|r| TrialRun::of(&r));
+    find_with(cfg, s, shutdown, on_trial, &mut upload)
+}
+
+/// [`find`], each trial run by `run` (`-R` runs reverse streams).
+pub fn find_with(
+    cfg: &ClientConfig,
+    s: &SearchSettings,
+    shutdown: &Shutdown,
+    on_trial: &mut dyn FnMut(&Trial),
+    run: &mut dyn FnMut(&ClientConfig) -> Result<TrialRun>,
 ) -> Result<LimitReport> {
     let started = std::time::SystemTime::now();
     let mut runner = Runner {
@@ -476,6 +533,7 @@ pub fn find(
         s,
         shutdown,
         on_trial,
+        run,
         trials: Vec::new(),
     };
     let unpaced = match runner.counted(None, Phase::Unpaced)? {

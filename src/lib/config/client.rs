@@ -163,7 +163,7 @@ pub struct ClientArgs {
     /// the download direction, through NAT too: the client speaks first.
     /// -b, -t, -n, --duration, --rate, -P, --gso/--no-gso and -i keep their
     /// meaning, for what the server sends.
-    #[arg(short = 'R', long, conflicts_with_all = ["no_server", "bidir", "sweep", "find_limit"])]
+    #[arg(short = 'R', long, conflicts_with_all = ["no_server", "bidir", "sweep"])]
     pub reverse: bool,
     /// Both directions at once (iperf3 --bidir): this client sends on one
     /// socket while the server sends to it on another; each direction is
@@ -615,9 +615,14 @@ impl ClientConfig {
                 "-R and --bidir need a udp_server to send: they cannot run with no_server",
             ));
         }
-        if traffic.downloads() && (args.find_limit || !args.sweep.is_empty()) {
+        if traffic.downloads() && !args.sweep.is_empty() {
             return Err(Error::usage(
-                "-R and --bidir run one test: --sweep and --find-limit do not take them yet",
+                "--sweep runs uploads: it does not take -R or --bidir yet",
+            ));
+        }
+        if traffic == Traffic::Bidir && args.find_limit {
+            return Err(Error::usage(
+                "--find-limit searches one direction: give -R for the download, or neither for the upload",
             ));
         }
         let recv_buffer_size = size(l.recv_buffer_size, "recv_buffer_size")?;

@@ -32,8 +32,13 @@ fn percent(p: f64) -> String {
 /// The line before the first trial, and the table's header.
 pub fn header(cfg: &ClientConfig, s: &SearchSettings) -> String {
     format!(
-        "find-limit to {}: {}-byte datagrams, {} client{}, trials of {:.1} s, resolution {}%, loss tolerance {}%\n\
+        "find-limit {} {}: {}-byte datagrams, {} client{}, trials of {:.1} s, resolution {}%, loss tolerance {}%\n\
          trial  phase            offered           sent       received        lost   loss %  result",
+        if cfg.traffic.downloads() {
+            "[S->C] from"
+        } else {
+            "to"
+        },
         cfg.server,
         cfg.buffer_size,
         cfg.clients,
