@@ -270,3 +270,30 @@ fn eight_reverse_clients_and_uploads_at_once_all_count_exactly() {
     }
     server.stop();
 }
+
+#[test]
+fn the_servers_interval_lines_of_a_stream_add_up_to_what_it_sent() {
+    let server = Server::start_args(&["--listen", "127.0.0.1:0", "--interval", "200ms"]);
+    let report = run(&server, "-R -b 1000 -n 12000 --rate 100Mbit");
+    assert_reverse_exact(&server, &report, 12000, 1000);
+    let session = report["downloads"][0]["session"].as_str().expect("session");
+    let events = server.stop();
+    let lines: Vec<&Value> = events
+        .iter()
+        .filter(|v| {
+            v["event"] == "interval"
+                && v["direction"] == "server_to_client"
+                && v["session"] == session
+        })
+        .collect();
+    // 12,000 × 1000 B at 100 Mbit/s: 0.96 s, so several 200 ms lines.
+    assert!(lines.len() >= 3, "{lines:?}");
+    let sent: u64 = lines.iter().map(|v| u(v, "sent_bytes")).sum();
+    assert_eq!(
+        sent, 12_000_000,
+        "interval lines add up to the stream: {lines:?}"
+    );
+    for pair in lines.windows(2) {
+        assert_eq!(pair[0]["end"], pair[1]["start"], "contiguous: {lines:?}");
+    }
+}

@@ -58,6 +58,7 @@ fn run() -> Result<()> {
                 ServerEvent::Late(r) => report::late(r, json),
                 ServerEvent::Conflict(r) => report::conflict(r, json),
                 ServerEvent::StreamDone(r) => report::stream_done(r, json),
+                ServerEvent::StreamInterval(i) => report::stream_interval(i, json),
             };
             let _ = writeln!(out, "{line}");
             let _ = out.flush();

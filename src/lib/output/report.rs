@@ -9,7 +9,7 @@ use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::config::ServerConfig;
 use crate::download::{upload_stream, DuplexReport, Stream};
 use crate::server::peers::{ConflictReport, DoneReason, LateReport, PeerReport};
-use crate::server::reverse::{StreamEnd, StreamReport};
+use crate::server::reverse::{StreamEnd, StreamInterval, StreamReport};
 use crate::server::{Bound, ServerSummary};
 use crate::stats::{CpuCost, SendInterval};
 use crate::units::HumanBytes;
@@ -276,6 +276,24 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
         );
     }
     out
+}
+
+/// One interval of a reverse stream the server is sending.
+pub fn stream_interval(i: &StreamInterval, json_out: bool) -> String {
+    if json_out {
+        return json_event("interval", i);
+    }
+    format!(
+        "[{} session {}] {} {:6.2}-{:<6.2} s sent {:>11} {:>8.3} Gbit/s (client has {} so far)",
+        i.peer,
+        i.session,
+        direction_label(i.direction),
+        i.start,
+        i.end,
+        HumanBytes(i.sent_bytes).to_string(),
+        i.gbps,
+        HumanBytes(i.received_bytes),
+    )
 }
 
 /// A reverse stream the server sent, finished.

@@ -26,7 +26,7 @@ use crate::sys;
 use peers::{
     ConflictReport, Event, LateReport, PeerReport, PeerTable, Reply, Rx, TableConfig, Totals,
 };
-use reverse::{SessionKey, StreamEnd, StreamReport};
+use reverse::{SessionKey, StreamEnd, StreamInterval, StreamReport};
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -155,6 +155,8 @@ pub enum ServerEvent {
     Conflict(ConflictReport),
     /// A reverse stream (the server sent) finished.
     StreamDone(StreamReport),
+    /// An interval of a reverse stream that is sending.
+    StreamInterval(StreamInterval),
 }
 
 /// Totals over the server's whole run.
@@ -293,6 +295,12 @@ fn drive_streams(
         reverse.sent(key, result, now, replies);
     }
     reverse.tick(now, replies);
+    pending.extend(
+        reverse
+            .take_last_intervals()
+            .into_iter()
+            .map(ServerEvent::StreamInterval),
+    );
     pending.extend(reverse.take_done().into_iter().map(ServerEvent::StreamDone));
     reverse.take_launches()
 }
@@ -528,11 +536,13 @@ pub fn run_with(
                     // No stream starts once the server is stopping.
                     launches.clear();
                 }
+                let mut stream_intervals = Vec::new();
                 {
                     let mut sink = push_event(pending);
                     if let Some(due) = next_interval {
                         if now >= due {
                             table.tick_intervals(now, receive_cpu.total(), &mut sink);
+                            stream_intervals = table.reverse.intervals(now);
                             let interval = cfg.interval.expect("interval set");
                             next_interval = Some(if due + interval <= now {
                                 now + interval
@@ -543,6 +553,11 @@ pub fn run_with(
                     }
                     table.expire(now, &mut sink, queued);
                 }
+                pending.extend(
+                    stream_intervals
+                        .into_iter()
+                        .map(ServerEvent::StreamInterval),
+                );
                 // A peer finished in this pass has left the live table:
                 // it joins the retained set now, before any snapshot, so
                 // no scrape misses it.

@@ -66,6 +66,9 @@ pub struct ReverseConfig {
     pub cookies: CookieKey,
     /// The server's clock origin: cookie slots count from it.
     pub epoch: Instant,
+    /// Interval lines are written: a stream's last partial interval is
+    /// written when it ends, so that its lines add up to its total.
+    pub intervals: bool,
 }
 
 /// Why a stream's sending ended.
@@ -131,6 +134,23 @@ pub struct StreamReport {
     pub error: Option<String>,
 }
 
+/// One interval of a reverse stream, as the server sent it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamInterval {
+    pub peer: String,
+    pub session: String,
+    pub direction: Direction,
+    /// Seconds since the stream started, at the interval's start and end.
+    pub start: f64,
+    pub end: f64,
+    /// Payload bytes sent in the interval, and their rate.
+    pub sent_bytes: u64,
+    pub gbps: f64,
+    /// What the client had said it received, in all, by the interval's end
+    /// (its latest Feedback).
+    pub received_bytes: u64,
+}
+
 /// A stream still sending, for intervals and `--metrics`.
 #[derive(Debug, Clone)]
 pub struct LiveStream {
@@ -175,6 +195,8 @@ struct Session {
     ack: StartAck,
     order: StreamOrder,
     last: Option<Feedback>,
+    /// Where the current interval opened: when, and the bytes sent by then.
+    mark: Option<(Instant, u64)>,
     phase: Phase,
 }
 
@@ -184,6 +206,8 @@ pub struct Reverse {
     sessions: HashMap<SessionKey, Session>,
     launches: Vec<StreamOrder>,
     done: Vec<StreamReport>,
+    /// Streams' last partial intervals, written before their reports.
+    last_intervals: Vec<StreamInterval>,
     /// Starts, Feedback and EndAcks ignored: bad tag, unknown session, or
     /// a stream nonce that is not the session's.
     pub rejected: u64,
@@ -198,6 +222,7 @@ impl Reverse {
             sessions: HashMap::new(),
             launches: Vec::new(),
             done: Vec::new(),
+            last_intervals: Vec::new(),
             rejected: 0,
             refused: 0,
         }
@@ -335,6 +360,7 @@ impl Reverse {
                 ack,
                 order,
                 last: None,
+                mark: None,
                 phase: Phase::Awaiting { since: now },
             },
         );
@@ -441,6 +467,11 @@ impl Reverse {
         let Some(mut s) = self.sessions.remove(&key) else {
             return;
         };
+        if self.cfg.intervals {
+            // What was sent since the last interval line: all of it has
+            // been counted now that the thread returned.
+            self.last_intervals.extend(close_interval(key, &mut s, now));
+        }
         let stopping = match s.phase {
             Phase::Sending { stopping, .. } => stopping,
             _ => None,
@@ -626,6 +657,23 @@ impl Reverse {
         done
     }
 
+    /// Closes an interval of every stream that is sending (`--interval`):
+    /// what each sent since the last one.
+    pub fn intervals(&mut self, now: Instant) -> Vec<StreamInterval> {
+        let mut out = Vec::new();
+        for (key, s) in self.sessions.iter_mut() {
+            if matches!(s.phase, Phase::Sending { .. }) {
+                out.extend(close_interval(*key, s, now));
+            }
+        }
+        out
+    }
+
+    /// Last partial intervals of streams that ended since the last call.
+    pub fn take_last_intervals(&mut self) -> Vec<StreamInterval> {
+        std::mem::take(&mut self.last_intervals)
+    }
+
     /// Streams that are sending, with what they have sent so far.
     pub fn live(&self) -> Vec<LiveStream> {
         self.sessions
@@ -644,6 +692,37 @@ impl Reverse {
             })
             .collect()
     }
+}
+
+/// Closes session `s`'s current interval at `now` (None when it is not
+/// sending, or the interval is empty and zero long).
+fn close_interval(key: SessionKey, s: &mut Session, now: Instant) -> Option<StreamInterval> {
+    let Phase::Sending { started, .. } = s.phase else {
+        return None;
+    };
+    let sent = s
+        .order
+        .control
+        .sent_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let (from, before) = s.mark.unwrap_or((started, 0));
+    s.mark = Some((now, sent));
+    let span = now.saturating_duration_since(from);
+    let bytes = sent.saturating_sub(before);
+    Some(StreamInterval {
+        peer: key.0.to_string(),
+        session: format!("{:016x}", key.1),
+        direction: Direction::ServerToClient,
+        start: from.saturating_duration_since(started).as_secs_f64(),
+        end: now.saturating_duration_since(started).as_secs_f64(),
+        sent_bytes: bytes,
+        gbps: if span.is_zero() {
+            0.0
+        } else {
+            bytes as f64 * 8.0 / span.as_secs_f64() / 1e9
+        },
+        received_bytes: s.last.map_or(0, |f| f.received_bytes),
+    })
 }
 
 /// The report of a stream that sent nothing.
@@ -684,6 +763,7 @@ mod tests {
             psk,
             cookies: CookieKey::from_bytes([7; 32]),
             epoch: now,
+            intervals: false,
         })
     }
 

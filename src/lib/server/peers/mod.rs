@@ -298,6 +298,7 @@ impl PeerTable {
                     CookieKey::from_bytes(key)
                 }),
                 epoch: now,
+                intervals: cfg.intervals,
             }),
             cfg,
         }
