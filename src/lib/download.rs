@@ -16,7 +16,7 @@
 
 use crate::client::limit::TrialRun;
 use crate::client::start::{self, Granted};
-use crate::client::verdict::ReceiverFacts;
+use crate::client::verdict::{self, Cap, ReceiverFacts, Verdict};
 use crate::client::{self, NoProgress, RunReport, SendProgress};
 use crate::config::{ClientConfig, ServerConfig, StreamCaps, Traffic};
 use crate::error::{Error, Result};
@@ -86,6 +86,8 @@ pub struct Stream {
     pub sender: Side,
     /// None when the receiver's count never came (no answer).
     pub receiver: Option<Side>,
+    /// What capped this direction, and what to try.
+    pub limited_by: Verdict,
 }
 
 /// A run with `-R` or `--bidir`.
@@ -318,7 +320,7 @@ pub fn run(
     if let Some(u) = &upload {
         streams.push(upload_stream(u));
     }
-    streams.push(download_stream(&downloads));
+    streams.push(download_stream(cfg, &downloads));
     Ok(DuplexReport {
         streams,
         upload,
@@ -350,12 +352,13 @@ pub fn upload_stream(r: &RunReport) -> Stream {
             jitter_ms: Some(v.jitter_ms),
             cpu: v.cpu,
         }),
+        limited_by: r.limited_by.clone(),
     }
 }
 
 /// The reverse streams' sides, summed over the clients: the sender's from
 /// the server's Ends, the receiver's from this client's counts.
-pub fn download_stream(downloads: &[Download]) -> Stream {
+pub fn download_stream(cfg: &ClientConfig, downloads: &[Download]) -> Stream {
     let mut sender = Side::default();
     let mut receiver = Side {
         lost_packets: Some(0),
@@ -420,7 +423,42 @@ pub fn download_stream(downloads: &[Download]) -> Stream {
         direction: Direction::ServerToClient,
         sender,
         receiver: Some(receiver),
+        limited_by: reverse_verdict(cfg, downloads),
     }
+}
+
+/// What capped the reverse streams: the verdict's rules with the ends
+/// swapped (the server sent, this client received).
+fn reverse_verdict(cfg: &ClientConfig, downloads: &[Download]) -> Verdict {
+    let run = match trial_run(cfg, downloads) {
+        Ok(run) => run,
+        Err(_) => {
+            return Verdict {
+                cause: Cap::Unknown,
+                text: "unknown: the server's End never arrived, so its side cannot be judged"
+                    .into(),
+            }
+        }
+    };
+    let granted = downloads.first().and_then(|d| d.granted_rate_bps);
+    verdict::judge(&verdict::Facts {
+        offered_bps: granted.map(|r| r.saturating_mul(downloads.len() as u64)),
+        sent_bps: run.sent_bps,
+        seconds: run.seconds,
+        sender_cpu_percent: run.sender_cpu_percent,
+        enobufs_retries: run.enobufs_retries,
+        backoff_seconds: run.backoff_seconds,
+        clients: downloads.len(),
+        gso: downloads.iter().any(|d| {
+            d.received
+                .declared
+                .and_then(|e| e.sender)
+                .is_some_and(|s| s.gso_segments > 0)
+        }),
+        local: cfg.local,
+        receiver: run.receiver,
+        reverse: true,
+    })
 }
 
 /// One `--find-limit -R` trial: `cfg.clients` reverse streams, judged by

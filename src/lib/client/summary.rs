@@ -202,6 +202,7 @@ pub(super) fn summarise(
         gso: clients.iter().any(|c| c.send_path.gso_segments.is_some()),
         local: cfg.local,
         receiver: server.as_ref().map(verdict::ReceiverFacts::of),
+        reverse: false,
     });
     RunReport {
         version: env!("CARGO_PKG_VERSION"),

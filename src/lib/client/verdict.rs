@@ -162,6 +162,9 @@ pub struct Facts {
     pub local: bool,
     /// None when the server did not answer (or was not asked).
     pub receiver: Option<ReceiverFacts>,
+    /// A reverse stream (`-R`): the server sent and this client received,
+    /// so the ends swap in the words and the advice.
+    pub reverse: bool,
 }
 
 fn gbit(bps: f64) -> String {
@@ -187,9 +190,23 @@ pub fn judge(f: &Facts) -> Verdict {
     } else {
         String::new()
     };
-    // Where the server-side advice applies.
+    // Who received and who sent: the words and the advice follow.
+    let (receiver, sender) = if f.reverse {
+        ("this client's", "the server's")
+    } else {
+        ("the server's", "the sender's")
+    };
+    // Where the receiver-side advice applies.
     let on_server = |flags: &str| {
-        if f.local {
+        if f.reverse {
+            // udp_client has --recv-buffer-size, and -P for more receive
+            // threads (one per client socket), not --threads.
+            if flags.contains("--recv-buffer-size") {
+                "try `--recv-buffer-size 32M` on udp_client (its receive socket)".to_string()
+            } else {
+                "try -P 2 (each client socket receives on a thread of its own)".to_string()
+            }
+        } else if f.local {
             format!("run a separate `udp_server {flags}` instead of --local (its in-process server is fixed at a 4 MiB buffer and one thread)")
         } else {
             format!("try `{flags}` on the server")
@@ -198,7 +215,7 @@ pub fn judge(f: &Facts) -> Verdict {
     let Some(rx) = f.receiver else {
         return verdict(
             Cap::Unknown,
-            "unknown: without the server's figures the receiver side cannot be judged".into(),
+            format!("unknown: without {receiver} figures the receiver side cannot be judged"),
         );
     };
     if rx.lost > 0 {
@@ -222,7 +239,7 @@ pub fn judge(f: &Facts) -> Verdict {
                 verdict(
                     Cap::ReceiverCpu,
                     format!(
-                        "receiver CPU-bound: the server's receive thread used {} of a core and its buffer dropped {share}: {}, or a lower --rate{backed_off}",
+                        "receiver CPU-bound: {receiver} receive thread used {} of a core and its buffer dropped {share}: {}, or a lower --rate{backed_off}",
                         core(rx.cpu_percent),
                         on_server("--recv-buffer-size 32M --threads 2")
                     ),
@@ -231,7 +248,7 @@ pub fn judge(f: &Facts) -> Verdict {
                 verdict(
                     Cap::ReceiveBuffer,
                     format!(
-                        "receive buffer: the server's socket buffer dropped {share}{}: bursts outran the buffer; {}, or pace with --rate{backed_off}",
+                        "receive buffer: {receiver} socket buffer dropped {share}{}: bursts outran the buffer; {}, or pace with --rate{backed_off}",
                         // CPU sampled every 10 ms says nothing of a
                         // shorter run.
                         match rx.cpu_percent {
@@ -245,7 +262,10 @@ pub fn judge(f: &Facts) -> Verdict {
             };
         }
         let unknown = if rx.kernel_drops.is_none() {
-            " (the server cannot count its kernel drops on this platform)".to_string()
+            format!(
+                " ({} cannot count its kernel drops on this platform)",
+                receiver.trim_end_matches("'s")
+            )
         } else if drops > 0 {
             format!(
                 " (it dropped only {drops} {})",
@@ -261,7 +281,7 @@ pub fn judge(f: &Facts) -> Verdict {
         return verdict(
             Cap::Network,
             format!(
-                "network: {} datagrams ({:.3}%) were lost on the way, not in the server's socket buffer{unknown} nor the sender's queue: a policer, a full queue on the path, or a firewall; `--find-limit` finds the rate the path carries{backed_off}",
+                "network: {} datagrams ({:.3}%) were lost on the way, not in {receiver} socket buffer{unknown} nor {sender} queue: a policer, a full queue on the path, or a firewall; `--find-limit` finds the rate the path carries{backed_off}",
                 rx.lost, rx.loss_percent
             ),
         );
@@ -271,10 +291,11 @@ pub fn judge(f: &Facts) -> Verdict {
         verdict(
             Cap::SenderQueue,
             format!(
-                "sender's queue: the sender's own queue (qdisc or NIC) refused {} times and it waited {:.3} s backing off ({:.0}% of the time): the link or a shaper on this host is slower than the sender",
+                "sender's queue: {sender} own queue (qdisc or NIC) refused {} times and it waited {:.3} s backing off ({:.0}% of the time): the link or a shaper on {} host is slower than the sender",
                 f.enobufs_retries,
                 f.backoff_seconds,
-                share * 100.0
+                share * 100.0,
+                if f.reverse { "the server's" } else { "this" }
             ),
         )
     };
@@ -302,7 +323,7 @@ pub fn judge(f: &Facts) -> Verdict {
             verdict(
                 Cap::SenderCpu,
                 format!(
-                    "sender CPU-bound: the sending thread used {} of a core and {short}: try --clients 2{}",
+                    "sender CPU-bound: {sender} sending thread used {} of a core and {short}: try --clients 2{}",
                     core(f.sender_cpu_percent),
                     if f.gso { "" } else { " or GSO (drop --no-gso)" }
                 ),
@@ -333,7 +354,7 @@ pub fn judge(f: &Facts) -> Verdict {
         return verdict(
             Cap::SenderCpu,
             format!(
-                "sender CPU-bound: the sending thread used {} of a core and nothing was lost: try --clients 2 or a larger -b (fewer datagrams per byte){}",
+                "sender CPU-bound: {sender} sending thread used {} of a core and nothing was lost: try --clients 2 or a larger -b (fewer datagrams per byte){}",
                 core(f.sender_cpu_percent),
                 if f.gso { "" } else { ", or GSO (drop --no-gso)" }
             ),
@@ -343,7 +364,7 @@ pub fn judge(f: &Facts) -> Verdict {
         return verdict(
             Cap::ReceiverCpu,
             format!(
-                "receiver CPU-bound: the server's receive thread used {} of a core; nothing was lost yet: {} to spread the work",
+                "receiver CPU-bound: {receiver} receive thread used {} of a core; nothing was lost yet: {} to spread the work",
                 core(rx.cpu_percent),
                 on_server("--threads 2")
             ),
@@ -531,5 +552,31 @@ mod tests {
         assert_eq!(v.cause, Cap::ReceiveBuffer);
         assert!(v.text.contains("493 GRO buffers"), "{}", v.text);
         assert!(!v.text.contains("on the way"), "{}", v.text);
+    }
+
+    #[test]
+    fn a_reverse_stream_names_the_client_as_the_receiver() {
+        let mut f = unpaced(60.0, rx(3965, Some(3965), 30.0));
+        f.reverse = true;
+        let v = judge(&f);
+        assert_verdict(
+            &v,
+            Cap::ReceiveBuffer,
+            &[
+                "this client's socket buffer",
+                "--recv-buffer-size 32M` on udp_client",
+            ],
+        );
+        assert!(!v.text.contains("server's socket"), "{}", v.text);
+        let mut f = unpaced(60.0, rx(50, Some(0), 30.0));
+        f.reverse = true;
+        assert_verdict(
+            &judge(&f),
+            Cap::Network,
+            &["not in this client's socket buffer nor the server's queue"],
+        );
+        let mut f = unpaced(99.0, rx(0, Some(0), 30.0));
+        f.reverse = true;
+        assert_verdict(&judge(&f), Cap::SenderCpu, &["the server's sending thread"]);
     }
 }

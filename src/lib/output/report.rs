@@ -617,6 +617,7 @@ fn stream_lines(st: &Stream, sender: &str, receiver: &str) -> String {
             out += &format!("\n{label} cpu       {who}: {}", cpu_text(c));
         }
     }
+    out += &format!("\n{label} limit     {}", st.limited_by.text);
     out
 }
 
