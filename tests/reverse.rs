@@ -297,3 +297,29 @@ fn the_servers_interval_lines_of_a_stream_add_up_to_what_it_sent() {
         assert_eq!(pair[0]["end"], pair[1]["start"], "contiguous: {lines:?}");
     }
 }
+
+#[test]
+fn a_small_client_buffer_is_named_as_the_cap_of_a_reverse_stream() {
+    let server = Server::loopback();
+    // An unpaced stream into a 64 KiB receive buffer on the client.
+    let report = run(&server, "-R -b 1460 -t 300M --recv-buffer-size 64K");
+    let s = stream(&report, "server_to_client");
+    let receiver = &s["receiver"];
+    assert!(u(receiver, "lost_packets") > 0, "{report}");
+    assert!(
+        u(receiver, "kernel_drops") > 0,
+        "the client's socket dropped: {report}"
+    );
+    let cause = s["limited_by"]["cause"].as_str().unwrap_or_default();
+    assert!(
+        cause == "receive_buffer" || cause == "receiver_cpu",
+        "{cause}: {report}"
+    );
+    let text = s["limited_by"]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("this client's"),
+        "the client is the receiver: {text}"
+    );
+    assert!(!text.contains("on the server"), "{text}");
+    server.stop();
+}
