@@ -72,6 +72,8 @@ fn bind_one(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
 
 /// Creates and binds the server sockets and sizes their receive buffers.
 pub fn bind(cfg: &ServerConfig) -> Result<Bound> {
+    // A receive method this platform lacks is a usage error (exit 2).
+    cfg.method.check_available()?;
     let reuse = cfg.threads > 1;
     let mut addr = cfg.listen;
     let mut fell_back = false;
