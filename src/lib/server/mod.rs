@@ -26,7 +26,7 @@ use crate::sys;
 use peers::{
     ConflictReport, Event, LateReport, PeerReport, PeerTable, Reply, Rx, TableConfig, Totals,
 };
-use reverse::{SessionKey, StreamEnd, StreamInterval, StreamReport};
+use reverse::{Reverse, SessionKey, StreamEnd, StreamInterval, StreamReport};
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -180,6 +180,8 @@ pub struct ServerSummary {
 /// by the receive threads and the caller's thread.
 struct Shared {
     table: PeerTable,
+    /// Reverse sessions: the server sends (see [`reverse`]).
+    reverse: Reverse,
     pending: Vec<ServerEvent>,
     replies: Vec<Reply>,
     /// Reverse streams whose sending thread has returned.
@@ -286,13 +288,12 @@ fn serves_one_off(event: &ServerEvent) -> bool {
 /// (their End goes out), deadlines passed (silence, --max-duration, End
 /// retries), reports finished. Returns the streams to launch.
 fn drive_streams(
-    table: &mut PeerTable,
+    reverse: &mut Reverse,
     sent: &mut Vec<(SessionKey, StreamResult)>,
     now: Instant,
     pending: &mut Vec<ServerEvent>,
     replies: &mut Vec<Reply>,
 ) -> Vec<StreamOrder> {
-    let reverse = &mut table.reverse;
     for (key, result) in sent.drain(..) {
         reverse.sent(key, result, now, replies);
     }
@@ -330,7 +331,7 @@ impl Deliver for Counter<'_> {
             // One lock per batch: the receive threads share one table so a
             // peer is reported once whichever socket its traffic reaches.
             let mut guard = self.shared.lock().unwrap_or_else(|p| p.into_inner());
-            let table = &mut guard.table;
+            let Shared { table, reverse, .. } = &mut *guard;
             for i in 0..count {
                 let received = batch.datagram(i);
                 let Some(from) = received.from else { continue };
@@ -353,7 +354,7 @@ impl Deliver for Counter<'_> {
                     truncated: received.truncated,
                     cpu,
                 };
-                table.on_receive(received.data, &rx, &mut replies);
+                table.on_receive_with(received.data, &rx, &mut replies, reverse);
             }
             if table.take_attention() {
                 self.main.unpark();
@@ -471,12 +472,14 @@ pub fn run_with(
             recv_buffer: bound.buffer.granted as u64,
             intervals: cfg.interval.is_some(),
             psk: cfg.psk.clone(),
-            streams: cfg.streams,
         },
         start,
     );
+    let reverse =
+        Reverse::with_fresh_cookies(cfg.streams, cfg.psk.clone(), start, cfg.interval.is_some());
     let shared = Mutex::new(Shared {
         table,
+        reverse,
         pending: Vec::new(),
         replies: Vec::new(),
         streams_sent: Vec::new(),
@@ -526,14 +529,15 @@ pub fn run_with(
                 let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
                 let Shared {
                     table,
+                    reverse,
                     pending,
                     replies: queued,
                     streams_sent,
                 } = &mut *guard;
                 if stopping {
-                    table.reverse.stop_all();
+                    reverse.stop_all();
                 }
-                launches = drive_streams(table, streams_sent, now, pending, queued);
+                launches = drive_streams(reverse, streams_sent, now, pending, queued);
                 if stopping {
                     // No stream starts once the server is stopping.
                     launches.clear();
@@ -544,7 +548,7 @@ pub fn run_with(
                     if let Some(due) = next_interval {
                         if now >= due {
                             table.tick_intervals(now, receive_cpu.total(), &mut sink);
-                            stream_intervals = table.reverse.intervals(now);
+                            stream_intervals = reverse.intervals(now);
                             let interval = cfg.interval.expect("interval set");
                             next_interval = Some(if due + interval <= now {
                                 now + interval
@@ -572,7 +576,7 @@ pub fn run_with(
                             .live_reports()
                             .iter()
                             .map(|r| metrics::PeerSample::of(r, false))
-                            .chain(table.reverse.live().into_iter().map(|s| {
+                            .chain(reverse.live().into_iter().map(|s| {
                                 metrics::PeerSample::of_stream(
                                     s.peer.to_string(),
                                     format!("{:016x}", s.session),
@@ -592,7 +596,7 @@ pub fn run_with(
                 if let Some(watch) = watch.as_mut() {
                     watch(table, now);
                 }
-                let due = [next_interval, table.next_due(now), table.reverse.next_due()]
+                let due = [next_interval, table.next_due(now), reverse.next_due()]
                     .into_iter()
                     .flatten()
                     .min();
@@ -627,15 +631,15 @@ pub fn run_with(
     let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
     let Shared {
         table,
+        reverse,
         pending,
         replies,
         streams_sent,
     } = &mut *guard;
     let now = Instant::now();
-    drive_streams(table, streams_sent, now, pending, replies);
+    drive_streams(reverse, streams_sent, now, pending, replies);
     pending.extend(
-        table
-            .reverse
+        reverse
             .finish_all()
             .into_iter()
             .map(ServerEvent::StreamDone),

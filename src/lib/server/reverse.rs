@@ -32,7 +32,7 @@
 //! watches the deadlines ([`Reverse::tick`]) and hands each thread's
 //! result back ([`Reverse::sent`]).
 
-use super::peers::{Reply, ReplyBytes};
+use super::peers::{Control, ControlRequest, Reply, ReplyBytes};
 use super::stream::{
     grant, StreamControl, StreamOrder, StreamResult, END_ATTEMPTS, END_EVERY, SILENCE,
 };
@@ -445,6 +445,31 @@ impl Reverse {
         !self.done.is_empty()
     }
 
+    /// A reverse session table that keeps its own secret for cookies.
+    pub fn with_fresh_cookies(
+        caps: StreamCaps,
+        psk: Option<Psk>,
+        epoch: Instant,
+        intervals: bool,
+    ) -> Self {
+        let cookies = CookieKey::random().unwrap_or_else(|| {
+            // No OS randomness (never seen on Linux): random_u64 falls
+            // back to a keyed hash of the time.
+            let mut key = [0u8; 32];
+            for chunk in key.chunks_mut(8) {
+                chunk.copy_from_slice(&crate::auth::random_u64().to_be_bytes());
+            }
+            CookieKey::from_bytes(key)
+        });
+        Reverse::new(ReverseConfig {
+            caps,
+            psk,
+            cookies,
+            epoch,
+            intervals,
+        })
+    }
+
     /// Streams to start sending now.
     pub fn take_launches(&mut self) -> Vec<StreamOrder> {
         std::mem::take(&mut self.launches)
@@ -691,6 +716,48 @@ impl Reverse {
                 received_bytes: s.last.map_or(0, |f| f.received_bytes),
             })
             .collect()
+    }
+}
+
+/// The receive engine hands Starts, Feedback and EndAcks here, and asks
+/// here for the cookie of each HelloAck.
+impl Control for Reverse {
+    fn on_control(
+        &mut self,
+        request: ControlRequest,
+        may_answer: &mut dyn FnMut() -> bool,
+        replies: &mut Vec<Reply>,
+    ) -> bool {
+        let ControlRequest {
+            message,
+            raw,
+            addr,
+            from,
+            local,
+            socket,
+            now,
+        } = request;
+        match message {
+            wire::Message::Start(start) => {
+                if may_answer() {
+                    self.on_start(start, raw, addr, from, local, socket, now, replies);
+                }
+                false
+            }
+            wire::Message::Feedback(feedback) => {
+                self.on_feedback(feedback, raw, addr, now);
+                self.has_launches()
+            }
+            wire::Message::EndAck(ack) => {
+                self.on_end_ack(ack, raw, addr);
+                self.has_done()
+            }
+            _ => false,
+        }
+    }
+
+    fn cookie(&self, addr: SocketAddr, session: u64, now: Instant) -> u64 {
+        Reverse::cookie(self, addr, session, now)
     }
 }
 

@@ -108,9 +108,11 @@ impl PeerTable {
         self.attention = true;
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_hello(
         &mut self,
         hello: Hello,
+        cookie: u64,
         addr: SocketAddr,
         from: SocketAddr,
         now: Instant,
@@ -147,7 +149,7 @@ impl PeerTable {
             flags,
             end_grace_ns: self.cfg.end_grace.as_nanos() as u64,
             recv_buffer: self.cfg.recv_buffer,
-            cookie: self.reverse.cookie(addr, hello.header.session, now),
+            cookie,
         };
         replies.push(Reply {
             bytes: ReplyBytes::Hello(wire::encode_hello_ack(&ack)),

@@ -39,9 +39,7 @@
 //! Hello/End exchange and a session's data; `expiry.rs` time (intervals,
 //! grace periods, idle peers, records); `report.rs` what is reported.
 
-use super::reverse::{Reverse, ReverseConfig};
-use crate::auth::{CookieKey, Psk};
-use crate::config::StreamCaps;
+use crate::auth::Psk;
 use crate::stats::{
     self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, KernelDrops, SeqSet,
 };
@@ -105,9 +103,6 @@ pub struct TableConfig {
     pub intervals: bool,
     /// `--psk`: Ends must carry its tag, and answers carry it.
     pub psk: Option<Psk>,
-    /// The caps on reverse streams (`--max-duration`, `--max-rate`,
-    /// `--max-reverse-streams`).
-    pub streams: StreamCaps,
 }
 
 impl Default for TableConfig {
@@ -121,7 +116,6 @@ impl Default for TableConfig {
             recv_buffer: 0,
             intervals: false,
             psk: None,
-            streams: StreamCaps::default(),
         }
     }
 }
@@ -252,8 +246,6 @@ pub struct PeerTable {
     /// before its next regular look: a queued event or a new grace period.
     attention: bool,
     pub totals: Totals,
-    /// Reverse sessions: the server sends (see [`super::reverse`]).
-    pub reverse: Reverse,
 }
 
 impl PeerTable {
@@ -287,19 +279,6 @@ impl PeerTable {
             queued: Vec::new(),
             attention: false,
             totals: Totals::default(),
-            reverse: Reverse::new(ReverseConfig {
-                caps: cfg.streams,
-                psk: cfg.psk.clone(),
-                cookies: CookieKey::random().unwrap_or_else(|| {
-                    let mut key = [0u8; 32];
-                    for chunk in key.chunks_mut(8) {
-                        chunk.copy_from_slice(&crate::auth::random_u64().to_be_bytes());
-                    }
-                    CookieKey::from_bytes(key)
-                }),
-                epoch: now,
-                intervals: cfg.intervals,
-            }),
             cfg,
         }
     }
@@ -355,12 +334,33 @@ impl PeerTable {
     /// datagrams of `rx.segment_size` bytes (the last may be shorter) from
     /// one flow. Answers to send are pushed to `replies`.
     pub fn on_receive(&mut self, data: &[u8], rx: &Rx, replies: &mut Vec<Reply>) {
-        self.receive(data, rx, replies, true)
+        self.receive(data, rx, replies, true, &mut NoControl)
+    }
+
+    /// [`Self::on_receive`], handing the control messages this engine
+    /// does not handle itself (Start, Feedback, the EndAck of a stream
+    /// this host sent) to `control`, which also gives HelloAcks their
+    /// address cookie.
+    pub fn on_receive_with(
+        &mut self,
+        data: &[u8],
+        rx: &Rx,
+        replies: &mut Vec<Reply>,
+        control: &mut dyn Control,
+    ) {
+        self.receive(data, rx, replies, true, control)
     }
 
     /// [`Self::on_receive`]; `runs` false accounts every GRO buffer
     /// datagram by datagram (tests compare the two).
-    fn receive(&mut self, data: &[u8], rx: &Rx, replies: &mut Vec<Reply>, runs: bool) {
+    fn receive(
+        &mut self,
+        data: &[u8],
+        rx: &Rx,
+        replies: &mut Vec<Reply>,
+        runs: bool,
+        control: &mut dyn Control,
+    ) {
         let at = At::new(rx.arrived, self.epoch);
         let drops = self.socket_drops(rx.socket, rx.drops);
         if rx.truncated {
@@ -378,16 +378,17 @@ impl PeerTable {
         match rx.segment_size {
             Some(seg) if seg > 0 && data.len() > seg => {
                 if !(runs && self.account_run(data, seg, rx.from, at, meta)) {
-                    self.account_each(data, seg, rx.from, at, meta, replies);
+                    self.account_each(data, seg, rx.from, at, meta, replies, control);
                 }
             }
-            _ => self.account(data, rx.from, at, meta, replies),
+            _ => self.account(data, rx.from, at, meta, replies, control),
         }
     }
 
     /// A GRO buffer, datagram by datagram. Coalesced datagrams arrived
     /// together: jitter is measured once per buffer (its first datagram);
     /// the others would only add zeros from the shared arrival time.
+    #[allow(clippy::too_many_arguments)]
     fn account_each(
         &mut self,
         data: &[u8],
@@ -396,6 +397,7 @@ impl PeerTable {
         at: At,
         meta: Meta,
         replies: &mut Vec<Reply>,
+        control: &mut dyn Control,
     ) {
         for (i, chunk) in data.chunks(segment).enumerate() {
             let at = At {
@@ -407,7 +409,7 @@ impl PeerTable {
                 truncated: meta.truncated && i == 0,
                 ..meta
             };
-            self.account(chunk, from, at, meta, replies);
+            self.account(chunk, from, at, meta, replies, control);
         }
     }
 
@@ -505,6 +507,7 @@ impl PeerTable {
         at: At,
         meta: Meta,
         replies: &mut Vec<Reply>,
+        control: &mut dyn Control,
     ) {
         let addr = canonical(from);
         match wire::decode(data) {
@@ -514,34 +517,34 @@ impl PeerTable {
                 self.on_data(data.len(), header, addr, at, meta, replies);
             }
             Ok(Message::End(end)) => self.on_end(end, data, addr, from, at.now, meta, replies),
-            Ok(Message::Hello(hello)) => self.on_hello(hello, addr, from, at.now, meta, replies),
-            Ok(Message::Start(start)) => {
-                // A Start is answered like a Hello: within the source's
-                // answer budget, and never with more bytes than it carried.
-                if self.limiter.allow(addr, at.now) {
-                    self.reverse.on_start(
-                        start,
-                        data,
-                        addr,
-                        from,
-                        meta.local,
-                        meta.socket,
-                        at.now,
-                        replies,
-                    );
-                } else {
-                    self.totals.answers_limited += 1;
-                }
+            Ok(Message::Hello(hello)) => {
+                let cookie = control.cookie(addr, hello.header.session, at.now);
+                self.on_hello(hello, cookie, addr, from, at.now, meta, replies)
             }
-            Ok(Message::Feedback(feedback)) => {
-                self.reverse.on_feedback(feedback, data, addr, at.now);
-                // A first Feedback launches a stream: the finalising thread
-                // does that, at once.
-                self.attention |= self.reverse.has_launches();
-            }
-            Ok(Message::EndAck(ack)) => {
-                self.reverse.on_end_ack(ack, data, addr);
-                self.attention |= self.reverse.has_done();
+            Ok(message @ (Message::Start(_) | Message::Feedback(_) | Message::EndAck(_))) => {
+                // Answered like a Hello: within the source's answer budget,
+                // never with more bytes than the request carried.
+                let limiter = &mut self.limiter;
+                let totals = &mut self.totals;
+                let mut may_answer = || {
+                    let allowed = limiter.allow(addr, at.now);
+                    if !allowed {
+                        totals.answers_limited += 1;
+                    }
+                    allowed
+                };
+                let request = ControlRequest {
+                    message,
+                    raw: data,
+                    addr,
+                    from,
+                    local: meta.local,
+                    socket: meta.socket,
+                    now: at.now,
+                };
+                // Something for the finalising thread to do at once (a
+                // stream to launch, a report to pass on).
+                self.attention |= control.on_control(request, &mut may_answer, replies);
             }
             Ok(Message::HelloAck(_) | Message::StartAck(_)) => {}
             Err(_) => {
@@ -591,6 +594,61 @@ impl Default for Rx {
             truncated: false,
             cpu: None,
         }
+    }
+}
+
+/// A control message for a [`Control`]: what it is, who sent it, where.
+pub struct ControlRequest<'a> {
+    pub message: Message,
+    /// Its bytes (for the `--psk` tag).
+    pub raw: &'a [u8],
+    /// The sender, canonical (an IPv4 peer on a dual-stack socket by its
+    /// IPv4 address) ...
+    pub addr: SocketAddr,
+    /// ... and as received, for the answer.
+    pub from: SocketAddr,
+    /// The local address it was sent to, and the receive socket.
+    pub local: Option<IpAddr>,
+    pub socket: usize,
+    pub now: Instant,
+}
+
+/// What a role adds to this receive engine: the control messages it does
+/// not handle itself (a reverse stream's Start and Feedback, and the
+/// EndAck of a stream the role sent), and the address cookie a HelloAck
+/// carries. Why a trait: the engine counts whatever arrives the same way
+/// for every role; what a role sends is the role's business
+/// (`server::reverse`).
+pub trait Control {
+    /// Handles `request`. `may_answer` charges the source's answer budget
+    /// (call it before pushing an answer). Returns true when the thread
+    /// that finalises sessions should look at once.
+    fn on_control(
+        &mut self,
+        request: ControlRequest,
+        may_answer: &mut dyn FnMut() -> bool,
+        replies: &mut Vec<Reply>,
+    ) -> bool;
+
+    /// The cookie a HelloAck to `addr` for `session` carries; 0 for none.
+    fn cookie(&self, addr: SocketAddr, session: u64, now: Instant) -> u64;
+}
+
+/// No control messages: they are ignored, and HelloAcks carry no cookie.
+pub struct NoControl;
+
+impl Control for NoControl {
+    fn on_control(
+        &mut self,
+        _request: ControlRequest,
+        _may_answer: &mut dyn FnMut() -> bool,
+        _replies: &mut Vec<Reply>,
+    ) -> bool {
+        false
+    }
+
+    fn cookie(&self, _addr: SocketAddr, _session: u64, _now: Instant) -> u64 {
+        0
     }
 }
 

@@ -689,7 +689,8 @@ fn a_gro_buffer_in_one_step_counts_as_its_datagrams_would() {
                 segment_size: Some(100),
                 ..Rx::default()
             };
-            t.table.receive(buf, &rx, &mut Vec::new(), runs);
+            t.table
+                .receive(buf, &rx, &mut Vec::new(), runs, &mut NoControl);
         }
         t.end(a, 4, 60, 59 * 100 + 40, 1, 6 * MS);
     }
