@@ -609,7 +609,7 @@ fn jumbo_datagrams_fragment_and_reassemble_exactly() {
 // ---------------------------------------------------------------------------
 
 /// Answers per source address per window to requests that are not of a
-/// proven session (`ANSWERS_PER_SOURCE` in src/lib/server/peers/mod.rs):
+/// proven session (`ANSWERS_PER_SOURCE` in src/lib/meter/account/mod.rs):
 /// the flood comes from one address.
 const ANSWERS_PER_SOURCE: usize = 64;
 const END_FLOOD: u64 = 20_000;

@@ -20,7 +20,7 @@ use crate::client::verdict::{self, Cap, ReceiverFacts, Verdict};
 use crate::client::{self, NoProgress, RunReport, SendProgress};
 use crate::config::{ClientConfig, ServerConfig, StreamCaps, Traffic};
 use crate::error::{Error, Result};
-use crate::server::peers::PeerReport;
+use crate::meter::account::PeerReport;
 use crate::server::{self, ServerEvent};
 use crate::shutdown::Shutdown;
 use crate::stats::{self, CpuCost, CpuTime};
@@ -190,7 +190,7 @@ pub fn receive_one(
             _ => {}
         }
     };
-    let mut watch = |table: &server::peers::PeerTable, now: Instant| {
+    let mut watch = |table: &crate::meter::account::PeerTable, now: Instant| {
         let mut w = watched.borrow_mut();
         let counts = table.session_counts(key).unwrap_or(w.last_counts);
         if counts != w.last_counts {
@@ -472,6 +472,7 @@ pub fn trial(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<TrialRun> {
 fn trial_run(cfg: &ClientConfig, downloads: &[Download]) -> Result<TrialRun> {
     let mut run = TrialRun {
         buffer_size: cfg.buffer_size,
+        reverse: true,
         ..TrialRun::default()
     };
     let mut rx = ReceiverFacts::default();

@@ -25,15 +25,11 @@
 //!   scheduler; [`output::exit_with`]).
 //! - **Roles**, which compute and return report structs or send typed
 //!   events to a sink; they never print and never exit:
-//!   - [`server`]: bind, receive with the meter's `--method` loops,
-//!     count per peer ([`server::peers`], split by concern:
-//!     `server/peers/admission.rs` slots and answers,
-//!     `server/peers/peer.rs` one peer's figures,
-//!     `server/peers/exchange.rs` the Hello/End exchange,
-//!     `server/peers/expiry.rs` time, `server/peers/report.rs` reports,
-//!     with its unit tests in `server/peers/tests.rs`); send reverse streams
+//!   - [`server`]: bind, receive with the meter's `--method` loops and
+//!     count per peer with the meter's accounting; send reverse streams
 //!     ([`server::stream`]) for the sessions that proved their address
-//!     ([`server::reverse`]: Start to EndAck, bounded);
+//!     ([`server::reverse`]: Start to EndAck, bounded; the accounting
+//!     hands it what it does not handle itself);
 //!     what `--metrics` exposes ([`server::metrics`]);
 //!   - [`client`]: send an exact volume with the meter's send path
 //!     (`client/sender.rs`), ask for the server's count
@@ -66,7 +62,13 @@
 //! - **Engines**: [`meter`], what moves and counts datagrams whichever
 //!   role runs it: the send paths ([`meter::send`]), pacing and back-off
 //!   ([`meter::pace`]), the receive loops ([`meter::recv`]), the
-//!   datagram plan of each call ([`meter::plan`]) and the one send loop
+//!   receive accounting per peer ([`meter::account`], split by concern:
+//!   `meter/account/admission.rs` slots and answers,
+//!   `meter/account/peer.rs` one peer's figures,
+//!   `meter/account/exchange.rs` the Hello/End exchange,
+//!   `meter/account/expiry.rs` time, `meter/account/report.rs` reports,
+//!   with its unit tests in `meter/account/tests.rs`), the datagram plan
+//!   of each call ([`meter::plan`]) and the one send loop
 //!   ([`meter::stream`]). It imports only the leaves.
 //! - **Leaves**, which import nothing above them:
 //!   - [`units`]: sizes, rates and durations as people write them;

@@ -241,6 +241,10 @@ pub struct LossPlaces {
     pub network_lost: Option<u64>,
     /// Datagrams the sender did not get out at the offered rate.
     pub not_sent_packets: u64,
+    /// A reverse trial (`-R`): the server sent, this client received;
+    /// the words name the ends so.
+    #[serde(skip)]
+    pub reverse: bool,
 }
 
 /// One trial of the search.
@@ -339,6 +343,8 @@ pub struct TrialRun {
     pub received_bps: Option<f64>,
     /// What the receiver's kernel drops count: `datagrams` or `buffers`.
     pub drops_unit: Option<&'static str>,
+    /// A reverse stream: the server sent, this client received.
+    pub reverse: bool,
 }
 
 impl TrialRun {
@@ -362,6 +368,7 @@ impl TrialRun {
             receiver: Some(ReceiverFacts::of(v)),
             received_bps: v.gbps.map(|g| g * 1e9),
             drops_unit: v.drops.kernel_drops_unit,
+            reverse: false,
         })
     }
 }
@@ -431,6 +438,7 @@ pub fn judge_trial(
                 _ => Some(lost.saturating_sub(drops)),
             },
             not_sent_packets: not_sent,
+            reverse: r.reverse,
         },
     }
 }

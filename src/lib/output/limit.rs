@@ -51,6 +51,12 @@ pub fn header(cfg: &ClientConfig, s: &SearchSettings) -> String {
 
 /// Where a trial's shortfall was counted, in words.
 pub fn places(cause: Cap, p: &LossPlaces) -> String {
+    // Who received and who sent: -R swaps them.
+    let (receiver, sender) = if p.reverse {
+        ("this client's", "the server's")
+    } else {
+        ("the server's", "the sender's")
+    };
     let dropped = format!(
         "{} {}",
         p.kernel_drops.unwrap_or(0),
@@ -66,19 +72,19 @@ pub fn places(cause: Cap, p: &LossPlaces) -> String {
                 _ => String::new(),
             };
             format!(
-                "the server's receive buffer ({dropped} dropped by its socket; {} datagrams lost{rest})",
+                "{receiver} receive buffer ({dropped} dropped by its socket; {} datagrams lost{rest})",
                 p.lost_packets
             )
         }
         Cap::Network => {
             let drops = match p.kernel_drops {
-                Some(0) => "none dropped by the server's socket".to_string(),
-                Some(_) => format!("{dropped} dropped by the server's socket"),
-                None => "the server's socket drops unknown".to_string(),
+                Some(0) => format!("none dropped by {receiver} socket"),
+                Some(_) => format!("{dropped} dropped by {receiver} socket"),
+                None => format!("{receiver} socket drops unknown"),
             };
             let queue = match p.enobufs_retries {
-                0 => "none refused by the sender's queue".to_string(),
-                n => format!("{n} ENOBUFS back-offs at the sender"),
+                0 => format!("none refused by {sender} queue"),
+                n => format!("{n} ENOBUFS back-offs at {}", sender.trim_end_matches("'s")),
             };
             format!(
                 "the network ({} datagrams lost; {drops}, {queue})",
@@ -86,7 +92,7 @@ pub fn places(cause: Cap, p: &LossPlaces) -> String {
             )
         }
         Cap::SenderQueue => format!(
-            "the sender's own queue ({} ENOBUFS back-offs; {} datagrams short of the offered rate)",
+            "{sender} own queue ({} ENOBUFS back-offs; {} datagrams short of the offered rate)",
             p.enobufs_retries, p.not_sent_packets
         ),
         _ => format!(

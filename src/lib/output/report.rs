@@ -8,7 +8,7 @@
 use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::config::ServerConfig;
 use crate::download::{upload_stream, DuplexReport, Stream};
-use crate::server::peers::{ConflictReport, DoneReason, LateReport, PeerReport};
+use crate::meter::account::{ConflictReport, DoneReason, LateReport, PeerReport};
 use crate::server::reverse::{StreamEnd, StreamInterval, StreamReport};
 use crate::server::{Bound, ServerSummary};
 use crate::stats::{CpuCost, SendInterval};

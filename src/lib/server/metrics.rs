@@ -18,7 +18,7 @@
 //!
 //! Formatting the exposition is [`crate::output::metrics`]' business.
 
-use super::peers::{PeerReport, Totals};
+use crate::meter::account::{PeerReport, Totals};
 use crate::stats::CpuTime;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};

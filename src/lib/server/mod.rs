@@ -13,19 +13,18 @@
 //! lines, expires idle peers and passes events on every 20 ms.
 
 pub mod metrics;
-pub mod peers;
 pub mod reverse;
 pub mod stream;
 
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
+use crate::meter::account::{
+    ConflictReport, Event, LateReport, PeerReport, PeerTable, Reply, Rx, TableConfig, Totals,
+};
 use crate::meter::recv::{self, Deliver};
 use crate::shutdown::Shutdown;
 use crate::stats::{CpuCost, CpuTime};
 use crate::sys;
-use peers::{
-    ConflictReport, Event, LateReport, PeerReport, PeerTable, Reply, Rx, TableConfig, Totals,
-};
 use reverse::{Reverse, SessionKey, StreamEnd, StreamInterval, StreamReport};
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -278,7 +277,9 @@ fn push_event(pending: &mut Vec<ServerEvent>) -> impl FnMut(Event) + '_ {
 /// a real test.
 fn serves_one_off(event: &ServerEvent) -> bool {
     match event {
-        ServerEvent::PeerDone(r) => r.tagged && r.reason == Some(peers::DoneReason::End),
+        ServerEvent::PeerDone(r) => {
+            r.tagged && r.reason == Some(crate::meter::account::DoneReason::End)
+        }
         ServerEvent::StreamDone(r) => r.reason == StreamEnd::Answered,
         _ => false,
     }

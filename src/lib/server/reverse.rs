@@ -32,12 +32,12 @@
 //! watches the deadlines ([`Reverse::tick`]) and hands each thread's
 //! result back ([`Reverse::sent`]).
 
-use super::peers::{Control, ControlRequest, Reply, ReplyBytes};
 use super::stream::{
     grant, StreamControl, StreamOrder, StreamResult, END_ATTEMPTS, END_EVERY, SILENCE,
 };
 use crate::auth::{CookieKey, Psk, COOKIE_SLOT};
 use crate::config::StreamCaps;
+use crate::meter::account::{Control, ControlRequest, Reply, ReplyBytes};
 use crate::stats::{self, CpuCost};
 use crate::wire::{
     self, Direction, End, EndAck, Feedback, Header, SenderStats, Start, StartAck, START_LEN,

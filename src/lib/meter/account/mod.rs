@@ -1,4 +1,5 @@
-//! The server's bounded table of peers: who sent what, and when they are
+//! The receiver's bounded table of peers (the server's for uploads, a
+//! client's for a reverse stream): who sent what, and when they are
 //! finished.
 //!
 //! A peer is a client session (tagged traffic, keyed by source address and
