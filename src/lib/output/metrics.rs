@@ -157,7 +157,7 @@ impl Collector for Exposition {
         single(
             &mut e,
             "peers_finished",
-            "Peers finished (a peer_done written).",
+            "Peers and reverse streams finished (a peer_done or stream_done written).",
             None,
             ConstCounter::new(v.peers_finished),
         )?;
