@@ -76,14 +76,14 @@ impl AnswerLimiter {
 /// slot of the last peer it saw and skip the hash lookup for the next
 /// datagram of the same flow (the common case, and every segment of a GRO
 /// buffer).
-pub(super) struct Slab<K> {
+pub(super) struct Slab<K, V> {
     pub(super) index: HashMap<K, usize>,
-    pub(super) slots: Vec<Option<Peer>>,
+    pub(super) slots: Vec<Option<V>>,
     pub(super) free: Vec<usize>,
     pub(super) last: Option<(K, usize)>,
 }
 
-impl<K: std::hash::Hash + Eq + Copy> Slab<K> {
+impl<K: std::hash::Hash + Eq + Copy, V> Slab<K, V> {
     pub(super) fn new() -> Self {
         Slab {
             index: HashMap::new(),
@@ -108,7 +108,7 @@ impl<K: std::hash::Hash + Eq + Copy> Slab<K> {
         Some(slot)
     }
 
-    pub(super) fn insert(&mut self, key: K, peer: Peer) -> usize {
+    pub(super) fn insert(&mut self, key: K, peer: V) -> usize {
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot] = Some(peer);
@@ -125,19 +125,19 @@ impl<K: std::hash::Hash + Eq + Copy> Slab<K> {
     }
 
     /// The peer at `key`, without touching the lookup cache.
-    pub(super) fn peers_find(&self, key: &K) -> Option<&Peer> {
+    pub(super) fn peers_find(&self, key: &K) -> Option<&V> {
         self.index.get(key).map(|&slot| self.get(slot))
     }
 
-    pub(super) fn get(&self, slot: usize) -> &Peer {
+    pub(super) fn get(&self, slot: usize) -> &V {
         self.slots[slot].as_ref().expect("live slot")
     }
 
-    pub(super) fn get_mut(&mut self, slot: usize) -> &mut Peer {
+    pub(super) fn get_mut(&mut self, slot: usize) -> &mut V {
         self.slots[slot].as_mut().expect("live slot")
     }
 
-    pub(super) fn remove(&mut self, key: &K) -> Option<Peer> {
+    pub(super) fn remove(&mut self, key: &K) -> Option<V> {
         let slot = self.index.remove(key)?;
         if matches!(&self.last, Some((k, _)) if k == key) {
             self.last = None;
@@ -150,7 +150,7 @@ impl<K: std::hash::Hash + Eq + Copy> Slab<K> {
         self.index.iter().map(|(k, &s)| (*k, s)).collect()
     }
 
-    pub(super) fn peers(&self) -> impl Iterator<Item = &Peer> {
+    pub(super) fn peers(&self) -> impl Iterator<Item = &V> {
         self.slots.iter().flatten()
     }
 
@@ -233,7 +233,7 @@ impl PeerTable {
         if let Some(slot) = self.tagged.find(&key) {
             let peer = self.tagged.get_mut(slot);
             let finished = peer.is_finished();
-            let t = peer.tagged.as_mut().expect("sessions are tagged");
+            let t = &mut peer.tagged;
             if proven && !t.proven {
                 t.proven = true;
                 if !finished {
@@ -282,8 +282,9 @@ impl PeerTable {
             unknown_start: false,
             frozen: None,
         });
-        let mut peer = Peer::new(key.0, now, socket, Some(tagged));
+        let mut peer = Peer::new(key.0, now, socket);
         self.start_peer(&mut peer, socket);
+        let session = Session { peer, tagged };
         self.active_sessions += 1;
         if !proven {
             self.unproven_sessions += 1;
@@ -295,7 +296,7 @@ impl PeerTable {
         };
         *per_ip.entry(ip).or_insert(0) += 1;
         self.by_addr.insert(key.0, key);
-        Some(self.tagged.insert(key, peer))
+        Some(self.tagged.insert(key, session))
     }
 
     /// Finalises the unfinished session seen only in data that has been
@@ -310,7 +311,7 @@ impl PeerTable {
             .iter()
             .filter_map(|(key, &slot)| {
                 let peer = self.tagged.get(slot);
-                let unproven = !peer.tagged.as_ref().is_some_and(|t| t.proven);
+                let unproven = !peer.tagged.proven;
                 (unproven && !peer.is_finished()).then_some((peer.last_seen, *key))
             })
             .min()
@@ -366,14 +367,14 @@ impl PeerTable {
             let peer = self.tagged.get_mut(slot);
             peer.seen(now, meta.drops, meta.cpu);
             peer.count(len, now);
-            peer.tagged.as_mut().expect("tagged").untagged_packets += 1;
+            peer.tagged.untagged_packets += 1;
             return;
         }
         if self.untagged.len() >= self.cfg.max_peers {
             self.overflow(len, meta.socket);
             return;
         }
-        let mut peer = Peer::new(addr, now, meta.socket, None);
+        let mut peer = Peer::new(addr, now, meta.socket);
         self.start_peer(&mut peer, meta.socket);
         peer.seen(now, meta.drops, meta.cpu);
         peer.count(len, now);

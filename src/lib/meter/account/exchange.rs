@@ -26,8 +26,7 @@ impl PeerTable {
             .tagged
             .get(slot)
             .tagged
-            .as_ref()
-            .and_then(|t| t.declared)
+            .declared
             .is_some_and(|end| header.seq >= end.sent_packets);
         if beyond {
             self.conflict(slot, CONFLICT_DATA, None, Some(header.seq));
@@ -44,7 +43,7 @@ impl PeerTable {
         if meta.truncated {
             peer.truncated += 1;
         }
-        let t = peer.tagged.as_mut().expect("sessions are tagged");
+        let t = &mut peer.tagged;
         match t.seq.record(header.seq) {
             Arrival::Duplicate | Arrival::Uncertain => return,
             Arrival::Implausible => {
@@ -86,8 +85,7 @@ impl PeerTable {
         other: Option<&End>,
         seq: Option<u64>,
     ) {
-        let peer = self.tagged.get_mut(slot);
-        let t = peer.tagged.as_mut().expect("sessions are tagged");
+        let Session { peer, tagged: t } = self.tagged.get_mut(slot);
         if t.conflict.is_some() {
             return;
         }
@@ -186,12 +184,7 @@ impl PeerTable {
             // No Hello and no data came first: the server never saw this
             // session start (or forgot it), so its figures are not the
             // session's.
-            self.tagged
-                .get_mut(slot)
-                .tagged
-                .as_mut()
-                .expect("tagged")
-                .unknown_start = true;
+            self.tagged.get_mut(slot).tagged.unknown_start = true;
         }
         let reply = ReplyTo {
             to: from,
@@ -199,12 +192,7 @@ impl PeerTable {
             socket: meta.socket,
             nonce: end.nonce,
         };
-        let declared = self
-            .tagged
-            .get(slot)
-            .tagged
-            .as_ref()
-            .and_then(|t| t.declared);
+        let declared = self.tagged.get(slot).tagged.declared;
         match declared {
             Some(first)
                 if (first.sent_packets, first.sent_bytes) != (end.sent_packets, end.sent_bytes) =>
@@ -217,7 +205,7 @@ impl PeerTable {
             // A retry: answer from the record, which no longer changes. It
             // shares the socket with whoever is on it now.
             self.join(meta.socket);
-            let t = self.tagged.get_mut(slot).tagged.as_mut().expect("tagged");
+            let t = &mut self.tagged.get_mut(slot).tagged;
             if t.declared.is_none() {
                 // Finished as idle before its End came: now its totals are
                 // known, the figures are fixed, and the record is kept as
@@ -241,7 +229,7 @@ impl PeerTable {
                 *pending = reply;
             }
             _ => {
-                peer.tagged.as_mut().expect("tagged").declared = Some(end);
+                peer.tagged.declared = Some(end);
                 peer.state = State::Closing {
                     grace_until: grace_from + grace,
                     reply,
@@ -260,19 +248,10 @@ impl PeerTable {
         replies: &mut Vec<Reply>,
     ) {
         let from = canonical(reply.to);
-        let proven = self
-            .tagged
-            .get(slot)
-            .tagged
-            .as_ref()
-            .is_some_and(|t| t.proven);
+        let proven = self.tagged.get(slot).tagged.proven;
         let key = (
             self.tagged.get(slot).addr,
-            self.tagged
-                .get(slot)
-                .tagged
-                .as_ref()
-                .map_or(0, |t| t.session),
+            self.tagged.get(slot).tagged.session,
         );
         let allowed = if proven {
             self.limiter.allow_session(key, now)
@@ -325,12 +304,13 @@ impl PeerTable {
                 State::Closing { reply, .. } => Some(reply),
                 _ => None,
             };
-            let proven = peer.tagged.as_ref().is_some_and(|t| t.proven);
+            let proven = peer.tagged.proven;
             (reply, peer.socket, proven)
         };
         let shared = self.tagged.get(slot).shared_now(&self.flags);
         self.tagged.get_mut(slot).shared = shared;
-        self.write_done(self.tagged.get(slot), reason, events);
+        let session = self.tagged.get(slot);
+        self.write_done(session, Some(&session.tagged), reason, events);
         self.session_ended(key, proven, socket);
         let keep = self.keep_for(self.tagged.get(slot));
         self.expiry_ids += 1;
@@ -347,9 +327,7 @@ impl PeerTable {
                 late_reported_at: None,
                 expiry,
             });
-            if let Some(t) = peer.tagged.as_mut() {
-                t.freeze();
-            }
+            peer.tagged.freeze();
         }
         if let Some(reply) = reply {
             self.answer(slot, reply, now, replies);

@@ -34,7 +34,7 @@ impl PeerTable {
     pub(super) fn extend_record(&mut self, slot: usize, now: Instant) {
         let keep = self.keep_for(self.tagged.get(slot));
         let peer = self.tagged.get_mut(slot);
-        let key = (peer.addr, peer.tagged.as_ref().map_or(0, |t| t.session));
+        let key = (peer.addr, peer.tagged.session);
         let State::Finished(f) = &mut peer.state else {
             return;
         };
@@ -48,11 +48,10 @@ impl PeerTable {
 
     /// How long a finished session's record is kept: as long as its client
     /// said it would ask, within bounds.
-    pub(super) fn keep_for(&self, peer: &Peer) -> Duration {
+    pub(super) fn keep_for(&self, peer: &Session) -> Duration {
         let asked = peer
             .tagged
-            .as_ref()
-            .and_then(|t| t.declared)
+            .declared
             .map_or(Duration::ZERO, |e| Duration::from_nanos(e.answer_wait_ns));
         asked
             .max(self.cfg.idle_timeout * 2)
@@ -82,18 +81,19 @@ impl PeerTable {
         events: &mut dyn FnMut(Event),
     ) {
         let flags = &self.flags;
-        for peer in self
+        let sessions = self
             .tagged
             .slots
             .iter_mut()
-            .chain(self.untagged.slots.iter_mut())
             .flatten()
-        {
+            .map(|s| (&mut s.peer, Some(&*s.tagged)));
+        let sources = self.untagged.slots.iter_mut().flatten().map(|p| (p, None));
+        for (peer, t) in sessions.chain(sources) {
             if peer.is_finished() {
                 continue;
             }
             let shared = peer.shared_now(flags);
-            if let Some(report) = peer.interval(now, cpu_now, shared) {
+            if let Some(report) = peer.interval(t, now, cpu_now, shared) {
                 events(Event::Interval(report));
                 peer.mark = Some(Mark {
                     at: now,
@@ -158,7 +158,7 @@ impl PeerTable {
                 Some(reason) => self.finalise(key, now, reason, events, replies),
                 None => {
                     if let Some(peer) = self.tagged.remove(&key) {
-                        let proven = peer.tagged.as_ref().is_some_and(|t| t.proven);
+                        let proven = peer.tagged.proven;
                         self.session_ended(key, proven, peer.socket);
                     }
                     if self.by_addr.get(&key.0) == Some(&key) {
@@ -186,7 +186,7 @@ impl PeerTable {
         for addr in idle_sources {
             if let Some(peer) = self.untagged.remove(&addr) {
                 self.end_peer(peer.socket);
-                self.write_done(&peer, DoneReason::Idle, events);
+                self.write_done(&peer, None, DoneReason::Idle, events);
             }
         }
     }
@@ -197,11 +197,7 @@ impl PeerTable {
     /// sends them back in its Feedback.
     pub fn session_counts(&self, key: SessionKey) -> Option<(u64, u64, u64)> {
         let peer = self.tagged.peers_find(&key)?;
-        let next = peer
-            .tagged
-            .as_ref()
-            .and_then(|t| t.seq.highest())
-            .map_or(0, |h| h + 1);
+        let next = peer.tagged.seq.highest().map_or(0, |h| h + 1);
         Some((peer.total.packets, peer.total.bytes, next))
     }
 
@@ -238,7 +234,7 @@ impl PeerTable {
             }
         }
         for peer in self.untagged.peers() {
-            self.write_done(peer, DoneReason::Shutdown, events);
+            self.write_done(peer, None, DoneReason::Shutdown, events);
         }
         for peer in self.tagged.peers() {
             if let Some(report) = late_report(peer) {

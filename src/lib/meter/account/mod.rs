@@ -219,8 +219,8 @@ impl ReplyBytes {
 pub struct PeerTable {
     cfg: TableConfig,
     /// Sessions in every state, finished ones included.
-    tagged: Slab<SessionKey>,
-    untagged: Slab<SocketAddr>,
+    tagged: Slab<SessionKey, Session>,
+    untagged: Slab<SocketAddr, Peer>,
     /// The latest session seen from each source address, for datagrams
     /// too short to carry a session id.
     by_addr: HashMap<SocketAddr, SessionKey>,
@@ -452,7 +452,7 @@ impl PeerTable {
         if peer.is_finished() {
             return false;
         }
-        let t = peer.tagged.as_mut().expect("sessions are tagged");
+        let t = &mut peer.tagged;
         if t.declared.is_some() || !t.seq.record_run(first.seq, count) {
             return false;
         }

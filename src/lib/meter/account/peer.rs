@@ -174,7 +174,6 @@ pub(super) struct Peer {
     /// The last datagram of any kind (for the idle time-out).
     pub(super) last_seen: Instant,
     pub(super) mark: Option<Mark>,
-    pub(super) tagged: Option<Box<Tagged>>,
     /// The receive socket, its drop counter at this peer's first and latest
     /// datagram, and whether anything else arrived on it meanwhile.
     pub(super) socket: usize,
@@ -192,12 +191,7 @@ pub(super) struct Peer {
 }
 
 impl Peer {
-    pub(super) fn new(
-        addr: SocketAddr,
-        now: Instant,
-        socket: usize,
-        tagged: Option<Box<Tagged>>,
-    ) -> Self {
+    pub(super) fn new(addr: SocketAddr, now: Instant, socket: usize) -> Self {
         Peer {
             addr,
             state: State::Active,
@@ -207,7 +201,6 @@ impl Peer {
             last: now,
             last_seen: now,
             mark: None,
-            tagged,
             socket,
             drops_start: None,
             drops_end: None,
@@ -274,10 +267,47 @@ impl Peer {
         Some(self.drops_end?.saturating_sub(self.drops_start?))
     }
 
+    /// Whether anything else arrived on this peer's socket while it was
+    /// active (decided for good when it finishes: `finalise` stores it).
+    pub(super) fn shared_now(&self, table: &TableFlags) -> bool {
+        if self.is_finished() {
+            return self.shared;
+        }
+        self.shared
+            || table
+                .socket_joins
+                .get(self.socket)
+                .is_some_and(|&joins| joins != self.joins_at_start)
+    }
+}
+
+/// A session: a peer's counters with its sequence accounting. Sessions
+/// and untagged sources have their own types (and slabs), so there is no
+/// session without its accounting.
+pub(super) struct Session {
+    pub(super) peer: Peer,
+    pub(super) tagged: Box<Tagged>,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Peer;
+
+    fn deref(&self) -> &Peer {
+        &self.peer
+    }
+}
+
+impl std::ops::DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut Peer {
+        &mut self.peer
+    }
+}
+
+impl Session {
     /// The answer to an End: the session's figures, which no longer change
     /// once it is finished (late datagrams are counted apart).
     pub(super) fn answer(&self, nonce: u64, epoch: Instant, table: &TableFlags) -> EndAck {
-        let t = self.tagged.as_ref().expect("answers are for tagged peers");
+        let t = &self.tagged;
         let figures = t.figures();
         let (lost, lost_fewest) = figures.loss.map_or((0, 0), |l| (l.most, l.fewest));
         let since = |at: Instant| at.saturating_duration_since(epoch).as_nanos() as u64;
@@ -339,27 +369,13 @@ impl Peer {
             tag: [0; wire::TAG_LEN],
         }
     }
-
-    /// Whether anything else arrived on this peer's socket while it was
-    /// active (decided for good when it finishes: `finalise` stores it).
-    pub(super) fn shared_now(&self, table: &TableFlags) -> bool {
-        if self.is_finished() {
-            return self.shared;
-        }
-        self.shared
-            || table
-                .socket_joins
-                .get(self.socket)
-                .is_some_and(|&joins| joins != self.joins_at_start)
-    }
 }
 
 /// Adds an untagged source's datagrams to the session from the same
 /// address.
-pub(super) fn merge(peer: &mut Peer, m: Peer) {
-    if let Some(t) = peer.tagged.as_mut() {
-        t.untagged_packets += m.total.packets;
-    }
+pub(super) fn merge(session: &mut Session, m: Peer) {
+    session.tagged.untagged_packets += m.total.packets;
+    let peer = &mut session.peer;
     match (peer.first, m.first) {
         (_, None) => {}
         (Some(a), Some(b)) if a < b => {}

@@ -132,6 +132,7 @@ impl Peer {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn report(
         &self,
+        t: Option<&Tagged>,
         amount: Amount,
         after_start: Amount,
         span: Duration,
@@ -139,7 +140,6 @@ impl Peer {
         cpu: Option<CpuCost>,
         reason: Option<DoneReason>,
     ) -> PeerReport {
-        let t = self.tagged.as_deref();
         let figures = t.map(Tagged::figures);
         let loss = figures.and_then(|f| f.loss);
         PeerReport {
@@ -179,7 +179,12 @@ impl Peer {
 
     /// The whole peer: first to last datagram; `reason` why it is done, or
     /// None while it is not.
-    pub(super) fn summary(&self, shared: bool, reason: Option<DoneReason>) -> PeerReport {
+    pub(super) fn summary(
+        &self,
+        t: Option<&Tagged>,
+        shared: bool,
+        reason: Option<DoneReason>,
+    ) -> PeerReport {
         let span = match self.first {
             Some(first) => self.last.saturating_duration_since(first),
             None => Duration::ZERO,
@@ -189,6 +194,7 @@ impl Peer {
             CpuCost::of(c, span, self.total.bytes)
         });
         self.report(
+            t,
             self.total,
             self.total.minus(self.at_first),
             span,
@@ -202,6 +208,7 @@ impl Peer {
     /// nothing did.
     pub(super) fn interval(
         &self,
+        t: Option<&Tagged>,
         end: Instant,
         cpu_now: Option<CpuTime>,
         shared: bool,
@@ -226,7 +233,7 @@ impl Peer {
         let cpu = cpu_now
             .zip(cpu_from)
             .map(|(now, from)| CpuCost::of(now.since(from), span, amount.bytes));
-        let mut report = self.report(amount, after_start, span, shared, cpu, None);
+        let mut report = self.report(t, amount, after_start, span, shared, cpu, None);
         report.total_packets = Some(self.total.packets);
         report.total_bytes = Some(self.total.bytes);
         Some(report)
@@ -238,40 +245,47 @@ impl PeerTable {
     /// them now (no reason: it is not done), for `--metrics`. Finished
     /// sessions' records are left out: their `peer_done` was the last word.
     pub fn live_reports(&self) -> Vec<PeerReport> {
-        self.tagged
+        let live = |peer: &Peer| !peer.is_finished() && peer.total.packets > 0;
+        let sessions = self
+            .tagged
             .peers()
-            .chain(self.untagged.peers())
-            .filter(|peer| !peer.is_finished() && peer.total.packets > 0)
-            .map(|peer| peer.summary(peer.shared_now(&self.flags), None))
-            .collect()
+            .filter(|s| live(s))
+            .map(|s| s.summary(Some(&s.tagged), s.shared_now(&self.flags), None));
+        let sources = self
+            .untagged
+            .peers()
+            .filter(|p| live(p))
+            .map(|p| p.summary(None, p.shared_now(&self.flags), None));
+        sessions.chain(sources).collect()
     }
 
     /// A peer's last interval (when interval lines are on) and summary.
     pub(super) fn write_done(
         &self,
         peer: &Peer,
+        t: Option<&Tagged>,
         reason: DoneReason,
         events: &mut dyn FnMut(Event),
     ) {
         let shared = peer.shared_now(&self.flags);
         if self.cfg.intervals {
-            if let Some(report) = peer.interval(peer.last, peer.cpu_end, shared) {
+            if let Some(report) = peer.interval(t, peer.last, peer.cpu_end, shared) {
                 events(Event::Interval(report));
             }
         }
-        events(Event::Done(peer.summary(shared, Some(reason))));
+        events(Event::Done(peer.summary(t, shared, Some(reason))));
     }
 }
 
 /// The session's late datagrams, if some are not reported yet.
-pub(super) fn late_report(peer: &Peer) -> Option<LateReport> {
+pub(super) fn late_report(peer: &Session) -> Option<LateReport> {
     let State::Finished(f) = &peer.state else {
         return None;
     };
     if f.late.packets <= f.late_reported {
         return None;
     }
-    let t = peer.tagged.as_ref()?;
+    let t = &peer.tagged;
     Some(LateReport {
         peer: peer.addr.to_string(),
         session: format!("{:016x}", t.session),

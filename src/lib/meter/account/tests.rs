@@ -435,17 +435,7 @@ fn records_free_their_sequence_sets() {
     t.end(a, 7, 4000, 400_000, 1, START);
     let first = t.first_ack(200 * MS);
     let slot = t.table.tagged.find(&(a, 7)).unwrap();
-    assert!(
-        t.table
-            .tagged
-            .get(slot)
-            .tagged
-            .as_ref()
-            .unwrap()
-            .seq
-            .ranges()
-            <= 1
-    );
+    assert!(t.table.tagged.get(slot).tagged.seq.ranges() <= 1);
     let retry = ack_of(&t.end(a, 7, 4000, 400_000, 2, 300 * MS).unwrap());
     assert_eq!(
         (retry.lost, retry.received_packets),
