@@ -166,6 +166,9 @@ pub struct Row {
 
 /// Runs the matrix; each row goes to `emit` as soon as it is measured.
 pub fn run(cfg: &BenchConfig, shutdown: &Shutdown, emit: &mut dyn FnMut(&Row)) -> Result<Vec<Row>> {
+    if let Some(m) = cfg.modes.iter().find(|&&m| !super::mode_available(m)) {
+        return Err(Error::usage(format!("--modes {}: needs Linux", m.name())));
+    }
     let server = TestServer::start(SocketAddr::from(([127, 0, 0, 1], 0)))
         .map_err(|e| Error::io("cannot start the HTTP test server", e))?;
     let mut rows: Vec<Row> = Vec::new();

@@ -1,5 +1,5 @@
 //! `tcp_proxy`: forwards each accepted TCP connection to one upstream, in
-//! one of six ways ([`Mode`](crate::config::proxy::Mode)), and the latency benchmark that compares them
+//! one of six ways ([`Mode`]), and the latency benchmark that compares them
 //! ([`bench`](mod@bench)).
 //!
 //! Why six: seed 004 compared Go's `io.Copy` with Rust proxies built on
@@ -54,9 +54,9 @@ pub mod http;
 pub mod pipes;
 mod relay;
 
-use crate::config::proxy::ProxyConfig;
 pub use events::{ConnReport, End, EventSink, ProxyEvent, Summary};
 
+use crate::config::proxy::{Mode, ProxyConfig};
 use crate::error::{Error, Result};
 use crate::shutdown::{Shutdown, POLL};
 use futures::channel::oneshot;
@@ -69,6 +69,11 @@ use std::time::{Duration, Instant};
 /// Pending connections the kernel may queue before we accept them; large
 /// enough for a burst of 1000 clients without SYN retries.
 const BACKLOG: i32 = 1024;
+
+/// Whether this platform has `mode` (splice(2) is Linux's).
+pub(crate) fn mode_available(mode: Mode) -> bool {
+    mode != Mode::Splice || crate::sys::HAS_SPLICE
+}
 
 /// Binds the listening socket (SO_REUSEADDR, a deep backlog). Port 0 picks
 /// a free port; read it back with `local_addr`.
@@ -366,6 +371,12 @@ pub fn run(
     shutdown: &Shutdown,
     events: EventSink,
 ) -> Result<Summary> {
+    if !mode_available(cfg.mode) {
+        return Err(Error::usage(format!(
+            "--mode {} needs Linux (splice(2)); use --mode tokio or std here",
+            cfg.mode.name()
+        )));
+    }
     let runtime = if cfg.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -538,7 +549,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             upstream.local_addr().unwrap(),
         );
-        cfg.mode = crate::config::proxy::Mode::Tokio;
+        cfg.mode = Mode::Tokio;
         cfg.threads = 1;
         let listener = bind(cfg.listen).unwrap();
         let addr = listener.local_addr().unwrap();
