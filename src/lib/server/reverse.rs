@@ -894,6 +894,15 @@ mod tests {
         t.on_feedback(fb, &raw, from, now);
     }
 
+    /// A stream started the proper way (cookie, Start, first Feedback):
+    /// its StartAck and the order the table launched.
+    fn launched(t: &mut Reverse, now: Instant) -> (StartAck, StreamOrder) {
+        let cookie = t.cookie(client(), SESSION, now);
+        let ack = ask(t, &start(cookie, SESSION), client(), now);
+        feedback(t, ack.stream_nonce, SESSION, client(), now);
+        (ack, t.take_launches().remove(0))
+    }
+
     fn result(packets: u64, size: u64) -> StreamResult {
         let now = Instant::now();
         StreamResult {
@@ -1002,10 +1011,7 @@ mod tests {
     fn silence_stops_the_stream_and_no_end_is_sent() {
         let now = Instant::now();
         let mut t = table(8, None, now);
-        let cookie = t.cookie(client(), SESSION, now);
-        let ack = ask(&mut t, &start(cookie, SESSION), client(), now);
-        feedback(&mut t, ack.stream_nonce, SESSION, client(), now);
-        let order = t.take_launches().remove(0);
+        let (_, order) = launched(&mut t, now);
         let mut replies = Vec::new();
         assert_eq!(t.next_due(), Some(now + SILENCE));
         t.tick(now + SILENCE - Duration::from_millis(1), &mut replies);
@@ -1025,10 +1031,7 @@ mod tests {
         let now = Instant::now();
         let psk = Psk::new(b"correct horse").unwrap();
         let mut t = table(8, Some(psk.clone()), now);
-        let cookie = t.cookie(client(), SESSION, now);
-        let ack = ask(&mut t, &start(cookie, SESSION), client(), now);
-        feedback(&mut t, ack.stream_nonce, SESSION, client(), now);
-        let order = t.take_launches().remove(0);
+        let (_, order) = launched(&mut t, now);
         let mut replies = Vec::new();
         t.sent(order.key, result(1000, 1000), now, &mut replies);
         assert_eq!(replies.len(), 1);
@@ -1087,10 +1090,7 @@ mod tests {
     fn an_unanswered_end_is_given_up() {
         let now = Instant::now();
         let mut t = table(8, None, now);
-        let cookie = t.cookie(client(), SESSION, now);
-        let ack = ask(&mut t, &start(cookie, SESSION), client(), now);
-        feedback(&mut t, ack.stream_nonce, SESSION, client(), now);
-        let order = t.take_launches().remove(0);
+        let (_, order) = launched(&mut t, now);
         let mut replies = Vec::new();
         t.sent(order.key, result(5, 1000), now, &mut replies);
         let mut at = now;
