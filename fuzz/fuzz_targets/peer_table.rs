@@ -4,7 +4,7 @@
 //! larger than what caused them.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use netspeed::server::peers::{PeerTable, Rx, TableConfig};
+use netspeed::meter::account::{PeerTable, Rx, TableConfig};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 

@@ -15,6 +15,9 @@ fuzz_target!(|data: &[u8]| {
         Ok(Message::EndAck(a)) => assert_eq!(wire::decode(&wire::encode_end_ack(&a)), Ok(Message::EndAck(a))),
         Ok(Message::Hello(h)) => assert_eq!(wire::decode(&wire::encode_hello(&h)), Ok(Message::Hello(h))),
         Ok(Message::HelloAck(a)) => assert_eq!(wire::decode(&wire::encode_hello_ack(&a)), Ok(Message::HelloAck(a))),
+        Ok(Message::Start(s)) => assert_eq!(wire::decode(&wire::encode_start(&s)), Ok(Message::Start(s))),
+        Ok(Message::StartAck(a)) => assert_eq!(wire::decode(&wire::encode_start_ack(&a)), Ok(Message::StartAck(a))),
+        Ok(Message::Feedback(f)) => assert_eq!(wire::decode(&wire::encode_feedback(&f)), Ok(Message::Feedback(f))),
         Err(_) => {}
     }
 });
