@@ -306,21 +306,27 @@ def ceiling(path, errpath, size, label, rep, rc, memfile):
         f.write("%r\n" % float(d["memcpy_gbps"]))
     row(size, label, rep, True, r["gbps"], r["mpps"], 100.0 * (1.0 - float(r["delivered"])))
 
-def cputable(tsv, sizes):
+def group(path, width):
+    # TSV rows of at least `width` fields, grouped by (size, label) in the
+    # order first seen; nothing when the file is missing.
     cells, order = {}, []
     try:
-        lines = open(tsv).read().splitlines()
+        lines = open(path).read().splitlines()
     except OSError:
-        return
+        return cells, order
     for line in lines:
         p = line.split("\t")
-        if len(p) < 5:
+        if len(p) < width:
             continue
         key = (p[0], p[1])
         if key not in cells:
             cells[key] = []
             order.append(key)
         cells[key].append(p)
+    return cells, order
+
+def cputable(tsv, sizes):
+    cells, order = group(tsv, 5)
     if not cells:
         return
     med = lambda xs: ("%.3f" % statistics.median(xs)) if xs else "n/a"
@@ -336,16 +342,7 @@ def cputable(tsv, sizes):
 
 def table(tsv, sizes, reps):
     reps = int(reps)
-    cells, order = {}, []
-    for line in open(tsv):
-        p = line.rstrip("\n").split("\t")
-        if len(p) < 8:
-            continue
-        key = (p[0], p[1])
-        if key not in cells:
-            cells[key] = []
-            order.append(key)
-        cells[key].append(p)
+    cells, order = group(tsv, 8)
     med = lambda xs: statistics.median(xs) if xs else None
     def stats(key):
         ok = [r for r in cells[key] if r[3] == "ok"]

@@ -138,6 +138,24 @@ fn check_trials(report: &Value) {
 // An nftables policer on the server's input.
 // ---------------------------------------------------------------------------
 
+/// The policer's rate, 2 MiB/s (nft's "mbytes" are MiB), and its burst.
+const RATE: f64 = 2.0 * 1024.0 * 1024.0;
+const BURST: f64 = 16.0 * 1024.0;
+
+/// Polices, on `ns`'s input, the 1400-byte datagrams (IP length 1428, UDP
+/// length 1408) whose `dir` port ("dport" or "sport") is `port`, at
+/// [`RATE`] with [`BURST`]: only data is policed, so a Hello or an End is
+/// never dropped. Its counter counts the drops.
+fn police(ns: &Netns, dir: &str, port: u16) {
+    nft_apply(
+        ns,
+        &format!(
+            "table inet pol {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
+             udp {dir} {port} udp length 1408 limit rate over 2 mbytes/second burst 16 kbytes counter drop\n  }}\n}}\n"
+        ),
+    );
+}
+
 #[test]
 fn policer_limit_is_found_and_its_drops_are_the_loss() {
     require_nft();
@@ -150,18 +168,7 @@ fn policer_limit_is_found_and_its_drops_are_the_loss() {
         ..
     } = served("fl1", "10.67.1", "8M");
     let port = server.port();
-    // 2 MiB/s (nft's "mbytes" are MiB) of 1400-byte datagrams: IP length
-    // 1428, UDP length 1408. Only data datagrams are policed, so a Hello
-    // or an End is never dropped.
-    const RATE: f64 = 2.0 * 1024.0 * 1024.0;
-    const BURST: f64 = 16.0 * 1024.0;
-    nft_apply(
-        &srv,
-        &format!(
-            "table inet pol {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
-             udp dport {port} udp length 1408 limit rate over 2 mbytes/second burst 16 kbytes counter drop\n  }}\n}}\n"
-        ),
-    );
+    police(&srv, "dport", port);
     // The verdict of an ordinary run at twice the policer's rate.
     let run = client_in(
         &cli,
@@ -234,15 +241,7 @@ fn reverse_search_finds_a_downstream_policer() {
         ..
     } = served("fl5", "10.67.5", "8M");
     let port = server.port();
-    const RATE: f64 = 2.0 * 1024.0 * 1024.0;
-    const BURST: f64 = 16.0 * 1024.0;
-    nft_apply(
-        &cli,
-        &format!(
-            "table inet pol {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
-             udp sport {port} udp length 1408 limit rate over 2 mbytes/second burst 16 kbytes counter drop\n  }}\n}}\n"
-        ),
-    );
+    police(&cli, "sport", port);
     let report = find_limit_in(
         &cli,
         &target,

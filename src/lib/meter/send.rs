@@ -184,16 +184,28 @@ impl<'a> Transmitter<'a> {
         };
         let mmsg = (batch > 1).then(|| sys::SendBatch::new(batch, (!connected).then_some(server)));
         Transmitter {
-            socket,
-            dest: server,
             connected,
+            mmsg,
+            gso,
+            notes,
+            ..Self::unsent(socket, server, size, batch)
+        }
+    }
+
+    /// A transmitter to `dest` that has sent nothing yet: no counts, no
+    /// back-off, plain sends (the constructors set the path).
+    fn unsent(socket: &'a UdpSocket, dest: SocketAddr, size: usize, batch: usize) -> Self {
+        Transmitter {
+            socket,
+            dest,
+            connected: false,
             shared: false,
             size,
             batch,
             dont_fragment: false,
-            mmsg,
-            gso,
-            notes,
+            mmsg: None,
+            gso: Gso::NotRequested,
+            notes: Vec::new(),
             backoff: Backoff::default(),
             enobufs_retries: 0,
             backoff_time: Duration::ZERO,
@@ -235,22 +247,11 @@ impl<'a> Transmitter<'a> {
             notes.push("sendmmsg is Linux-only".to_string());
         }
         Transmitter {
-            socket,
-            dest: to,
-            connected: false,
             shared: true,
-            size,
-            batch,
-            dont_fragment: false,
             mmsg: Some(mmsg),
             gso,
             notes,
-            backoff: Backoff::default(),
-            enobufs_retries: 0,
-            backoff_time: Duration::ZERO,
-            refused: 0,
-            gone: false,
-            calls: 0,
+            ..Self::unsent(socket, to, size, batch)
         }
     }
 
