@@ -13,6 +13,7 @@
 //! how many arrivals it could not classify ([`SeqSet::uncertain`]) rather
 //! than guessing.
 
+pub mod delay;
 pub mod histogram;
 pub mod samples;
 
