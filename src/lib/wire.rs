@@ -25,25 +25,31 @@
 
 /// The four bytes every tagged datagram starts with.
 pub const MAGIC: [u8; 4] = *b"NSPD";
-/// The only version this code speaks. Version 1 (no probe, no nonce)
-/// decodes as [`WireError::BadVersion`].
-pub const VERSION: u8 = 2;
+/// The only version this code speaks. Versions 1 (no probe, no nonce)
+/// and 2 (no queue delay in the EndAck, no round-trip probes) decode as
+/// [`WireError::BadVersion`].
+pub const VERSION: u8 = 3;
 /// Bytes in the header of every tagged datagram.
 pub const HEADER_LEN: usize = 32;
 /// Size of an End and of its answer. The answer is never larger than the
 /// message that caused it, so the server cannot amplify.
-pub const END_LEN: usize = 256;
+pub const END_LEN: usize = 320;
 /// Size of a Hello and of its answer.
 pub const HELLO_LEN: usize = 64;
-/// Size of a Start and of its answer, the same as an End's.
+/// Size of a Start and of its answer.
 pub const START_LEN: usize = 256;
+/// Size of a round-trip Probe and of its answer: the answer is never
+/// larger, so probes cannot amplify.
+pub const PROBE_LEN: usize = 64;
 /// Size of the receiver's Feedback during a reverse stream. Never answered.
 pub const FEEDBACK_LEN: usize = 128;
 /// Bytes of the authentication tag at the end of an End and an EndAck
 /// (HMAC-SHA256 with `--psk`; zero without).
 pub const TAG_LEN: usize = crate::auth::TAG_LEN;
-/// Where the tag starts.
+/// Where the tag of an End or an EndAck starts ...
 pub const TAG_AT: usize = END_LEN - TAG_LEN;
+/// ... and that of a Start or a StartAck.
+const START_TAG_AT: usize = START_LEN - TAG_LEN;
 /// In an answer, a figure the server cannot know.
 pub const UNKNOWN: u64 = u64::MAX;
 
@@ -80,6 +86,13 @@ const KIND_HELLO_ACK: u8 = 4;
 const KIND_START: u8 = 5;
 const KIND_START_ACK: u8 = 6;
 const KIND_FEEDBACK: u8 = 7;
+const KIND_PROBE: u8 = 8;
+const KIND_PROBE_ACK: u8 = 9;
+
+/// [`ProbeAck::flags`]: the probe's cookie was good: this answer echoes it
+/// at once, and its round trip counts. Without it, the answer only carries
+/// a fresh cookie for the next probe.
+pub const PROBE_ECHOED: u16 = 1;
 
 /// Which way a session's data flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -390,7 +403,40 @@ pub struct EndAck {
     pub cpu_start_ns: u64,
     /// Transit times discarded as implausible for jitter.
     pub transit_discarded: u64,
+    /// The session's queue delay (`stats::delay`), in ns: median, 90th and
+    /// 99th percentile and largest ([`UNKNOWN`] without data) ...
+    pub queue_p50_ns: u64,
+    pub queue_p90_ns: u64,
+    pub queue_p99_ns: u64,
+    pub queue_max_ns: u64,
+    /// ... over this many datagrams ...
+    pub delay_samples: u64,
+    /// ... and the floor's slope in parts per billion, as an i64 in two's
+    /// complement ([`UNKNOWN`] when it could not be estimated).
+    pub clock_skew_ppb: u64,
     pub tag: [u8; TAG_LEN],
+}
+
+/// A round-trip probe (client to server), sent at a steady rate before
+/// and during the load. The header's `seq` numbers the probes and its
+/// `send_time_ns` is the client's; the answer echoes both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Probe {
+    pub header: Header,
+    /// The latest cookie a [`ProbeAck`] carried; 0 for the first probe.
+    pub cookie: u64,
+}
+
+/// The server's answer to a [`Probe`], of the same size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProbeAck {
+    /// The probe's header, echoed.
+    pub header: Header,
+    /// [`PROBE_ECHOED`] when the probe's cookie was good.
+    pub flags: u16,
+    /// A cookie for the probes to come (the address proof: a MAC over the
+    /// probe's source address, port and session).
+    pub cookie: u64,
 }
 
 /// A decoded datagram.
@@ -404,6 +450,8 @@ pub enum Message {
     Start(Start),
     StartAck(StartAck),
     Feedback(Feedback),
+    Probe(Probe),
+    ProbeAck(ProbeAck),
 }
 
 /// Why a datagram is not a netspeed message.
@@ -553,14 +601,14 @@ pub fn encode_start(start: &Start) -> [u8; START_LEN] {
     for (i, value) in fields.into_iter().enumerate() {
         put_u64(&mut buf, 32 + 8 * i, value);
     }
-    buf[TAG_AT..].copy_from_slice(&start.tag);
+    buf[START_TAG_AT..].copy_from_slice(&start.tag);
     buf
 }
 
 fn decode_start(buf: &[u8], header: Header) -> Result<Start, WireError> {
     let f = |i: usize| u64_at(buf, 32 + 8 * i);
     let mut tag = [0u8; TAG_LEN];
-    tag.copy_from_slice(&buf[TAG_AT..]);
+    tag.copy_from_slice(&buf[START_TAG_AT..]);
     Ok(Start {
         header,
         nonce: f(0),
@@ -593,14 +641,14 @@ pub fn encode_start_ack(ack: &StartAck) -> [u8; START_LEN] {
     for (i, value) in fields.into_iter().enumerate() {
         put_u64(&mut buf, 32 + 8 * i, value);
     }
-    buf[TAG_AT..].copy_from_slice(&ack.tag);
+    buf[START_TAG_AT..].copy_from_slice(&ack.tag);
     buf
 }
 
 fn decode_start_ack(buf: &[u8], header: Header) -> StartAck {
     let f = |i: usize| u64_at(buf, 32 + 8 * i);
     let mut tag = [0u8; TAG_LEN];
-    tag.copy_from_slice(&buf[TAG_AT..]);
+    tag.copy_from_slice(&buf[START_TAG_AT..]);
     StartAck {
         session: header.session,
         flags: u16::from_be_bytes([buf[6], buf[7]]),
@@ -651,7 +699,7 @@ fn decode_feedback(buf: &[u8], header: Header) -> Feedback {
 }
 
 /// The figures of an EndAck, in wire order from offset 32.
-fn end_ack_fields(ack: &EndAck) -> [u64; 24] {
+fn end_ack_fields(ack: &EndAck) -> [u64; 30] {
     [
         ack.nonce,
         ack.received_packets,
@@ -677,6 +725,12 @@ fn end_ack_fields(ack: &EndAck) -> [u64; 24] {
         ack.cpu_system_ns,
         ack.transit_discarded,
         ack.cpu_start_ns,
+        ack.queue_p50_ns,
+        ack.queue_p90_ns,
+        ack.queue_p99_ns,
+        ack.queue_max_ns,
+        ack.delay_samples,
+        ack.clock_skew_ppb,
     ]
 }
 
@@ -722,8 +776,30 @@ fn decode_end_ack(buf: &[u8], header: Header) -> EndAck {
         cpu_system_ns: f(21),
         transit_discarded: f(22),
         cpu_start_ns: f(23),
+        queue_p50_ns: f(24),
+        queue_p90_ns: f(25),
+        queue_p99_ns: f(26),
+        queue_max_ns: f(27),
+        delay_samples: f(28),
+        clock_skew_ppb: f(29),
         tag,
     }
+}
+
+/// Encodes a round-trip probe.
+pub fn encode_probe(probe: &Probe) -> [u8; PROBE_LEN] {
+    let mut buf = [0u8; PROBE_LEN];
+    put_header(&mut buf, KIND_PROBE, 0, &probe.header);
+    put_u64(&mut buf, 32, probe.cookie);
+    buf
+}
+
+/// Encodes the answer to a probe.
+pub fn encode_probe_ack(ack: &ProbeAck) -> [u8; PROBE_LEN] {
+    let mut buf = [0u8; PROBE_LEN];
+    put_header(&mut buf, KIND_PROBE_ACK, ack.flags, &ack.header);
+    put_u64(&mut buf, 32, ack.cookie);
+    buf
 }
 
 /// The bytes an End's or EndAck's tag covers: all but the tag itself.
@@ -760,6 +836,7 @@ pub fn encode_end_ack_tagged(ack: &EndAck, psk: &crate::auth::Psk) -> [u8; END_L
 pub fn verify_tag(message: &[u8], psk: &crate::auth::Psk) -> bool {
     let at = match message.len() {
         END_LEN => TAG_AT,
+        START_LEN => START_TAG_AT,
         FEEDBACK_LEN => FEEDBACK_TAG_AT,
         _ => return false,
     };
@@ -789,6 +866,7 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
         KIND_HELLO | KIND_HELLO_ACK => HELLO_LEN,
         KIND_START | KIND_START_ACK => START_LEN,
         KIND_FEEDBACK => FEEDBACK_LEN,
+        KIND_PROBE | KIND_PROBE_ACK => PROBE_LEN,
         other => return Err(WireError::BadKind(other)),
     };
     if buf.len() != expected {
@@ -814,6 +892,15 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
         KIND_START => Message::Start(decode_start(buf, header)?),
         KIND_START_ACK => Message::StartAck(decode_start_ack(buf, header)),
         KIND_FEEDBACK => Message::Feedback(decode_feedback(buf, header)),
+        KIND_PROBE => Message::Probe(Probe {
+            header,
+            cookie: u64_at(buf, 32),
+        }),
+        KIND_PROBE_ACK => Message::ProbeAck(ProbeAck {
+            header,
+            flags,
+            cookie: u64_at(buf, 32),
+        }),
         KIND_HELLO => Message::Hello(Hello {
             header,
             nonce: u64_at(buf, 32),
@@ -859,7 +946,7 @@ mod tests {
     fn data_header_exact_bytes() {
         let mut buf = [0xAAu8; 40];
         assert!(write_data_header(&mut buf, &header()));
-        assert_eq!(&buf[0..8], b"NSPD\x02\x00\x00\x00");
+        assert_eq!(&buf[0..8], b"NSPD\x03\x00\x00\x00");
         assert_eq!(&buf[8..16], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(&buf[16..24], &42u64.to_be_bytes());
         assert_eq!(&buf[24..32], &1_000_000_007u64.to_be_bytes());
@@ -878,7 +965,7 @@ mod tests {
     fn end_round_trip_and_exact_bytes() {
         let bytes = encode_end(&end());
         assert_eq!(bytes.len(), END_LEN);
-        assert_eq!(&bytes[0..8], b"NSPD\x02\x01\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x03\x01\x00\x00");
         assert_eq!(&bytes[56..64], &0xDEAD_BEEFu64.to_be_bytes());
         assert_eq!(&bytes[64..72], &1_000_000_000u64.to_be_bytes());
         assert_eq!(
@@ -920,6 +1007,12 @@ mod tests {
             cpu_system_ns: 16,
             transit_discarded: 17,
             cpu_start_ns: 18,
+            queue_p50_ns: 19,
+            queue_p90_ns: 20,
+            queue_p99_ns: 21,
+            queue_max_ns: 22,
+            delay_samples: 23,
+            clock_skew_ppb: -24i64 as u64,
             tag: [9; TAG_LEN],
         };
         let bytes = encode_end_ack(&ack);
@@ -933,13 +1026,36 @@ mod tests {
     }
 
     #[test]
+    fn probe_round_trip_and_no_amplification() {
+        let probe = Probe {
+            header: header(),
+            cookie: 0xfeed,
+        };
+        let bytes = encode_probe(&probe);
+        assert_eq!(&bytes[0..8], b"NSPD\x03\x08\x00\x00");
+        assert_eq!(decode(&bytes), Ok(Message::Probe(probe)));
+        let ack = ProbeAck {
+            header: header(),
+            flags: PROBE_ECHOED,
+            cookie: 5,
+        };
+        let answer = encode_probe_ack(&ack);
+        assert_eq!(answer.len(), bytes.len(), "an answer no larger than the probe");
+        assert_eq!(decode(&answer), Ok(Message::ProbeAck(ack)));
+        assert_eq!(
+            decode(&answer[..PROBE_LEN - 1]),
+            Err(WireError::BadControlLength(PROBE_LEN - 1, PROBE_LEN))
+        );
+    }
+
+    #[test]
     fn hello_round_trip_and_no_amplification() {
         let hello = Hello {
             header: header(),
             nonce: 77,
         };
         let bytes = encode_hello(&hello);
-        assert_eq!(&bytes[0..8], b"NSPD\x02\x03\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x03\x03\x00\x00");
         assert_eq!(decode(&bytes), Ok(Message::Hello(hello)));
         let ack = HelloAck {
             session: 1,
@@ -1012,7 +1128,7 @@ mod tests {
     fn start_exact_bytes_and_round_trip() {
         let bytes = encode_start(&start());
         assert_eq!(bytes.len(), START_LEN);
-        assert_eq!(&bytes[0..8], b"NSPD\x02\x05\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x03\x05\x00\x00");
         let word = |i: usize| u64::from_be_bytes(bytes[i..i + 8].try_into().unwrap());
         assert_eq!(
             [32, 40, 48, 56, 64, 72, 80, 88, 96, 104].map(word),
@@ -1029,7 +1145,7 @@ mod tests {
                 2_000_000_000
             ]
         );
-        assert_eq!(&bytes[112..TAG_AT], &[0; TAG_AT - 112], "reserved");
+        assert_eq!(&bytes[112..START_TAG_AT], &[0; START_TAG_AT - 112], "reserved");
         assert_eq!(decode(&bytes), Ok(Message::Start(start())));
         for amount in [Amount::Bytes(9), Amount::Packets(8)] {
             let mut s = start();
@@ -1085,7 +1201,7 @@ mod tests {
         };
         let bytes = encode_feedback(&feedback);
         assert_eq!(bytes.len(), FEEDBACK_LEN);
-        assert_eq!(&bytes[0..8], b"NSPD\x02\x07\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x03\x07\x00\x00");
         assert_eq!(&bytes[64..72], &8u64.to_be_bytes(), "the stream nonce");
         assert_eq!(&bytes[72..FEEDBACK_LEN - TAG_LEN], &[0; 56 - TAG_LEN]);
         assert_eq!(decode(&bytes), Ok(Message::Feedback(feedback)));

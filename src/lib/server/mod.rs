@@ -13,6 +13,7 @@
 //! lines, expires idle peers and passes events on every 20 ms.
 
 pub mod metrics;
+pub mod probe;
 pub mod reverse;
 pub mod stream;
 

@@ -282,7 +282,7 @@ impl Reverse {
         }
         let key = (addr, start.header.session);
         let reply = |bytes: [u8; START_LEN]| Reply {
-            bytes: ReplyBytes::End(bytes),
+            bytes: ReplyBytes::Start(bytes),
             to,
             from: local,
             socket,
@@ -751,6 +751,19 @@ impl Control for Reverse {
             wire::Message::EndAck(ack) => {
                 self.on_end_ack(ack, raw, addr);
                 self.has_done()
+            }
+            wire::Message::Probe(probe) => {
+                if may_answer() {
+                    let slot = self.slot(now);
+                    let ack = super::probe::answer(&self.cfg.cookies, slot, &probe, addr);
+                    replies.push(Reply {
+                        bytes: ReplyBytes::Probe(wire::encode_probe_ack(&ack)),
+                        to: from,
+                        from: local,
+                        socket,
+                    });
+                }
+                false
             }
             _ => false,
         }

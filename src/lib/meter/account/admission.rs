@@ -275,6 +275,7 @@ impl PeerTable {
             session: key.1,
             seq: SeqSet::with_bound(self.ranges_per_session),
             jitter: Jitter::default(),
+            delay: QueueDelay::new(self.cfg.intervals),
             declared: None,
             untagged_packets: 0,
             proven,

@@ -56,6 +56,8 @@ impl PeerTable {
         if at.jitter {
             t.jitter.record(header.send_time_ns, at.ns);
         }
+        let sent = at.buffer_sent_ns.unwrap_or(header.send_time_ns);
+        t.delay.record(sent, at.ns, 1);
         peer.count(len, at.now);
     }
 

@@ -86,15 +86,18 @@ impl PeerTable {
             .slots
             .iter_mut()
             .flatten()
-            .map(|s| (&mut s.peer, Some(&*s.tagged)));
+            .map(|s| (&mut s.peer, Some(&mut *s.tagged)));
         let sources = self.untagged.slots.iter_mut().flatten().map(|p| (p, None));
-        for (peer, t) in sessions.chain(sources) {
+        for (peer, mut t) in sessions.chain(sources) {
             if peer.is_finished() {
                 continue;
             }
             let shared = peer.shared_now(flags);
-            if let Some(report) = peer.interval(t, now, cpu_now, shared) {
+            if let Some(report) = peer.interval(t.as_deref(), now, cpu_now, shared) {
                 events(Event::Interval(report));
+                if let Some(t) = t.as_mut() {
+                    t.delay.take_interval();
+                }
                 peer.mark = Some(Mark {
                     at: now,
                     total: peer.total,

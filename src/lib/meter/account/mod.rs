@@ -41,6 +41,7 @@
 //! grace periods, idle peers, records); `report.rs` what is reported.
 
 use crate::auth::Psk;
+use crate::stats::delay::{QueueDelay, Spread};
 use crate::stats::{
     self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, KernelDrops, SeqSet,
 };
@@ -129,6 +130,10 @@ struct At {
     ns: u64,
     /// Whether this datagram updates the jitter estimate.
     jitter: bool,
+    /// The send time of the first datagram of its GRO buffer, which
+    /// stands for the buffer's datagrams in the queue delay (they were
+    /// sent in one batch and arrived together).
+    buffer_sent_ns: Option<u64>,
 }
 
 impl At {
@@ -138,6 +143,7 @@ impl At {
             now,
             ns: since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos()),
             jitter: true,
+            buffer_sent_ns: None,
         }
     }
 }
@@ -199,11 +205,14 @@ pub struct Reply {
     pub socket: usize,
 }
 
-/// An EndAck or a HelloAck, without allocating.
+/// An answer's bytes, without allocating: an EndAck, a HelloAck, a
+/// StartAck or a ProbeAck.
 #[derive(Debug, Clone)]
 pub enum ReplyBytes {
     End([u8; wire::END_LEN]),
     Hello([u8; wire::HELLO_LEN]),
+    Start([u8; wire::START_LEN]),
+    Probe([u8; wire::PROBE_LEN]),
 }
 
 impl ReplyBytes {
@@ -211,6 +220,8 @@ impl ReplyBytes {
         match self {
             ReplyBytes::End(b) => b,
             ReplyBytes::Hello(b) => b,
+            ReplyBytes::Start(b) => b,
+            ReplyBytes::Probe(b) => b,
         }
     }
 }
@@ -400,9 +411,14 @@ impl PeerTable {
         replies: &mut Vec<Reply>,
         control: &mut dyn Control,
     ) {
+        let buffer_sent_ns = match wire::decode(&data[..segment.min(data.len())]) {
+            Ok(Message::Data(first)) => Some(first.send_time_ns),
+            _ => None,
+        };
         for (i, chunk) in data.chunks(segment).enumerate() {
             let at = At {
                 jitter: i == 0,
+                buffer_sent_ns,
                 ..at
             };
             let meta = Meta {
@@ -459,6 +475,9 @@ impl PeerTable {
         if at.jitter {
             t.jitter.record(first.send_time_ns, at.ns);
         }
+        // The buffer's datagrams were sent together (one batch) and share
+        // one arrival time: one delay, counted for each of them.
+        t.delay.record(first.send_time_ns, at.ns, count);
         let last_len = data.len() - (count as usize - 1) * segment;
         let ipv6 = peer.addr.is_ipv6();
         let amount = Amount {
@@ -522,7 +541,12 @@ impl PeerTable {
                 let cookie = control.cookie(addr, hello.header.session, at.now);
                 self.on_hello(hello, cookie, addr, from, at.now, meta, replies)
             }
-            Ok(message @ (Message::Start(_) | Message::Feedback(_) | Message::EndAck(_))) => {
+            Ok(
+                message @ (Message::Start(_)
+                | Message::Feedback(_)
+                | Message::EndAck(_)
+                | Message::Probe(_)),
+            ) => {
                 // Answered like a Hello: within the source's answer budget,
                 // never with more bytes than the request carried.
                 let limiter = &mut self.limiter;
@@ -547,7 +571,7 @@ impl PeerTable {
                 // stream to launch, a report to pass on).
                 self.attention |= control.on_control(request, &mut may_answer, replies);
             }
-            Ok(Message::HelloAck(_) | Message::StartAck(_)) => {}
+            Ok(Message::HelloAck(_) | Message::StartAck(_) | Message::ProbeAck(_)) => {}
             Err(_) => {
                 self.totals.packets += 1;
                 self.totals.bytes += data.len() as u64;

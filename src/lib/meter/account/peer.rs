@@ -72,6 +72,8 @@ pub(super) struct Tagged {
     pub(super) session: u64,
     pub(super) seq: SeqSet,
     pub(super) jitter: Jitter,
+    /// Each new datagram's queue delay (the duplicates' says nothing new).
+    pub(super) delay: QueueDelay,
     pub(super) declared: Option<End>,
     /// Untagged datagrams from the same address, counted in this session.
     pub(super) untagged_packets: u64,
@@ -324,6 +326,11 @@ impl Session {
         if t.unknown_start {
             flags |= wire::ACK_NO_RECORD;
         }
+        let delay = t.delay.run();
+        let ns = |ms: f64| (ms * 1e6).round() as u64;
+        let queue = |pick: fn(&Spread) -> f64| {
+            delay.map_or(wire::UNKNOWN, |d| ns(pick(&d.spread)))
+        };
         let late = match &self.state {
             State::Finished(f) => {
                 if f.reason == DoneReason::Idle {
@@ -366,6 +373,14 @@ impl Session {
                 .cpu_start
                 .map_or(wire::UNKNOWN, |c| c.total().as_nanos() as u64),
             transit_discarded: t.jitter.discarded,
+            queue_p50_ns: queue(|s| s.p50),
+            queue_p90_ns: queue(|s| s.p90),
+            queue_p99_ns: queue(|s| s.p99),
+            queue_max_ns: queue(|s| s.max),
+            delay_samples: delay.map_or(0, |d| d.samples),
+            clock_skew_ppb: delay
+                .and_then(|d| d.skew_ppm)
+                .map_or(wire::UNKNOWN, |ppm| (ppm * 1e3).round() as i64 as u64),
             tag: [0; wire::TAG_LEN],
         }
     }

@@ -62,6 +62,16 @@ pub struct PeerReport {
     #[serde(skip_serializing_if = "is_zero")]
     pub unexpected: u64,
     pub jitter_ms: Option<f64>,
+    /// How long the datagrams waited in queues beyond the fastest of the
+    /// session (ms; `stats::delay`): interval lines, the interval's
+    /// datagrams above the floor known then; summaries, the session's
+    /// above its least one-way delay.
+    pub queue_delay_ms: Option<Spread>,
+    /// Summaries: the floor's slope (the clocks' relative drift, ppm),
+    /// when it could be estimated ...
+    pub clock_skew_ppm: Option<f64>,
+    /// ... and how much drift can have moved any one delay (ms).
+    pub drift_bound_ms: Option<f64>,
     /// Datagrams without a netspeed header counted in this session (a
     /// client's datagrams shorter than the header).
     #[serde(skip_serializing_if = "is_zero")]
@@ -166,6 +176,9 @@ impl Peer {
             uncertain: figures.map_or(0, |f| f.uncertain),
             unexpected: figures.map_or(0, |f| f.unexpected),
             jitter_ms: t.map(|t| t.jitter.nanos() / 1e6),
+            queue_delay_ms: None,
+            clock_skew_ppm: None,
+            drift_bound_ms: None,
             untagged_packets: t.map_or(0, |t| t.untagged_packets),
             drops: KernelDrops::new(self.socket_drops(), shared, self.gro_buffers > 0),
             gro_buffers: self.gro_buffers,
@@ -193,7 +206,7 @@ impl Peer {
             let span = self.last_seen.saturating_duration_since(self.first_seen);
             CpuCost::of(c, span, self.total.bytes)
         });
-        self.report(
+        let mut report = self.report(
             t,
             self.total,
             self.total.minus(self.at_first),
@@ -201,7 +214,13 @@ impl Peer {
             shared,
             cpu,
             reason,
-        )
+        );
+        if let Some(q) = t.and_then(|t| t.delay.run()) {
+            report.queue_delay_ms = Some(q.spread);
+            report.clock_skew_ppm = q.skew_ppm;
+            report.drift_bound_ms = Some(q.drift_bound_ms);
+        }
+        report
     }
 
     /// What arrived since the last interval line, up to `end`; None when
@@ -236,6 +255,7 @@ impl Peer {
         let mut report = self.report(t, amount, after_start, span, shared, cpu, None);
         report.total_packets = Some(self.total.packets);
         report.total_bytes = Some(self.total.bytes);
+        report.queue_delay_ms = t.and_then(|t| t.delay.interval());
         Some(report)
     }
 }
