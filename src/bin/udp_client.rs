@@ -2,12 +2,12 @@
 //! See `--help`.
 
 use clap::CommandFactory;
-use netspeed::client;
 use netspeed::config::{ClientArgs, ClientConfig, ClientMode};
 use netspeed::error::Result;
 use netspeed::output::progress::Progress;
 use netspeed::output::{report, run_binary, start};
 use netspeed::shutdown::Shutdown;
+use netspeed::{client, latency};
 use std::path::Path;
 
 fn main() {
@@ -37,6 +37,12 @@ fn run() -> Result<i32> {
     if cfg.traffic.downloads() {
         return duplex(&cfg, &shutdown, progress);
     }
+    // Round-trip probes run beside the load, idle first.
+    let go = |cfg: &ClientConfig| {
+        latency::probed(cfg, &shutdown, || {
+            client::run_with_progress(cfg, &shutdown, &progress)
+        })
+    };
     let result = if cfg.local {
         // The receiver side of each interval, from the in-process server.
         let show = |event: &netspeed::server::ServerEvent| {
@@ -46,12 +52,13 @@ fn run() -> Result<i32> {
         };
         let shown = !cfg.json || cfg.json_stream;
         let events = shown.then_some(&show as netspeed::local::ServerEvents);
-        netspeed::local::run_local(&cfg, &shutdown, &progress, events)
+        netspeed::local::with_local_server(&cfg, events, go)
     } else {
-        client::run_with_progress(&cfg, &shutdown, &progress)
+        go(&cfg)
     };
     progress.finish();
-    let result = result?;
+    let (mut result, probes) = result?;
+    latency::attach_upload(&mut result, &probes);
     if cfg.json_stream {
         println!("{}", report::json_event("end", &result));
     } else {
@@ -72,14 +79,19 @@ fn duplex(cfg: &ClientConfig, shutdown: &Shutdown, progress: Progress) -> Result
     };
     let shown = !cfg.json || cfg.json_stream;
     let events = shown.then_some(&show as netspeed::download::ReceiveEvents);
-    let go = |cfg: &ClientConfig| netspeed::download::run(cfg, shutdown, &progress, events);
+    let go = |cfg: &ClientConfig| {
+        latency::probed(cfg, shutdown, || {
+            netspeed::download::run(cfg, shutdown, &progress, events)
+        })
+    };
     let result = if cfg.local {
         netspeed::local::with_local_server(cfg, None, go)
     } else {
         go(cfg)
     };
     progress.finish();
-    let result = result?;
+    let (mut result, probes) = result?;
+    latency::attach_duplex(&mut result, &probes);
     if cfg.json_stream {
         println!("{}", report::json_event("end", &result));
     } else {

@@ -20,9 +20,11 @@ use crate::client::verdict::{self, Cap, ReceiverFacts, Verdict};
 use crate::client::{self, NoProgress, RunReport, SendProgress};
 use crate::config::{ClientConfig, ServerConfig, StreamCaps, Traffic};
 use crate::error::{Error, Result};
+use crate::latency::Latency;
 use crate::meter::account::PeerReport;
 use crate::server::{self, ServerEvent};
 use crate::shutdown::Shutdown;
+use crate::stats::delay::QueueFigures;
 use crate::stats::{self, CpuCost, CpuTime};
 use crate::wire::{self, Direction};
 use serde::Serialize;
@@ -88,6 +90,9 @@ pub struct Stream {
     pub receiver: Option<Side>,
     /// What capped this direction, and what to try.
     pub limited_by: Verdict,
+    /// Delay under load: this direction's queue delay, and the round
+    /// trips of the probes beside the load (`crate::latency`).
+    pub latency: Latency,
 }
 
 /// A run with `-R` or `--bidir`.
@@ -353,6 +358,7 @@ pub fn upload_stream(r: &RunReport) -> Stream {
             cpu: v.cpu,
         }),
         limited_by: r.limited_by.clone(),
+        latency: Latency::new(r.server.as_ref().and_then(|v| v.queue), r.rtt.as_ref()),
     }
 }
 
@@ -370,8 +376,12 @@ pub fn download_stream(cfg: &ClientConfig, downloads: &[Download]) -> Stream {
     let (mut sender_cpu, mut sender_cpu_known) = (CpuTime::default(), true);
     let (mut first_bytes, mut longest_send, mut longest_receive) = (0, Duration::ZERO, 0.0f64);
     let mut all_answered = true;
+    let mut queue: Option<QueueFigures> = None;
     for d in downloads {
         let r = &d.received;
+        if let Some(q) = queue_of(r) {
+            queue = Some(queue.map_or(q, |w| QueueFigures::worst(w, q)));
+        }
         receiver.packets += r.packets;
         receiver.bytes += r.bytes;
         longest_receive = longest_receive.max(r.seconds);
@@ -424,7 +434,18 @@ pub fn download_stream(cfg: &ClientConfig, downloads: &[Download]) -> Stream {
         sender,
         receiver: Some(receiver),
         limited_by: reverse_verdict(cfg, downloads),
+        latency: Latency::new(queue, None),
     }
+}
+
+/// The queue delay this client counted for one reverse stream.
+fn queue_of(r: &PeerReport) -> Option<QueueFigures> {
+    Some(QueueFigures {
+        spread: r.queue_delay_ms?,
+        samples: r.delay_samples.unwrap_or(0),
+        skew_ppm: r.clock_skew_ppm,
+        drift_bound_ms: r.drift_bound_ms.unwrap_or(0.0),
+    })
 }
 
 /// What capped the reverse streams: the verdict's rules with the ends

@@ -41,6 +41,10 @@
 //!   - [`download`]: `udp_client -R` and `--bidir`, the client's start
 //!     of a reverse stream with the server's own receive engine on the
 //!     client's socket (above both, so neither imports the other);
+//!   - [`latency`]: delay under load on every run: round-trip probes
+//!     beside the load (`client/rtt.rs`, answered by [`server::probe`])
+//!     and each direction's queue delay ([`stats::delay`]), joined above
+//!     both roles;
 //!   - [`local`]: `udp_client --local`, a client and a server in one
 //!     process (above both, so neither imports the other);
 //!   - [`proxy`]: tcp_proxy's relay modes (`proxy/relay.rs`,
@@ -75,7 +79,8 @@
 //!   - [`wire`]: the datagram header, the start probe and the end-of-test
 //!     messages; pure encode/decode; [`auth`]: `--psk`'s HMAC;
 //!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost;
-//!     [`stats::samples`] summaries, [`stats::histogram`] latencies);
+//!     [`stats::samples`] summaries, [`stats::histogram`] latencies,
+//!     [`stats::delay`] queue delay and round trips);
 //!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
 //!     code (`sys/linux.rs`, `sys/splice.rs`), with stubs in
 //!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;
@@ -91,6 +96,7 @@ pub mod config;
 pub mod congestion;
 pub mod download;
 pub mod error;
+pub mod latency;
 pub mod local;
 pub mod meter;
 pub mod output;

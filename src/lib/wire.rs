@@ -1040,7 +1040,11 @@ mod tests {
             cookie: 5,
         };
         let answer = encode_probe_ack(&ack);
-        assert_eq!(answer.len(), bytes.len(), "an answer no larger than the probe");
+        assert_eq!(
+            answer.len(),
+            bytes.len(),
+            "an answer no larger than the probe"
+        );
         assert_eq!(decode(&answer), Ok(Message::ProbeAck(ack)));
         assert_eq!(
             decode(&answer[..PROBE_LEN - 1]),
@@ -1145,7 +1149,11 @@ mod tests {
                 2_000_000_000
             ]
         );
-        assert_eq!(&bytes[112..START_TAG_AT], &[0; START_TAG_AT - 112], "reserved");
+        assert_eq!(
+            &bytes[112..START_TAG_AT],
+            &[0; START_TAG_AT - 112],
+            "reserved"
+        );
         assert_eq!(decode(&bytes), Ok(Message::Start(start())));
         for amount in [Amount::Bytes(9), Amount::Packets(8)] {
             let mut s = start();

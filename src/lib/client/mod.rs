@@ -14,6 +14,7 @@
 mod exchange;
 pub mod limit;
 mod report;
+pub mod rtt;
 mod sender;
 pub mod start;
 mod summary;
@@ -30,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::meter::plan::Volume;
 use crate::meter::send::{GsoChoice, GsoRequest, SendPath, Transmitter};
 use crate::shutdown::Shutdown;
+use crate::stats::delay::{QueueFigures, RoundTripFigures, Spread};
 use crate::stats::{self, percent, CpuCost, CpuTime, KernelDrops, SendInterval};
 use crate::sys;
 use crate::wire::{self, End, EndAck, Header, Hello, Message};

@@ -28,6 +28,10 @@ pub struct ServerView {
     #[serde(skip_serializing_if = "is_zero")]
     pub unexpected: u64,
     pub jitter_ms: f64,
+    /// The queue delay the server measured (`stats::delay`); with several
+    /// clients, the worst of their sessions'. Absent from an older server.
+    #[serde(skip)]
+    pub queue: Option<QueueFigures>,
     /// Receive rate: what arrived after the first arrival, over the time
     /// from the first to the last (server's clock); null under 1 ms.
     #[serialize_always]
@@ -171,6 +175,10 @@ pub struct RunReport {
     pub notes: Vec<String>,
     /// What capped the run, and what to try (`docs/output.md`).
     pub limited_by: verdict::Verdict,
+    /// The round-trip probes beside the load (`crate::latency`), once
+    /// they are attached; shown in `streams[].latency`.
+    #[serde(skip)]
+    pub rtt: Option<RoundTripFigures>,
 }
 
 impl RunReport {

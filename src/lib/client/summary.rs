@@ -21,6 +21,9 @@ pub(super) fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
         v.late += a.late;
         v.unexpected += a.unexpected;
         v.jitter_ms = v.jitter_ms.max(a.jitter_ns as f64 / 1e6);
+        if let Some(q) = queue_figures(a) {
+            v.queue = Some(v.queue.map_or(q, |w| QueueFigures::worst(w, q)));
+        }
         v.gro_buffers += a.gro_buffers;
         v.truncated += a.truncated;
         v.idle_finished |= a.flags & wire::ACK_IDLE_FINISHED != 0;
@@ -72,6 +75,28 @@ pub(super) fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
         .then(|| sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum());
     v.drops = KernelDrops::new(drops, shared, v.gro_buffers > 0);
     v
+}
+
+/// The queue delay an EndAck carries, if any.
+fn queue_figures(a: &EndAck) -> Option<QueueFigures> {
+    if a.delay_samples == 0 || a.queue_p50_ns == wire::UNKNOWN {
+        return None;
+    }
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let skew_ppm =
+        (a.clock_skew_ppb != wire::UNKNOWN).then(|| a.clock_skew_ppb as i64 as f64 / 1e3);
+    let span_s = a.last_arrival_ns.saturating_sub(a.first_arrival_ns) as f64 / 1e9;
+    Some(QueueFigures {
+        spread: Spread {
+            p50: ms(a.queue_p50_ns),
+            p90: ms(a.queue_p90_ns),
+            p99: ms(a.queue_p99_ns),
+            max: ms(a.queue_max_ns),
+        },
+        samples: a.delay_samples,
+        skew_ppm,
+        drift_bound_ms: skew_ppm.map_or(0.0, |s| s.abs() * 1e-6 * span_s * 1e3),
+    })
 }
 
 /// The server's receive CPU over the answered sessions: one session's own
@@ -238,6 +263,7 @@ pub(super) fn summarise(
         clients,
         notes,
         limited_by,
+        rtt: None,
     }
 }
 

@@ -80,8 +80,10 @@ pub struct ClientArgs {
     /// and --clients value. Give each run --duration (e.g. 1s).
     #[arg(long, value_name = "SIZE,SIZE,...", value_delimiter = ',', value_parser = size_arg)]
     pub sweep: Vec<u64>,
-    /// With --sweep: draw the table as an SVG chart. With --find-limit:
-    /// draw received rate and loss against offered rate.
+    /// Draw the run as an SVG chart: throughput and delay (queue delay and
+    /// the probes' round trips) per interval on one time axis. With
+    /// --sweep: the table. With --find-limit: received rate and loss
+    /// against offered rate.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// Find the highest rate the path carries within --loss-tolerance
@@ -170,6 +172,11 @@ pub struct ClientArgs {
     /// reported on its own.
     #[arg(long, conflicts_with_all = ["no_server", "sweep", "find_limit"])]
     pub bidir: bool,
+    /// Round-trip probes alone for this long before the load, for the idle
+    /// round trip the loaded one is compared with; 0 skips it (probes
+    /// still run during the load) [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub idle_probe: Option<Duration>,
     /// With -R or --bidir: SO_RCVBUF to ask for on the client's receive
     /// socket (e.g. 8M); the granted size is reported [default: 4M].
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
@@ -225,13 +232,14 @@ pub struct ClientFile {
     pub reverse: Option<bool>,
     pub bidir: Option<bool>,
     pub recv_buffer_size: Option<SizeValue>,
+    pub idle_probe: Option<DurationValue>,
 }
 
 crate::impl_layer!(ClientFile {
     option: [
         server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, interval, batch,
         gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, psk_file, json, quiet,
-        reverse, bidir, recv_buffer_size,
+        reverse, bidir, recv_buffer_size, idle_probe,
     ]
     group: [[packets, total_send, duration]]
 });
@@ -277,6 +285,7 @@ impl ClientFile {
             reverse: args.reverse.then_some(true),
             bidir: args.bidir.then_some(true),
             recv_buffer_size: args.recv_buffer_size.map(SizeValue::Number),
+            idle_probe: args.idle_probe.map(DurationValue::Parsed),
         }
     }
 }
@@ -345,6 +354,10 @@ pub struct ClientConfig {
     pub traffic: Traffic,
     /// With -R or --bidir: SO_RCVBUF for the client's receive socket.
     pub recv_buffer_size: usize,
+    /// `--idle-probe`: round-trip probes alone before the load.
+    pub idle_probe: Duration,
+    /// `--plot` on an ordinary run: the timeline's SVG file.
+    pub timeline_plot: Option<PathBuf>,
 }
 
 /// How the search is run (`--resolution`, `--confirm`, ...).
@@ -397,6 +410,9 @@ impl Traffic {
 /// `--recv-buffer-size`'s default for -R and --bidir: room for a burst at
 /// tens of Gbit/s while the receive thread is descheduled for a moment.
 pub const DEFAULT_CLIENT_RECV_BUFFER: u64 = 4 << 20;
+/// `--idle-probe`'s default and its most.
+pub const DEFAULT_IDLE_PROBE: Duration = Duration::from_secs(1);
+pub const MAX_IDLE_PROBE: Duration = Duration::from_secs(60);
 
 /// What udp_client does with its settings. The flags make these
 /// exclusive; one enum says so, where three optional fields did not.
@@ -647,20 +663,25 @@ impl ClientConfig {
         let mode = match find_limit {
             Some(search) => ClientMode::FindLimit {
                 search,
-                plot: args.plot,
+                plot: args.plot.clone(),
             },
             None if !args.sweep.is_empty() => ClientMode::Sweep {
                 sizes: args.sweep.iter().map(|&b| b as usize).collect(),
                 clients: client_list.clone(),
-                plot: args.plot,
+                plot: args.plot.clone(),
             },
-            None if args.plot.is_some() => {
-                return Err(Error::usage(
-                    "--plot draws the results of --sweep or --find-limit: give one of them",
-                ))
-            }
             None => ClientMode::Run,
         };
+        let timeline_plot = matches!(mode, ClientMode::Run)
+            .then_some(args.plot)
+            .flatten();
+        let idle_probe = duration(l.idle_probe, "idle_probe")?.unwrap_or(DEFAULT_IDLE_PROBE);
+        if idle_probe > MAX_IDLE_PROBE {
+            return Err(Error::usage(format!(
+                "--idle-probe: at most {} s",
+                MAX_IDLE_PROBE.as_secs()
+            )));
+        }
         Ok(ClientConfig {
             mode,
             server,
@@ -691,6 +712,8 @@ impl ClientConfig {
             quiet: l.quiet.unwrap_or(false),
             traffic,
             recv_buffer_size,
+            idle_probe,
+            timeline_plot,
         })
     }
 }

@@ -44,19 +44,54 @@ mod tests {
         let first = answer(&key, 100, &Probe { header, cookie: 0 }, a);
         assert_eq!(first.flags, 0, "no cookie yet: not echoed");
         assert_eq!(first.header, header, "the header comes back as sent");
-        let again = answer(&key, 100, &Probe { header, cookie: first.cookie }, a);
+        let again = answer(
+            &key,
+            100,
+            &Probe {
+                header,
+                cookie: first.cookie,
+            },
+            a,
+        );
         assert_eq!(again.flags, PROBE_ECHOED);
-        let stolen = answer(&key, 100, &Probe { header, cookie: first.cookie }, b);
+        let stolen = answer(
+            &key,
+            100,
+            &Probe {
+                header,
+                cookie: first.cookie,
+            },
+            b,
+        );
         assert_eq!(stolen.flags, 0, "another address cannot use it");
         let other_session = Probe {
-            header: Header { session: 8, ..header },
+            header: Header {
+                session: 8,
+                ..header
+            },
             cookie: first.cookie,
         };
         assert_eq!(answer(&key, 100, &other_session, a).flags, 0);
-        let next_slot = answer(&key, 101, &Probe { header, cookie: first.cookie }, a);
+        let next_slot = answer(
+            &key,
+            101,
+            &Probe {
+                header,
+                cookie: first.cookie,
+            },
+            a,
+        );
         assert_eq!(next_slot.flags, PROBE_ECHOED, "good in the next slot");
         assert_ne!(next_slot.cookie, first.cookie, "and renewed");
-        let stale = answer(&key, 103, &Probe { header, cookie: first.cookie }, a);
+        let stale = answer(
+            &key,
+            103,
+            &Probe {
+                header,
+                cookie: first.cookie,
+            },
+            a,
+        );
         assert_eq!(stale.flags, 0, "expired");
     }
 }

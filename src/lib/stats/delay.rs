@@ -90,6 +90,29 @@ pub struct QueueFigures {
     pub drift_bound_ms: f64,
 }
 
+impl QueueFigures {
+    /// The figures of several sessions (several clients) as one: each
+    /// percentile the largest of theirs (the worst any session saw), the
+    /// samples summed, the skew the largest in size.
+    pub fn worst(a: QueueFigures, b: QueueFigures) -> QueueFigures {
+        let skew = match (a.skew_ppm, b.skew_ppm) {
+            (Some(x), Some(y)) => Some(if x.abs() >= y.abs() { x } else { y }),
+            (x, y) => x.or(y),
+        };
+        QueueFigures {
+            spread: Spread {
+                p50: a.spread.p50.max(b.spread.p50),
+                p90: a.spread.p90.max(b.spread.p90),
+                p99: a.spread.p99.max(b.spread.p99),
+                max: a.spread.max.max(b.spread.max),
+            },
+            samples: a.samples + b.samples,
+            skew_ppm: skew,
+            drift_bound_ms: a.drift_bound_ms.max(b.drift_bound_ms),
+        }
+    }
+}
+
 /// The least one-way delay in one window of arrival time.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Floor {
@@ -433,7 +456,13 @@ mod tests {
         for offset in [-3_000_000_000_000i64, 0, 17, 86_400_000_000_000] {
             let mut q = QueueDelay::new(false);
             // Half the datagrams wait 10 ms, half none.
-            feed(&mut q, offset, 0.0, 2, |t| if (t / MS) % 2 == 0 { 0 } else { 10 * MS });
+            feed(&mut q, offset, 0.0, 2, |t| {
+                if (t / MS) % 2 == 0 {
+                    0
+                } else {
+                    10 * MS
+                }
+            });
             let r = q.run().unwrap();
             assert_eq!(r.samples, 2000);
             assert!(r.spread.p50 < 0.01, "{offset}: {r:?}");

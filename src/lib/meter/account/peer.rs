@@ -328,9 +328,7 @@ impl Session {
         }
         let delay = t.delay.run();
         let ns = |ms: f64| (ms * 1e6).round() as u64;
-        let queue = |pick: fn(&Spread) -> f64| {
-            delay.map_or(wire::UNKNOWN, |d| ns(pick(&d.spread)))
-        };
+        let queue = |pick: fn(&Spread) -> f64| delay.map_or(wire::UNKNOWN, |d| ns(pick(&d.spread)));
         let late = match &self.state {
             State::Finished(f) => {
                 if f.reason == DoneReason::Idle {

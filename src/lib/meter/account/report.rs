@@ -70,8 +70,10 @@ pub struct PeerReport {
     /// Summaries: the floor's slope (the clocks' relative drift, ppm),
     /// when it could be estimated ...
     pub clock_skew_ppm: Option<f64>,
-    /// ... and how much drift can have moved any one delay (ms).
+    /// ... and how much drift can have moved any one delay (ms) ...
     pub drift_bound_ms: Option<f64>,
+    /// ... over this many datagrams.
+    pub delay_samples: Option<u64>,
     /// Datagrams without a netspeed header counted in this session (a
     /// client's datagrams shorter than the header).
     #[serde(skip_serializing_if = "is_zero")]
@@ -179,6 +181,7 @@ impl Peer {
             queue_delay_ms: None,
             clock_skew_ppm: None,
             drift_bound_ms: None,
+            delay_samples: None,
             untagged_packets: t.map_or(0, |t| t.untagged_packets),
             drops: KernelDrops::new(self.socket_drops(), shared, self.gro_buffers > 0),
             gro_buffers: self.gro_buffers,
@@ -219,6 +222,7 @@ impl Peer {
             report.queue_delay_ms = Some(q.spread);
             report.clock_skew_ppm = q.skew_ppm;
             report.drift_bound_ms = Some(q.drift_bound_ms);
+            report.delay_samples = Some(q.samples);
         }
         report
     }

@@ -1,0 +1,218 @@
+//! Delay under load, for every run: round-trip probes before and during
+//! the load ([`probed`]), and each direction's figures as the report shows
+//! them ([`Latency`]).
+//!
+//! Why above the roles: the probes run beside any load (an upload, a
+//! reverse stream, both), and the queue delay comes from whichever end
+//! received (the server's answer for an upload, this client's own count
+//! for a reverse stream). This module joins the two; neither role knows
+//! the other.
+
+use crate::client::rtt::{self, Phases, RttRecord};
+use crate::client::verdict::Verdict;
+use crate::client::RunReport;
+use crate::config::ClientConfig;
+use crate::download::DuplexReport;
+use crate::error::Result;
+use crate::shutdown::Shutdown;
+use crate::stats::delay::{QueueFigures, RoundTripFigures, Spread};
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Loaded round trips at least this many times the idle one ...
+pub const BLOAT_FACTOR: f64 = 4.0;
+/// ... and at least this much longer, in ms, mean a queue filled.
+pub const BLOAT_MIN_MS: f64 = 5.0;
+
+/// One direction's delay under load, as `streams[].latency` shows it.
+/// `docs/output.md` defines each figure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// The probes' median round trip before the load.
+    pub idle_rtt_ms: Option<f64>,
+    pub loaded_rtt_ms: Option<Spread>,
+    /// How long this direction's data waited in queues beyond its fastest
+    /// datagram.
+    pub queue_delay_ms: Option<Spread>,
+    pub delay_samples: u64,
+    pub clock_skew_ppm: Option<f64>,
+    pub drift_bound_ms: f64,
+    pub probes_sent: u64,
+    pub probes_lost: u64,
+    /// Round trips per minute under load (60 s over the loaded median).
+    pub rpm: Option<f64>,
+}
+
+impl Latency {
+    pub fn new(queue: Option<QueueFigures>, rtt: Option<&RoundTripFigures>) -> Latency {
+        Latency {
+            idle_rtt_ms: rtt.and_then(|r| r.idle_rtt_ms),
+            loaded_rtt_ms: rtt.and_then(|r| r.loaded_rtt_ms),
+            queue_delay_ms: queue.map(|q| q.spread),
+            delay_samples: queue.map_or(0, |q| q.samples),
+            clock_skew_ppm: queue.and_then(|q| q.skew_ppm),
+            drift_bound_ms: queue.map_or(0.0, |q| q.drift_bound_ms),
+            probes_sent: rtt.map_or(0, |r| r.probes_sent),
+            probes_lost: rtt.map_or(0, |r| r.probes_lost),
+            rpm: rtt.and_then(|r| r.rpm),
+        }
+    }
+
+    /// What the queue did, in words, when the probes can tell: a sentence
+    /// for the verdict. None without idle and loaded round trips.
+    pub fn queue_words(&self) -> Option<String> {
+        let loaded = self.loaded_rtt_ms?.p50;
+        // Without an idle phase (--idle-probe 0) there is nothing to
+        // compare with.
+        let idle = self.idle_rtt_ms?;
+        if bloated(idle, loaded) {
+            Some(format!(
+                "a queue on the path filled: round trip rose from {} idle to {} under load (bufferbloat)",
+                ms(idle),
+                ms(loaded)
+            ))
+        } else {
+            Some(format!(
+                "the queue stayed short: round trip {} idle, {} under load",
+                ms(idle),
+                ms(loaded)
+            ))
+        }
+    }
+}
+
+/// Whether a loaded round trip of `loaded` ms over an idle one of `idle`
+/// means a queue filled.
+pub fn bloated(idle: f64, loaded: f64) -> bool {
+    loaded > idle * BLOAT_FACTOR && loaded - idle >= BLOAT_MIN_MS
+}
+
+/// A delay in words: `0.31 ms`, `98 ms`.
+pub fn ms(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0} ms")
+    } else if v >= 1.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
+}
+
+/// Gives an upload's report the probes' round trips, and its verdict
+/// what the queue did.
+pub fn attach_upload(report: &mut RunReport, record: &RttRecord) {
+    report.rtt = record.figures;
+    let latency = Latency::new(
+        report.server.as_ref().and_then(|v| v.queue),
+        record.figures.as_ref(),
+    );
+    speak_of_the_queue(&mut report.limited_by, &latency);
+}
+
+/// Gives each direction of a `-R` or `--bidir` run the probes' round
+/// trips, and its verdict what the queue did.
+pub fn attach_duplex(report: &mut DuplexReport, record: &RttRecord) {
+    if let Some(upload) = report.upload.as_mut() {
+        attach_upload(upload, record);
+    }
+    for stream in &mut report.streams {
+        let queue = stream.latency;
+        stream.latency = Latency {
+            idle_rtt_ms: record.figures.and_then(|r| r.idle_rtt_ms),
+            loaded_rtt_ms: record.figures.and_then(|r| r.loaded_rtt_ms),
+            probes_sent: record.figures.map_or(0, |r| r.probes_sent),
+            probes_lost: record.figures.map_or(0, |r| r.probes_lost),
+            rpm: record.figures.and_then(|r| r.rpm),
+            ..queue
+        };
+        let latency = stream.latency;
+        speak_of_the_queue(&mut stream.limited_by, &latency);
+    }
+}
+
+/// Adds what the queue did to a verdict's words (its cause stays: the
+/// queue is where the wait was, not what capped the rate).
+fn speak_of_the_queue(verdict: &mut Verdict, latency: &Latency) {
+    if let Some(words) = latency.queue_words() {
+        if !verdict.text.contains(&words) {
+            verdict.text = format!("{}; {words}", verdict.text);
+        }
+    }
+}
+
+/// Runs `load` with round-trip probes beside it: probes alone for
+/// `cfg.idle_probe` first, then with the load, then a short last wait for
+/// their answers. Without a server to answer (`--no-server`), the load
+/// runs alone.
+pub fn probed<T>(
+    cfg: &ClientConfig,
+    shutdown: &Shutdown,
+    load: impl FnOnce() -> Result<T>,
+) -> Result<(T, RttRecord)> {
+    if cfg.no_server {
+        return Ok((load()?, RttRecord::default()));
+    }
+    let socket = rtt::open(cfg.server, cfg.bind)?;
+    let phases = Phases::default();
+    std::thread::scope(|scope| {
+        let prober = scope.spawn(|| rtt::run(&socket, &phases));
+        let until = Instant::now() + cfg.idle_probe;
+        while Instant::now() < until && !shutdown.is_triggered() {
+            std::thread::sleep(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(20)),
+            );
+        }
+        phases.loaded.store(true, Ordering::Release);
+        let result = load();
+        phases.done.store(true, Ordering::Release);
+        let record = prober.join().unwrap_or_default();
+        result.map(|r| (r, record))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_words_follow_the_rule() {
+        let at = |idle: Option<f64>, loaded: f64| Latency {
+            idle_rtt_ms: idle,
+            loaded_rtt_ms: Some(Spread {
+                p50: loaded,
+                p90: loaded,
+                p99: loaded,
+                max: loaded,
+            }),
+            ..Latency::default()
+        };
+        let filled = at(Some(0.3), 98.0).queue_words().unwrap();
+        assert_eq!(
+            filled,
+            "a queue on the path filled: round trip rose from 0.30 ms idle to 98 ms under load (bufferbloat)"
+        );
+        assert!(
+            at(Some(0.3), 4.0)
+                .queue_words()
+                .unwrap()
+                .starts_with("the queue stayed short"),
+            "under 5 ms more"
+        );
+        assert!(
+            at(Some(20.0), 70.0)
+                .queue_words()
+                .unwrap()
+                .starts_with("the queue stayed short"),
+            "under 4 times"
+        );
+        assert!(at(Some(20.0), 90.0)
+            .queue_words()
+            .unwrap()
+            .starts_with("a queue on the path filled"));
+        assert_eq!(Latency::default().queue_words(), None);
+        assert_eq!(at(None, 98.0).queue_words(), None, "no idle phase");
+    }
+}
