@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod progress;
 pub mod proxy;
 pub mod report;
+pub mod timeline;
 
 use crate::config::{parse_args, Sched};
 use crate::error::{Error, Result};

@@ -35,7 +35,7 @@ pub struct Chart {
 
 /// Tableau's ten colours plus four darker ones: twelve lines (tcp's
 /// default matrix) stay distinguishable.
-const COLORS: [RGBColor; 14] = [
+pub(crate) const COLORS: [RGBColor; 14] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -52,13 +52,13 @@ const COLORS: [RGBColor; 14] = [
     RGBColor(0, 0, 140),
 ];
 
-fn err(path: &Path, e: impl std::fmt::Display) -> Error {
+pub(crate) fn err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::runtime(format!("cannot draw {}: {e}", path.display()))
 }
 
 /// The axis range over all points, padded so that lines do not touch the
 /// frame; a single value still gives a non-empty range.
-fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
+pub(crate) fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in values.filter(|v| v.is_finite()) {
         lo = lo.min(v);
@@ -77,7 +77,7 @@ fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
 }
 
 /// Axis labels without needless decimals: `1460`, `0.25`, `64K`-free.
-fn trim_number(v: f64) -> String {
+pub(crate) fn trim_number(v: f64) -> String {
     if v.abs() >= 100.0 || v == v.round() {
         format!("{v:.0}")
     } else if v.abs() >= 1.0 {

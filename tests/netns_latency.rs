@@ -1,0 +1,468 @@
+//! Latency under load (delay-under-load reporting), checked against two
+//! witnesses netspeed does not control:
+//!
+//! - the arithmetic of a tbf qdisc on the router: a queue of
+//!   [`LIMIT_BYTES`] drained at [`RATE_BPS`] holds a datagram at its tail
+//!   for `LIMIT_BYTES * 8 / RATE_BPS` seconds (100 ms), and its `backlog`
+//!   and `drops` counters show whether the load kept it full;
+//! - `ping` from the client host to the server through the same queue,
+//!   idle before the load (~0.1 ms) and during it (~100 ms when the queue
+//!   is full).
+//!
+//! Three namespaces in a row, client — router — server (no NAT). The tbf
+//! sits on the router's egress toward the receiver of the load: toward the
+//! server for an upload, toward the client for `-R` (ping's echo replies
+//! then go through it). The load is a little above the link (115 Mbit/s
+//! against 100), so the queue fills and stays full; a paced load at 40
+//! Mbit/s keeps it short.
+//!
+//! The runs go one at a time ([`one_at_a_time`]): each measures delays on
+//! this machine, and another run's load would add to them.
+
+mod common;
+
+use common::impair::{require_tc, require_tool, run_capture, tbf_alone, tc, tc_drops};
+use common::netns::{require_root_and_ip, routed, Netns, Routed};
+use common::run_bounded;
+use common::udp::{args_to, f, u, Server, CLIENT};
+use serde_json::Value;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The tbf on the router: its rate (bit/s), its bucket (bytes) and its
+/// queue (bytes). `limit` is 100 ms of `rate`.
+const RATE_BPS: u64 = 100_000_000;
+const BURST_BYTES: u64 = 32 * 1024;
+const LIMIT_BYTES: u64 = 1_250_000;
+
+/// How long a datagram at the tail of a full tbf queue waits, in ms.
+fn full_queue_ms() -> f64 {
+    LIMIT_BYTES as f64 * 8.0 / RATE_BPS as f64 * 1000.0
+}
+
+/// The tolerance on every comparison with a witness.
+const WITHIN: f64 = 0.15;
+
+/// What is "short" for a queue and a round trip, in ms.
+const SHORT_MS: f64 = 2.0;
+/// What is "idle" for a round trip between namespaces, in ms.
+const IDLE_MS: f64 = 1.0;
+
+/// The loads: above the link (fills the queue) and under it (paced).
+const OVERLOAD: &str = "--rate 115Mbit --duration 6s -b 1400 -J";
+const UNDERLOAD: &str = "--rate 40Mbit --duration 6s -b 1400 -J";
+
+/// ping's settings: 25 echo requests of 56 bytes, every 100 ms.
+const PINGS: u32 = 25;
+const PING_ARGS: &str = "-n -i 0.1 -s 56 -W 2";
+/// When ping starts after the load does.
+const PING_AFTER: Duration = Duration::from_secs(2);
+
+/// The sentences of the verdict (`limited_by.text`).
+const QUEUE_FILLED: &str = "a queue on the path filled";
+const QUEUE_SHORT: &str = "the queue stayed short";
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Holds [`ONE_AT_A_TIME`] for the test's length (a failed test does not
+/// poison it for the others).
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every tool the tests need, or a loud failure.
+fn require_tools() {
+    require_root_and_ip();
+    require_tc();
+    require_tool("ping", "-V", "iputils-ping");
+}
+
+/// Which way the load goes, and so where the tbf sits.
+#[derive(Clone, Copy, PartialEq)]
+enum Way {
+    Upload,
+    Reverse,
+}
+
+impl Way {
+    fn direction(self) -> &'static str {
+        match self {
+            Way::Upload => "client_to_server",
+            Way::Reverse => "server_to_client",
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Way::Upload => "",
+            Way::Reverse => "-R",
+        }
+    }
+
+    /// The router's interface toward the receiver of the load.
+    fn queue_dev(self, net: &Routed) -> &str {
+        match self {
+            Way::Upload => &net.server_link.0,
+            Way::Reverse => &net.client_link.1,
+        }
+    }
+}
+
+/// The round trips of one ping run, in ms, in the order they came back.
+struct Ping {
+    rtts: Vec<f64>,
+    output: String,
+}
+
+impl Ping {
+    fn median(&self) -> f64 {
+        assert!(!self.rtts.is_empty(), "no ping replies:\n{}", self.output);
+        let mut v = self.rtts.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+
+    fn figure(&self) -> String {
+        let max = self.rtts.iter().copied().fold(f64::NAN, f64::max);
+        let min = self.rtts.iter().copied().fold(f64::NAN, f64::min);
+        format!(
+            "{}/{PINGS} replies, median {:.3} ms (min {min:.3}, max {max:.3})",
+            self.rtts.len(),
+            self.median()
+        )
+    }
+}
+
+/// `ping` from `ns` to `addr`, [`PINGS`] echo requests.
+fn ping_cmd(ns: &Netns, addr: &str) -> Command {
+    let mut cmd = ns.cmd("ping");
+    cmd.args(common::args(PING_ARGS))
+        .args(["-c", &PINGS.to_string(), addr]);
+    cmd
+}
+
+/// Runs `cmd` (a [`ping_cmd`]), killed after 20 s: every round trip it
+/// printed, whatever its exit code (a reply lost in a full queue makes it
+/// exit 1).
+fn run_ping(mut cmd: Command) -> Ping {
+    let (code, output, err) = run_capture(&mut cmd, Duration::from_secs(20));
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "{cmd:?} failed ({code:?}): {err}\n{output}"
+    );
+    let rtts = output
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .map(|t| {
+            let ms = t.trim_end_matches("ms").trim();
+            ms.parse()
+                .unwrap_or_else(|e| panic!("bad ping time {t:?} ({e}):\n{output}"))
+        })
+        .collect();
+    Ping { rtts, output }
+}
+
+/// The tbf's `backlog` (bytes) on `dev` of `ns`.
+fn backlog(ns: &Netns, dev: &str) -> u64 {
+    let json = tc(ns, &["-s", "-j", "qdisc", "show", "dev", dev]);
+    let v: Value = serde_json::from_str(&json)
+        .unwrap_or_else(|e| panic!("bad `tc -s -j qdisc` output ({e}): {json}"));
+    let root = v
+        .as_array()
+        .and_then(|a| a.iter().find(|q| q["root"] == true))
+        .unwrap_or_else(|| panic!("no root qdisc on {dev}: {json}"));
+    assert_eq!(root["kind"], "tbf", "{json}");
+    root["backlog"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no backlog on {dev}: {json}"))
+}
+
+/// Everything one run measured.
+struct Measured {
+    report: Value,
+    idle: Ping,
+    loaded: Ping,
+    /// The tbf's backlog (bytes), sampled every 50 ms while ping ran.
+    backlog_min: u64,
+    backlog_max: u64,
+    /// Datagrams the tbf dropped during the run.
+    drops: u64,
+}
+
+/// Builds the topology (`net_id` picks the subnets 10.`net_id`.1/2.0/24), puts
+/// the tbf on the router toward the load's receiver, pings idle, then runs
+/// `udp_client SERVER [-R] load` and pings through the queue
+/// [`PING_AFTER`] it started, sampling the tbf's backlog meanwhile.
+fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
+    require_tools();
+    let net = routed(tag, net_id, false);
+    let server = Server::start_in(&net.server, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let dev = way.queue_dev(&net).to_string();
+    tbf_alone(
+        &net.router,
+        &dev,
+        &format!("{RATE_BPS}bit"),
+        &BURST_BYTES.to_string(),
+        &LIMIT_BYTES.to_string(),
+    );
+    let target = format!("{}:{}", net.server_ip, server.port());
+    let idle = run_ping(ping_cmd(&net.client, &net.server_ip));
+    let drops_before = tc_drops(&net.router, &dev);
+
+    let rest = format!("{} {load}", way.flag());
+    let mut cmd = net.client.cmd(CLIENT);
+    cmd.args(args_to(&target, &rest));
+    let shown = format!("udp_client {}", args_to(&target, &rest).join(" "));
+    let started = Instant::now();
+    let client = thread::spawn(move || {
+        let out = run_bounded(&mut cmd, Duration::from_secs(40));
+        (out, started.elapsed())
+    });
+    thread::sleep(PING_AFTER);
+
+    let pinger = ping_cmd(&net.client, &net.server_ip);
+    let pinging = thread::spawn(move || run_ping(pinger));
+    let (mut backlog_min, mut backlog_max) = (u64::MAX, 0);
+    while !pinging.is_finished() {
+        let b = backlog(&net.router, &dev);
+        backlog_min = backlog_min.min(b);
+        backlog_max = backlog_max.max(b);
+        thread::sleep(Duration::from_millis(50));
+    }
+    let loaded = pinging
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+    let ping_done = started.elapsed();
+
+    let (out, client_ran) = client
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+    let drops = tc_drops(&net.router, &dev) - drops_before;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown} failed ({}):\n{}\n{stdout}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{shown}: not one JSON object ({e}): {stdout}"));
+    eprintln!("{shown}: ran {client_ran:.2?}, ping done {ping_done:.2?} after its start");
+    // The load's last second is still ahead when ping is done (the client
+    // runs the load's 6 s, plus the idle probes before it).
+    assert!(
+        ping_done + Duration::from_secs(1) < client_ran,
+        "ping must finish while the load runs: ping done after {ping_done:?}, \
+         the client ran {client_ran:?}: {report}"
+    );
+    server.stop();
+    Measured {
+        report,
+        idle,
+        loaded,
+        backlog_min,
+        backlog_max,
+        drops,
+    }
+}
+
+/// The `direction` stream of a report.
+fn stream<'a>(report: &'a Value, direction: &str) -> &'a Value {
+    report["streams"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no streams: {report}"))
+        .iter()
+        .find(|s| s["direction"] == direction)
+        .unwrap_or_else(|| panic!("no {direction} stream: {report}"))
+}
+
+/// The verdict's sentence for the `direction` stream.
+fn verdict(report: &Value, direction: &str) -> String {
+    stream(report, direction)["limited_by"]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no limited_by.text in the {direction} stream: {report}"))
+        .to_string()
+}
+
+/// The stream's `latency` object (delay-under-load reporting), checked
+/// for the shape the interface promises.
+fn latency<'a>(report: &'a Value, direction: &str) -> &'a Value {
+    let lat = &stream(report, direction)["latency"];
+    assert!(
+        lat.is_object(),
+        "no `latency` object in the {direction} stream (delay-under-load reporting): {report}"
+    );
+    assert!(u(lat, "delay_samples") > 0, "no delay samples: {lat}");
+    let sent = u(lat, "probes_sent");
+    assert!(sent > 0, "no probes sent: {lat}");
+    assert!(u(lat, "probes_lost") <= sent, "{lat}");
+    assert!(f(lat, "drift_bound_ms") >= 0.0, "{lat}");
+    for key in ["loaded_rtt_ms", "queue_delay_ms"] {
+        let p = &lat[key];
+        assert!(p.is_object(), "{key} is {p}: {lat}");
+        let q = ["p50", "p90", "p99", "max"].map(|k| f(p, k));
+        assert!(
+            q.windows(2).all(|w| w[0] <= w[1]),
+            "{key}: p50 <= p90 <= p99 <= max: {lat}"
+        );
+    }
+    lat
+}
+
+/// `lat[key][pct]` in ms.
+fn ms(lat: &Value, key: &str, pct: &str) -> f64 {
+    f(&lat[key], pct)
+}
+
+/// Whether `got` is within [`WITHIN`] of `want`.
+fn near(got: f64, want: f64) -> bool {
+    (got - want).abs() <= WITHIN * want
+}
+
+/// Prints what the witnesses and netspeed said, so a failure is readable.
+fn show(what: &str, m: &Measured, direction: &str) {
+    let s = stream(&m.report, direction);
+    eprintln!(
+        "FIGURE {what}: tbf rate {RATE_BPS} bit/s, burst {BURST_BYTES} B, limit {LIMIT_BYTES} B \
+         = {:.1} ms; backlog during ping {}..{} B, drops {}",
+        full_queue_ms(),
+        m.backlog_min,
+        m.backlog_max,
+        m.drops
+    );
+    eprintln!("FIGURE {what}: ping idle   {}", m.idle.figure());
+    eprintln!("FIGURE {what}: ping loaded {}", m.loaded.figure());
+    eprintln!(
+        "FIGURE {what}: netspeed sent {} received {} lost {}; latency {}",
+        s["sender"]["packets"],
+        s["receiver"]["packets"],
+        s["receiver"]["lost_packets"],
+        s["latency"]
+    );
+    eprintln!("FIGURE {what}: verdict {}", s["limited_by"]);
+}
+
+/// The witnesses say the path was idle before the load.
+fn idle_witness(m: &Measured) {
+    assert!(
+        m.idle.rtts.len() + 2 >= PINGS as usize,
+        "ping lost more than 2 of {PINGS} on an idle path:\n{}",
+        m.idle.output
+    );
+    assert!(
+        m.idle.median() < IDLE_MS,
+        "idle ping {} ms, not under {IDLE_MS} ms:\n{}",
+        m.idle.median(),
+        m.idle.output
+    );
+}
+
+/// Test 1 and 2: the load above the link fills the 100 ms queue, ping
+/// and netspeed both read it.
+fn a_filled_queue(tag: &str, net_id: u8, way: Way) {
+    let _one = one_at_a_time();
+    let direction = way.direction();
+    let m = measure(tag, net_id, way, OVERLOAD);
+    show(tag, &m, direction);
+    let full = full_queue_ms();
+
+    // The witnesses (independent of the feature).
+    idle_witness(&m);
+    assert!(
+        m.backlog_min * 10 >= LIMIT_BYTES * 9,
+        "the load did not keep the tbf queue full while ping ran: \
+         backlog {}..{} B of {LIMIT_BYTES}",
+        m.backlog_min,
+        m.backlog_max
+    );
+    assert!(m.drops > 0, "a load above the link must overflow the tbf");
+    assert!(
+        m.loaded.rtts.len() >= 5,
+        "fewer than 5 pings came back through the full queue:\n{}",
+        m.loaded.output
+    );
+    assert!(
+        near(m.loaded.median(), full),
+        "ping under load {:.3} ms, expected {full:.1} ms ± {}%:\n{}",
+        m.loaded.median(),
+        WITHIN * 100.0,
+        m.loaded.output
+    );
+
+    // netspeed's figures (delay-under-load reporting).
+    let lat = latency(&m.report, direction);
+    let queue = ms(lat, "queue_delay_ms", "p50");
+    assert!(
+        near(queue, full),
+        "queue delay p50 {queue} ms, expected {full:.1} ms (the tbf's limit at its rate) \
+         ± {}%: {lat}",
+        WITHIN * 100.0
+    );
+    let rtt = ms(lat, "loaded_rtt_ms", "p50");
+    assert!(
+        near(rtt, m.loaded.median()),
+        "loaded RTT p50 {rtt} ms, ping's median under load {:.3} ms ± {}%: {lat}",
+        m.loaded.median(),
+        WITHIN * 100.0
+    );
+    let idle = f(lat, "idle_rtt_ms");
+    assert!(idle < IDLE_MS, "idle RTT {idle} ms: {lat}");
+    let text = verdict(&m.report, direction);
+    assert!(
+        text.contains(QUEUE_FILLED),
+        "the verdict should say {QUEUE_FILLED:?}: {text}"
+    );
+}
+
+#[test]
+fn upload_queue_delay_matches_the_tbf_queue_and_ping() {
+    a_filled_queue("latup", 95, Way::Upload);
+}
+
+#[test]
+fn reverse_queue_delay_matches_the_tbf_queue_and_ping() {
+    a_filled_queue("latrv", 96, Way::Reverse);
+}
+
+#[test]
+fn a_paced_load_under_the_link_keeps_the_queue_short() {
+    let _one = one_at_a_time();
+    let direction = Way::Upload.direction();
+    let m = measure("latpc", 97, Way::Upload, UNDERLOAD);
+    show("latpc", &m, direction);
+
+    // The witnesses: the queue stayed short, nothing was dropped.
+    idle_witness(&m);
+    let short_bytes = (SHORT_MS / 1000.0 * RATE_BPS as f64 / 8.0) as u64;
+    assert!(
+        m.backlog_max <= short_bytes,
+        "a load under the link queued {} B in the tbf (more than {SHORT_MS} ms)",
+        m.backlog_max
+    );
+    assert_eq!(m.drops, 0, "a load under the link overflowed the tbf");
+    assert!(
+        m.loaded.rtts.len() + 2 >= PINGS as usize,
+        "ping lost more than 2 of {PINGS} under a paced load:\n{}",
+        m.loaded.output
+    );
+    assert!(
+        m.loaded.median() < SHORT_MS,
+        "ping under a paced load {:.3} ms:\n{}",
+        m.loaded.median(),
+        m.loaded.output
+    );
+
+    // netspeed's figures.
+    let lat = latency(&m.report, direction);
+    let queue = ms(lat, "queue_delay_ms", "p99");
+    assert!(queue < SHORT_MS, "queue delay p99 {queue} ms: {lat}");
+    let rtt = ms(lat, "loaded_rtt_ms", "p50");
+    assert!(rtt < SHORT_MS, "loaded RTT p50 {rtt} ms: {lat}");
+    let text = verdict(&m.report, direction);
+    assert!(
+        text.contains(QUEUE_SHORT),
+        "the verdict should say {QUEUE_SHORT:?}: {text}"
+    );
+}
