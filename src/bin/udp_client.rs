@@ -5,10 +5,11 @@ use clap::CommandFactory;
 use netspeed::config::{ClientArgs, ClientConfig, ClientMode};
 use netspeed::error::Result;
 use netspeed::output::progress::Progress;
-use netspeed::output::{report, run_binary, start};
+use netspeed::output::{report, run_binary, start, timeline, timeline_of};
 use netspeed::shutdown::Shutdown;
 use netspeed::{client, latency};
 use std::path::Path;
+use std::sync::Mutex;
 
 fn main() {
     run_binary(ClientArgs::command, run);
@@ -59,6 +60,9 @@ fn run() -> Result<i32> {
     progress.finish();
     let (mut result, probes) = result?;
     latency::attach_upload(&mut result, &probes);
+    if let Some(path) = &cfg.timeline_plot {
+        timeline::write_svg(path, &timeline_of::of_upload(&result, &probes))?;
+    }
     if cfg.json_stream {
         println!("{}", report::json_event("end", &result));
     } else {
@@ -72,13 +76,24 @@ fn run() -> Result<i32> {
 /// `-R` and `--bidir`: the server sends (and, with --bidir, the client
 /// too); each direction reported on its own.
 fn duplex(cfg: &ClientConfig, shutdown: &Shutdown, progress: Progress) -> Result<i32> {
+    // Every interval received, for --plot.
+    let received = Mutex::new(Vec::new());
+    let shown = !cfg.json || cfg.json_stream;
     let show = |event: &netspeed::server::ServerEvent| {
         if let netspeed::server::ServerEvent::Interval(r) = event {
-            progress.line(&report::reverse_interval(r, cfg.json_stream));
+            if shown {
+                progress.line(&report::reverse_interval(r, cfg.json_stream));
+            }
+            if cfg.timeline_plot.is_some() {
+                received
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(r.clone());
+            }
         }
     };
-    let shown = !cfg.json || cfg.json_stream;
-    let events = shown.then_some(&show as netspeed::download::ReceiveEvents);
+    let events = (shown || cfg.timeline_plot.is_some())
+        .then_some(&show as netspeed::download::ReceiveEvents);
     let go = |cfg: &ClientConfig| {
         latency::probed(cfg, shutdown, || {
             netspeed::download::run(cfg, shutdown, &progress, events)
@@ -92,6 +107,10 @@ fn duplex(cfg: &ClientConfig, shutdown: &Shutdown, progress: Progress) -> Result
     progress.finish();
     let (mut result, probes) = result?;
     latency::attach_duplex(&mut result, &probes);
+    if let Some(path) = &cfg.timeline_plot {
+        let received = received.into_inner().unwrap_or_else(|p| p.into_inner());
+        timeline::write_svg(path, &timeline_of::of_duplex(&result, &received, &probes))?;
+    }
     if cfg.json_stream {
         println!("{}", report::json_event("end", &result));
     } else {

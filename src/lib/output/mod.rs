@@ -22,6 +22,7 @@ pub mod progress;
 pub mod proxy;
 pub mod report;
 pub mod timeline;
+pub mod timeline_of;
 
 use crate::config::{parse_args, Sched};
 use crate::error::{Error, Result};

@@ -8,9 +8,11 @@
 use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::config::ServerConfig;
 use crate::download::{upload_stream, DuplexReport, Stream};
+use crate::latency::{ms, Latency};
 use crate::meter::account::{ConflictReport, DoneReason, LateReport, PeerReport};
 use crate::server::reverse::{StreamEnd, StreamInterval, StreamReport};
 use crate::server::{Bound, ServerSummary};
+use crate::stats::delay::Spread;
 use crate::stats::{CpuCost, SendInterval};
 use crate::units::HumanBytes;
 use crate::wire::Direction;
@@ -139,7 +141,7 @@ pub fn interval(r: &PeerReport, json_out: bool) -> String {
         .and_then(|c| c.percent_of_core)
         .map_or_else(String::new, |p| format!(" cpu {p:5.1}%"));
     format!(
-        "[{}] {:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps{cpu}",
+        "[{}] {:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps{cpu}{}",
         peer_label(r),
         r.seconds,
         r.packets,
@@ -147,7 +149,67 @@ pub fn interval(r: &PeerReport, json_out: bool) -> String {
         rate(r.gbps),
         r.pps
             .map_or_else(|| "unknown".to_string(), |p| format!("{p:.0}")),
+        queue_suffix(r.queue_delay_ms.as_ref()),
     )
+}
+
+/// An interval's queue delay, for the end of its line.
+fn queue_suffix(q: Option<&Spread>) -> String {
+    q.map_or_else(String::new, |s| {
+        format!(" queue p50 {} p99 {}", ms(s.p50), ms(s.p99))
+    })
+}
+
+/// A spread of delays in words.
+fn spread_text(s: &Spread) -> String {
+    format!(
+        "p50 {}, p90 {}, p99 {}, max {}",
+        ms(s.p50),
+        ms(s.p90),
+        ms(s.p99),
+        ms(s.max)
+    )
+}
+
+/// A direction's delay under load: the probes' round trips and the data's
+/// queue delay, one line each (`label` starts each line); nothing unknown
+/// is shown.
+fn latency_lines(l: &Latency, label: &str) -> String {
+    let mut out = String::new();
+    if l.probes_sent > 0 || l.idle_rtt_ms.is_some() {
+        let idle = l
+            .idle_rtt_ms
+            .map_or_else(|| "unknown idle".into(), |i| format!("{} idle", ms(i)));
+        let loaded = match l.loaded_rtt_ms {
+            Some(s) => format!(
+                "{} under load (p90 {}, p99 {}{})",
+                ms(s.p50),
+                ms(s.p90),
+                ms(s.p99),
+                l.rpm.map_or_else(String::new, |r| format!("; {r:.0} RPM"))
+            ),
+            None => "unknown under load".into(),
+        };
+        out += &format!(
+            "\n{label}rtt       {idle}, {loaded}; {} of {} probes lost",
+            l.probes_lost, l.probes_sent
+        );
+    }
+    if let Some(q) = &l.queue_delay_ms {
+        out += &format!(
+            "\n{label}queue     {} over {} datagrams",
+            spread_text(q),
+            l.delay_samples
+        );
+        if l.drift_bound_ms >= 0.05 {
+            out += &format!(
+                " (clock drift {:+.1} ppm: each within {})",
+                l.clock_skew_ppm.unwrap_or(0.0),
+                ms(l.drift_bound_ms)
+            );
+        }
+    }
+    out
 }
 
 /// One client interval (`udp_client --interval`): what the kernel took
@@ -233,6 +295,9 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
             r.reordered.unwrap_or(0),
             r.jitter_ms.unwrap_or(0.0)
         );
+        if let Some(q) = &r.queue_delay_ms {
+            out += &format!("\n  queue     {}", spread_text(q));
+        }
         if r.uncertain > 0 {
             out += &format!(
                 "\n  uncertain {} arrivals fell in holes too old to remember: loss is a range",
@@ -564,7 +629,7 @@ pub fn reverse_interval(r: &PeerReport, json_out: bool) -> String {
         return json_event("interval", &value);
     }
     format!(
-        "{} {:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps (receiver side)",
+        "{} {:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps (receiver side){}",
         direction_label(Direction::ServerToClient),
         r.seconds,
         r.packets,
@@ -572,6 +637,7 @@ pub fn reverse_interval(r: &PeerReport, json_out: bool) -> String {
         rate(r.gbps),
         r.pps
             .map_or_else(|| "unknown".to_string(), |p| format!("{p:.0}")),
+        queue_suffix(r.queue_delay_ms.as_ref()),
     )
 }
 
@@ -617,6 +683,7 @@ fn stream_lines(st: &Stream, sender: &str, receiver: &str) -> String {
             out += &format!("\n{label} cpu       {who}: {}", cpu_text(c));
         }
     }
+    out += &latency_lines(&st.latency, &format!("{label} "));
     out += &format!("\n{label} limit     {}", st.limited_by.text);
     out
 }
@@ -724,6 +791,7 @@ pub fn client_report(r: &RunReport, json_out: bool) -> String {
     for note in &r.notes {
         out += &format!("\nnote: {note}");
     }
+    out += &latency_lines(&upload_stream(r).latency, "");
     out += &format!("\nlimit     {}", r.limited_by.text);
     out
 }

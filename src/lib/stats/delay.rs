@@ -249,7 +249,7 @@ impl QueueDelay {
         // The base is where the histograms start; the floor is at or
         // below it: a delay of `v` above the base is `v + lift` above the
         // floor, one `v` below it is `lift - v`.
-        let lift_us = base.wrapping_sub(self.floor_ns) as f64 / 1e3;
+        let lift_us = (base.wrapping_sub(self.floor_ns) as f64 / 1e3).round();
         let empty = histogram();
         let above = self.above.as_ref().unwrap_or(&empty);
         let below = self.below.as_ref().unwrap_or(&empty);
