@@ -440,8 +440,8 @@ fn sweep_prints_seed_001s_table_from_the_servers_answers() {
         table.contains("| Buffer |") && table.contains("500"),
         "{table}"
     );
-    // --plot draws the sweep; without --sweep or --find-limit it is a
-    // usage error, not a run that ignores it.
+    // --plot draws the sweep; on an ordinary run it draws the timeline
+    // (throughput and delay), and an unwritable path is a one-line error.
     let dir = TempDir::new("sweep-plot");
     let svg = dir.path().join("sweep.svg");
     let svg_arg = svg.to_str().unwrap();
@@ -461,15 +461,38 @@ fn sweep_prints_seed_001s_table_from_the_servers_answers() {
         chart.starts_with("<svg") || chart.contains("<svg"),
         "{chart}"
     );
+    let timeline = dir.path().join("timeline.svg");
     let out = run_bounded(
-        Command::new(CLIENT).args(["--local", "--plot", svg_arg]),
+        Command::new(CLIENT)
+            .args(args("--local --duration 1s --idle-probe 300ms --plot"))
+            .arg(&timeline),
+        WAIT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let chart = std::fs::read_to_string(&timeline).expect("the timeline was written");
+    for part in [
+        "throughput (Gbit/s)",
+        "delay (ms)",
+        "round trip (probes)",
+        "client to server",
+    ] {
+        assert!(chart.contains(part), "the timeline shows {part:?}");
+    }
+    let out = run_bounded(
+        Command::new(CLIENT).args(args(
+            "--local --duration 200ms --idle-probe 0 --plot /nonexistent-dir/x.svg",
+        )),
         WAIT,
     );
     one_line_error(
         &out,
-        2,
-        "--plot draws the results of --sweep or --find-limit",
-        "--plot alone",
+        1,
+        "cannot draw /nonexistent-dir/x.svg",
+        "--plot to nowhere",
     );
 }
 

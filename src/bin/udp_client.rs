@@ -60,13 +60,13 @@ fn run() -> Result<i32> {
     progress.finish();
     let (mut result, probes) = result?;
     latency::attach_upload(&mut result, &probes);
-    if let Some(path) = &cfg.timeline_plot {
-        timeline::write_svg(path, &timeline_of::of_upload(&result, &probes))?;
-    }
     if cfg.json_stream {
         println!("{}", report::json_event("end", &result));
     } else {
         println!("{}", report::client_report(&result, cfg.json));
+    }
+    if let Some(path) = &cfg.timeline_plot {
+        timeline::write_svg(path, &timeline_of::of_upload(&result, &probes))?;
     }
     // A run without the server's answer is not a success: the receiver
     // side, the number that matters, is missing.
@@ -107,14 +107,14 @@ fn duplex(cfg: &ClientConfig, shutdown: &Shutdown, progress: Progress) -> Result
     progress.finish();
     let (mut result, probes) = result?;
     latency::attach_duplex(&mut result, &probes);
-    if let Some(path) = &cfg.timeline_plot {
-        let received = received.into_inner().unwrap_or_else(|p| p.into_inner());
-        timeline::write_svg(path, &timeline_of::of_duplex(&result, &received, &probes))?;
-    }
     if cfg.json_stream {
         println!("{}", report::json_event("end", &result));
     } else {
         println!("{}", report::duplex_report(&result, cfg.json));
+    }
+    if let Some(path) = &cfg.timeline_plot {
+        let received = received.into_inner().unwrap_or_else(|p| p.into_inner());
+        timeline::write_svg(path, &timeline_of::of_duplex(&result, &received, &probes))?;
     }
     Ok(result.exit_code())
 }

@@ -240,6 +240,8 @@ pub struct Settings {
     pub end_timeout: f64,
     pub no_server: bool,
     pub psk: bool,
+    /// `--idle-probe` in seconds.
+    pub idle_probe: f64,
 }
 
 impl Settings {
@@ -269,6 +271,7 @@ impl Settings {
             end_timeout: cfg.end_timeout.as_secs_f64(),
             no_server: cfg.no_server,
             psk: cfg.psk.is_some(),
+            idle_probe: cfg.idle_probe.as_secs_f64(),
         }
     }
 }

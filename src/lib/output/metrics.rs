@@ -103,6 +103,10 @@ fn gauge_u64(v: u64, e: prometheus_client::encoding::MetricEncoder) -> fmt::Resu
     ConstGauge::new(v).encode(e)
 }
 
+fn gauge_f64(v: f64, e: prometheus_client::encoding::MetricEncoder) -> fmt::Result {
+    ConstGauge::new(v).encode(e)
+}
+
 impl Collector for Exposition {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let v = &self.0;
@@ -237,6 +241,20 @@ impl Collector for Exposition {
             |p| p.lost,
             gauge_u64,
         )?;
+        for (name, help, value) in [
+            (
+                "peer_queue_delay_p50",
+                "Median time the peer's datagrams waited in queues beyond its fastest datagram, so far (peer_done queue_delay_ms.p50).",
+                (|p| p.queue_delay_p50) as fn(&PeerSample) -> Option<f64>,
+            ),
+            (
+                "peer_queue_delay_p99",
+                "99th percentile of that wait, so far (peer_done queue_delay_ms.p99).",
+                |p| p.queue_delay_p99,
+            ),
+        ] {
+            per_peer(&mut e, peers, (name, help, Some(Unit::Seconds), Gauge), value, gauge_f64)?;
+        }
         per_peer(
             &mut e,
             peers,
@@ -395,6 +413,8 @@ mod tests {
             cpu_seconds: Some(0.012),
             finished,
             sent_bytes: None,
+            queue_delay_p50: (!session.is_empty()).then_some(0.0985),
+            queue_delay_p99: (!session.is_empty()).then_some(0.1012),
         };
         View {
             info: ServerInfo {
@@ -441,6 +461,14 @@ mod tests {
             (format!("netspeed_peer_kernel_drops_total{tagged}"), "4"),
             (format!("netspeed_peer_cpu_seconds_total{tagged}"), "0.012"),
             (format!("netspeed_peer_lost_packets{tagged}"), "3"),
+            (
+                format!("netspeed_peer_queue_delay_p50_seconds{tagged}"),
+                "0.0985",
+            ),
+            (
+                format!("netspeed_peer_queue_delay_p99_seconds{tagged}"),
+                "0.1012",
+            ),
             (format!("netspeed_peer_finished{tagged}"), "1"),
             (format!("netspeed_peer_finished{untagged}"), "0"),
             (format!("netspeed_peer_bytes_total{untagged}"), "1460000"),

@@ -52,6 +52,10 @@ pub struct PeerSample {
     /// A reverse stream (the server sends): payload bytes sent so far.
     /// None for what the server receives.
     pub sent_bytes: Option<u64>,
+    /// The session's queue delay so far (`peer_done queue_delay_ms`), in
+    /// seconds: median and 99th percentile.
+    pub queue_delay_p50: Option<f64>,
+    pub queue_delay_p99: Option<f64>,
 }
 
 /// The labels that name a peer's series.
@@ -73,6 +77,8 @@ impl PeerSample {
             cpu_seconds: r.cpu.map(|c| c.seconds),
             finished,
             sent_bytes: None,
+            queue_delay_p50: r.queue_delay_ms.map(|q| q.p50 / 1e3),
+            queue_delay_p99: r.queue_delay_ms.map(|q| q.p99 / 1e3),
         }
     }
 
@@ -98,6 +104,8 @@ impl PeerSample {
             cpu_seconds: None,
             finished,
             sent_bytes: Some(sent_bytes),
+            queue_delay_p50: None,
+            queue_delay_p99: None,
         }
     }
 
@@ -435,6 +443,8 @@ mod tests {
             cpu_seconds: None,
             finished,
             sent_bytes: None,
+            queue_delay_p50: None,
+            queue_delay_p99: None,
         }
     }
 
