@@ -466,3 +466,86 @@ fn a_paced_load_under_the_link_keeps_the_queue_short() {
         "the verdict should say {QUEUE_SHORT:?}: {text}"
     );
 }
+
+/// `--find-limit --max-delay`: the highest rate whose data's p99 queue
+/// delay stays under the bound. Checked by the tbf's arithmetic: a trial
+/// of `T` seconds at a payload rate `r` puts `(r × wire/payload − RATE) × T`
+/// bits into the queue, which the tbf drains at RATE; its delay reaches
+/// that over RATE. Under a 10 ms bound, 1 s trials pass only up to about
+/// 1 % above the link, although the 100 ms queue would take 10 % more
+/// before anything were lost: a loss-only search would read the queue as
+/// capacity.
+#[test]
+fn max_delay_finds_the_rate_that_keeps_the_queue_short() {
+    let _one = one_at_a_time();
+    require_tools();
+    let net = routed("latfl", 94, false);
+    let server = Server::start_in(&net.server, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let dev = Way::Upload.queue_dev(&net).to_string();
+    tbf_alone(
+        &net.router,
+        &dev,
+        &format!("{RATE_BPS}bit"),
+        &BURST_BYTES.to_string(),
+        &LIMIT_BYTES.to_string(),
+    );
+    const BOUND_MS: f64 = 10.0;
+    const TRIAL_S: f64 = 1.0;
+    const SIZE: f64 = 1400.0;
+    let target = format!("{}:{}", net.server_ip, server.port());
+    let rest =
+        format!("--find-limit --max-delay {BOUND_MS}ms --trial-duration {TRIAL_S}s -b {SIZE} -J");
+    let mut cmd = net.client.cmd(CLIENT);
+    cmd.args(args_to(&target, &rest));
+    let out = run_bounded(&mut cmd, Duration::from_secs(150));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "find-limit failed ({}):\n{}\n{stdout}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.stop();
+    let report: Value = serde_json::from_str(&stdout).expect("one JSON report");
+    let limit = &report["limit"];
+    let found = u(limit, "rate_bps") as f64;
+    // On the tbf's scale: IP, UDP and Ethernet headers on each datagram.
+    let wire = (SIZE + 28.0 + 14.0) / SIZE;
+    let resolution = f(limit, "resolution_percent") / 100.0;
+    let most = RATE_BPS as f64 * (1.0 + BOUND_MS / 1e3 / TRIAL_S) / wire
+        + BURST_BYTES as f64 * 8.0 / TRIAL_S;
+    eprintln!(
+        "FIGURE latfl: found {found:.0} bit/s (payload), at most {most:.0} by the tbf's arithmetic; limit {limit}"
+    );
+    assert!(
+        found <= most * (1.0 + resolution),
+        "found {found} bit/s, more than the {most:.0} a {BOUND_MS} ms bound allows: {limit}"
+    );
+    assert!(
+        found >= 0.8 * RATE_BPS as f64 / wire,
+        "found {found} bit/s, far under the link: {limit}"
+    );
+    assert!(
+        f(&limit["queue_delay_ms"], "p99") <= BOUND_MS,
+        "the rate found kept its p99 under the bound: {limit}"
+    );
+    assert_eq!(f(limit, "max_delay_ms"), BOUND_MS);
+    // The bound did the work: some trial failed on delay alone, losing
+    // nothing (the queue was not full), at a rate the link could not carry.
+    let trials = report["trials"].as_array().expect("trials");
+    let by_delay: Vec<&Value> = trials
+        .iter()
+        .filter(|t| t["cause"] == "queue_delay")
+        .collect();
+    assert!(
+        by_delay.iter().any(|t| f(t, "loss_percent") == 0.0),
+        "a trial failed on delay with no loss: {}",
+        serde_json::to_string_pretty(trials).unwrap_or_default()
+    );
+    for t in &by_delay {
+        assert!(
+            f(&t["queue_delay_ms"], "p99") > BOUND_MS,
+            "a trial failed on delay only over the bound: {t}"
+        );
+    }
+}

@@ -494,6 +494,11 @@ fn trial_run(cfg: &ClientConfig, downloads: &[Download]) -> Result<TrialRun> {
     let mut run = TrialRun {
         buffer_size: cfg.buffer_size,
         reverse: true,
+        queue_delay: downloads
+            .iter()
+            .filter_map(|d| queue_of(&d.received))
+            .reduce(QueueFigures::worst)
+            .map(|q| q.spread),
         ..TrialRun::default()
     };
     let mut rx = ReceiverFacts::default();

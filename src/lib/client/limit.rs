@@ -32,6 +32,7 @@ use crate::config::{ClientConfig, SearchSettings};
 use crate::error::{Error, Result};
 use crate::meter::plan::Volume;
 use crate::shutdown::Shutdown;
+use crate::stats::delay::Spread;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -268,9 +269,12 @@ pub struct Trial {
     pub places: LossPlaces,
     pub sender_cpu_percent: Option<f64>,
     pub receiver_cpu_percent: Option<f64>,
+    /// The data's queue delay in this trial (the worst client's).
+    pub queue_delay_ms: Option<Spread>,
     pub passed: bool,
-    /// Why it failed: `receive_buffer`, `network`, `sender_queue` or
-    /// `sender_cpu`; null when it passed.
+    /// Why it failed: `receive_buffer`, `network`, `sender_queue`,
+    /// `sender_cpu` or `queue_delay` (over `--max-delay`); null when it
+    /// passed.
     pub cause: Option<Cap>,
     /// The sender alone failed this attempt, and it was run again: the
     /// search did not count it.
@@ -286,6 +290,11 @@ pub struct Limit {
     pub loss_percent: Option<f64>,
     /// The mean receive rate of the trials at that rate.
     pub received_bps: Option<f64>,
+    /// The worst queue delay among the trials at that rate.
+    pub queue_delay_ms: Option<Spread>,
+    /// `--max-delay`, ms: the bound a trial's p99 queue delay had to stay
+    /// under; null without one.
+    pub max_delay_ms: Option<f64>,
     /// It passed `confirmations` more trials.
     pub confirmed: bool,
     pub confirmations: u32,
@@ -345,6 +354,8 @@ pub struct TrialRun {
     pub drops_unit: Option<&'static str>,
     /// A reverse stream: the server sent, this client received.
     pub reverse: bool,
+    /// The data's queue delay (the worst stream's).
+    pub queue_delay: Option<Spread>,
 }
 
 impl TrialRun {
@@ -369,6 +380,7 @@ impl TrialRun {
             received_bps: v.gbps.map(|g| g * 1e9),
             drops_unit: v.drops.kernel_drops_unit,
             reverse: false,
+            queue_delay: v.queue.map(|q| q.spread),
         })
     }
 }
@@ -399,7 +411,11 @@ pub fn judge_trial(
         r.sent_bytes as f64 * 8.0 >= o as f64 * trial_seconds * (1.0 - s.resolution / 2.0)
     });
     let lossy = loss_percent > s.loss_tolerance;
-    let passed = !lossy && held;
+    let delayed = s.max_delay.is_some_and(|bound| {
+        r.queue_delay
+            .is_none_or(|q| q.p99 > bound.as_secs_f64() * 1e3)
+    });
+    let passed = !lossy && held && !delayed;
     let drops = kernel_drops.unwrap_or(0);
     let cause = if passed {
         None
@@ -407,6 +423,8 @@ pub fn judge_trial(
         Some(Cap::ReceiveBuffer)
     } else if lossy {
         Some(Cap::Network)
+    } else if delayed && held {
+        Some(Cap::QueueDelay)
     } else if r.enobufs_retries > 0 {
         Some(Cap::SenderQueue)
     } else {
@@ -425,6 +443,7 @@ pub fn judge_trial(
         backoff_seconds: r.backoff_seconds,
         sender_cpu_percent: r.sender_cpu_percent,
         receiver_cpu_percent: rx.cpu_percent,
+        queue_delay_ms: r.queue_delay,
         passed,
         cause,
         repeated: false,
@@ -685,6 +704,16 @@ fn summarise(
             rate_bps: found.rate_bps.map(split),
             loss_percent: at_limit.iter().map(|t| t.loss_percent).reduce(f64::max),
             received_bps: mean(|t| t.received_bps),
+            queue_delay_ms: at_limit
+                .iter()
+                .filter_map(|t| t.queue_delay_ms)
+                .reduce(|a, b| Spread {
+                    p50: a.p50.max(b.p50),
+                    p90: a.p90.max(b.p90),
+                    p99: a.p99.max(b.p99),
+                    max: a.max.max(b.max),
+                }),
+            max_delay_ms: s.max_delay.map(|d| d.as_secs_f64() * 1e3),
             confirmed: found.confirmed,
             confirmations: s.confirmations,
             first_loss_at_bps: found.first_failure_bps.map(split),

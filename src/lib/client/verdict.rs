@@ -43,6 +43,9 @@ pub enum Cap {
     ReceiveBuffer,
     /// Datagrams lost where no end counted them: the path.
     Network,
+    /// `--find-limit --max-delay`: the data waited in a queue longer than
+    /// the bound allows.
+    QueueDelay,
     /// Too short, no answer, or no single cap stands out.
     Unknown,
 }
@@ -57,6 +60,7 @@ impl Cap {
             Cap::ReceiverCpu => "receiver_cpu",
             Cap::ReceiveBuffer => "receive_buffer",
             Cap::Network => "network",
+            Cap::QueueDelay => "queue_delay",
             Cap::Unknown => "unknown",
         }
     }

@@ -98,6 +98,11 @@ pub struct ClientArgs {
     /// [default: 0].
     #[arg(long, value_name = "PERCENT", value_parser = percent_arg, requires = "find_limit")]
     pub loss_tolerance: Option<f64>,
+    /// With --find-limit: a trial passes only if its data's 99th
+    /// percentile queue delay stays under this too (e.g. 10ms): the
+    /// highest rate a call or a game can use [default: no bound].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "find_limit")]
+    pub max_delay: Option<Duration>,
     /// With --find-limit: each trial's length [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "find_limit")]
     pub trial_duration: Option<Duration>,
@@ -372,6 +377,9 @@ pub struct SearchSettings {
     pub max_trials: u32,
     /// Loss (percent) a passing trial may have.
     pub loss_tolerance: f64,
+    /// `--max-delay`: the most 99th-percentile queue delay a passing
+    /// trial may have.
+    pub max_delay: Option<Duration>,
     /// Each trial's length.
     pub trial: Duration,
     /// The pause after each trial, for queues to drain and policers to
@@ -475,6 +483,7 @@ fn search_settings(args: &ClientArgs, no_server: bool) -> Result<Option<SearchSe
         confirmations,
         max_trials,
         loss_tolerance: args.loss_tolerance.unwrap_or(0.0),
+        max_delay: args.max_delay,
         trial,
         pause: args.trial_pause.unwrap_or(Duration::from_millis(500)),
     }))

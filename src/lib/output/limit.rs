@@ -91,6 +91,10 @@ pub fn places(cause: Cap, p: &LossPlaces) -> String {
                 p.lost_packets
             )
         }
+        Cap::QueueDelay => {
+            "the queue on the path (its data's 99th percentile queue delay went over --max-delay)"
+                .to_string()
+        }
         Cap::SenderQueue => format!(
             "{sender} own queue ({} ENOBUFS back-offs; {} datagrams short of the offered rate)",
             p.enobufs_retries, p.not_sent_packets
@@ -108,8 +112,11 @@ pub fn trial_line(t: &Trial) -> String {
         None => "ok".to_string(),
         Some(cause) => format!("FAIL: {}", places(cause, &t.places)),
     };
+    let queue = t.queue_delay_ms.map_or_else(String::new, |q| {
+        format!("  (queue p99 {})", crate::latency::ms(q.p99))
+    });
     format!(
-        "{:>5}  {:<8}  {:>15}  {:>13}  {:>13}  {:>10}  {:>6.3}%  {result}",
+        "{:>5}  {:<8}  {:>15}  {:>13}  {:>13}  {:>10}  {:>6.3}%  {result}{queue}",
         t.index,
         t.phase.name(),
         t.offered_bps
@@ -149,6 +156,18 @@ pub fn report(r: &LimitReport, json: bool) -> String {
         ),
         None => "limit     none: no rate passed".into(),
     };
+    if let (Some(_), Some(q)) = (l.rate_bps, &l.queue_delay_ms) {
+        out += &format!(
+            "\ndelay     at that rate, the data waited in queues p50 {}, p99 {}, max {}{}",
+            crate::latency::ms(q.p50),
+            crate::latency::ms(q.p99),
+            crate::latency::ms(q.max),
+            l.max_delay_ms.map_or_else(String::new, |b| format!(
+                " (--max-delay {})",
+                crate::latency::ms(b)
+            ))
+        );
+    }
     if let (Some(at), Some(cause), Some(p)) =
         (l.first_loss_at_bps, l.first_loss_cause, &l.first_loss)
     {
