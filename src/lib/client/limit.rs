@@ -746,9 +746,47 @@ mod tests {
             confirmations: 2,
             max_trials: 40,
             loss_tolerance: 0.0,
+            max_delay: None,
             trial: Duration::from_secs(1),
             pause: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn max_delay_fails_a_lossless_trial_whose_queue_grew() {
+        let run = |p99: Option<f64>| TrialRun {
+            buffer_size: 1000,
+            sent_packets: 1000,
+            sent_bytes: 1_000_000,
+            seconds: 1.0,
+            receiver: Some(ReceiverFacts {
+                received: 1000,
+                ..ReceiverFacts::default()
+            }),
+            queue_delay: p99.map(|p99| Spread {
+                p50: p99 / 2.0,
+                p90: p99,
+                p99,
+                max: p99,
+            }),
+            ..TrialRun::default()
+        };
+        let offered = Some(8_000_000);
+        let bounded = SearchSettings {
+            max_delay: Some(Duration::from_millis(10)),
+            ..settings()
+        };
+        let judge = |r: &TrialRun, s: &SearchSettings| judge_trial(1, Phase::Bisect, offered, r, s);
+        let over = judge(&run(Some(12.0)), &bounded);
+        assert!(!over.passed);
+        assert_eq!(over.cause, Some(Cap::QueueDelay));
+        assert!(judge(&run(Some(9.0)), &bounded).passed);
+        assert!(
+            judge(&run(Some(12.0)), &settings()).passed,
+            "no bound: delay alone never fails"
+        );
+        let unknown = judge(&run(None), &bounded);
+        assert!(!unknown.passed, "a bound that cannot be checked is not met");
     }
 
     /// Runs a search against a path that carries everything up to `limit`
