@@ -11,6 +11,11 @@
 #   REPS     interleaved runs per case; medians reported    (default 3)
 #   SECS     seconds per run                                 (default 3)
 #   IPERF3   iperf3 binary                                   (default iperf3)
+#   BASELINE_BIN_DIR  udp_server and udp_client of an earlier build: each
+#            single-stream case also runs them, interleaved, and a table
+#            prints this build's CPU per GB against theirs (what a change
+#            costs). Build one with `git worktree add /tmp/base REV` and
+#            `cargo build --release` there.
 #
 # CPU is never taken from either tool's own report. Every process is a child
 # of this script: when it has exited, its user and system time are read from
@@ -40,13 +45,15 @@ if [[ -z ${NETSPEED_BIN_DIR:-} ]]; then
     cargo build --release --bins -q
     NETSPEED_BIN_DIR=target/release
 fi
-export NETSPEED_BIN_DIR IPERF3 CASES MANY REPS SECS
+BASELINE_BIN_DIR=${BASELINE_BIN_DIR:-}
+export NETSPEED_BIN_DIR IPERF3 CASES MANY REPS SECS BASELINE_BIN_DIR
 log "iperf3: $("$IPERF3" --version | head -1)"
 
 exec python3 - <<'PYEOF'
 import json, os, signal, socket, statistics, subprocess, sys, tempfile, time
 
 BIN = os.environ["NETSPEED_BIN_DIR"]
+BASE = os.environ.get("BASELINE_BIN_DIR", "")
 IPERF3 = os.environ["IPERF3"]
 REPS = int(os.environ["REPS"])
 SECS = int(os.environ["SECS"])
@@ -154,10 +161,11 @@ def run_iperf3(size, rate, streams=1):
     return dict(bytes=int(r["bytes"]), loss=float(r.get("lost_percent", 0.0)),
                 ccpu=ccpu, scpu=scpu, cproc=cproc, sproc=sproc, losses=None)
 
-def run_netspeed(size, rate, clients=1):
-    srv = Proc([f"{BIN}/udp_server", "--listen", f"{HOST}:0", "--json", "--interval", "0"], SECS + 60)
+def run_netspeed(size, rate, clients=1, bin_dir=None):
+    bin_dir = bin_dir or BIN
+    srv = Proc([f"{bin_dir}/udp_server", "--listen", f"{HOST}:0", "--json", "--interval", "0"], SECS + 60)
     addr = json.loads(srv.first_line())["addr"]
-    procs = [Proc([f"{BIN}/udp_client", "-s", addr, "-b", str(size), "--rate", rate,
+    procs = [Proc([f"{bin_dir}/udp_client", "-s", addr, "-b", str(size), "--rate", rate,
                    "--duration", f"{SECS}s", "--json", "--quiet"], SECS + 30)
              for _ in range(clients)]
     reports, ccpu, cproc = [], 0.0, 0.0
@@ -192,6 +200,8 @@ results = {}
 for rep in range(REPS):
     for size, rate in cases:
         order = [("iperf3", run_iperf3), ("netspeed", run_netspeed)]
+        if BASE:
+            order.append(("before", lambda size, rate: run_netspeed(size, rate, bin_dir=BASE)))
         if rep % 2:
             order.reverse()
         for name, fn in order:
@@ -212,6 +222,17 @@ for size, rate in cases:
         pb = med([100 * r[key] / SECS for r in ip])
         loss = f"{med([r['loss'] for r in ns]):.3f}% / {med([r['loss'] for r in ip]):.3f}%"
         print(f"| {size} | {rate} | {side} | {a:.3f} | {b:.3f} | **{a / b:.2f}×** | {pa:.1f} | {pb:.1f} | {loss} |")
+
+if BASE:
+    print(f"\n### This build against the one in {BASE} (same cases, interleaved)\n")
+    print("| size | rate | side | now CPU-s/GB | before CPU-s/GB | ratio now/before |")
+    print("|---:|---:|---|---:|---:|---:|")
+    for size, rate in cases:
+        ns, old = results[(size, rate, "netspeed")], results[(size, rate, "before")]
+        for side, key in (("client", "ccpu"), ("server", "scpu")):
+            a = med([per_gb(r[key], r["bytes"]) for r in ns])
+            b = med([per_gb(r[key], r["bytes"]) for r in old])
+            print(f"| {size} | {rate} | {side} | {a:.3f} | {b:.3f} | **{a / b:.3f}×** |")
 
 print("\n## Many paced clients, one server with defaults\n")
 print("| clients × rate | netspeed loss per client (median run) | netspeed total loss | iperf3 `-P N` loss | netspeed client CPU-s / server CPU-s | iperf3 client / server |")

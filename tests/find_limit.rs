@@ -482,7 +482,8 @@ fn find_limit_bad_input_exits_2_with_one_line() {
         ),
         (&["--find-limit", "--max-trials", "1"], "--max-trials"),
         (&["--find-limit", "--confirm", "500"], "--confirm"),
-        (&["--plot", "x.svg"], "--plot"),
+        (&["--max-delay", "10ms"], "--find-limit"),
+        (&["--idle-probe", "2h"], "--idle-probe"),
         (&["--find-limit", "-b", "0"], "--buffer-size"),
         (&["--find-limit", "--config", no_server], "no_server"),
     ];

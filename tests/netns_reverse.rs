@@ -22,12 +22,12 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Counters on the router, before the NAT's own filter: datagrams from
-/// the server's port to the client, split at 300 bytes of UDP length into
+/// the server's port to the client, split at 600 bytes of UDP length into
 /// data (the tests send 1000 or 1460-byte datagrams) and control (HelloAck
-/// 64, StartAck and End 256 bytes of payload).
+/// 64, ProbeAck 64, StartAck 256 and End 320 bytes of payload).
 fn count_server_to_client(net: &Routed, port: u16) {
     let server = &net.server_ip;
-    for (table, cmp) in [("toclidata", "> 300"), ("toclictl", "<= 300")] {
+    for (table, cmp) in [("toclidata", "> 600"), ("toclictl", "<= 600")] {
         nft_apply(
             &net.router,
             &format!(
@@ -93,10 +93,18 @@ fn reverse_through_nat_matches_the_routers_count_and_the_kernels() {
         "the router forwarded every data datagram the server says it sent"
     );
     assert_eq!(data, u(&done, "sent_packets"));
-    // HelloAck, StartAck, and 1 to 6 Ends: docs/protocol.md.
+    // HelloAck, StartAck, 1 to 6 Ends (docs/protocol.md), and the answers
+    // to the round-trip probes: one per probe echoed, and 1 to 3 that only
+    // brought the cookie.
+    let latency = &s["latency"];
+    let echoed = u(latency, "probes_sent") - u(latency, "probes_lost");
     assert!(
-        (3..=8).contains(&control),
-        "control datagrams to the client: {control}"
+        echoed > 0,
+        "probes were answered through the NAT: {latency}"
+    );
+    assert!(
+        (4..=11).contains(&(control - echoed)),
+        "control datagrams to the client: {control}, {echoed} of them echoed probes"
     );
     // Every datagram forwarded to the client was read, dropped by its
     // socket, or met a closed port (a retried End after it left).

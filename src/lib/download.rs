@@ -358,7 +358,8 @@ pub fn upload_stream(r: &RunReport) -> Stream {
             cpu: v.cpu,
         }),
         limited_by: r.limited_by.clone(),
-        latency: Latency::new(r.server.as_ref().and_then(|v| v.queue), r.rtt.as_ref()),
+        latency: Latency::new(r.server.as_ref().and_then(|v| v.queue), r.rtt.as_ref())
+            .with_arrival(r.server.as_ref().is_some_and(|v| v.kernel_times)),
     }
 }
 
@@ -434,7 +435,7 @@ pub fn download_stream(cfg: &ClientConfig, downloads: &[Download]) -> Stream {
         sender,
         receiver: Some(receiver),
         limited_by: reverse_verdict(cfg, downloads),
-        latency: Latency::new(queue, None),
+        latency: Latency::new(queue, None).with_arrival(crate::sys::RX_TIMESTAMPS),
     }
 }
 

@@ -42,6 +42,20 @@ pub struct Latency {
     pub probes_lost: u64,
     /// Round trips per minute under load (60 s over the loaded median).
     pub rpm: Option<f64>,
+    /// Where the receiver's arrival times came from: `kernel` (its receive
+    /// timestamps) or `read` (when the datagrams were read); null without
+    /// a queue delay.
+    pub arrival_times: Option<&'static str>,
+}
+
+/// What `arrival_times` says for a receiver that did (or did not) have the
+/// kernel's receive timestamps.
+pub fn arrival_times(kernel: bool) -> &'static str {
+    if kernel {
+        "kernel"
+    } else {
+        "read"
+    }
 }
 
 impl Latency {
@@ -56,6 +70,15 @@ impl Latency {
             probes_sent: rtt.map_or(0, |r| r.probes_sent),
             probes_lost: rtt.map_or(0, |r| r.probes_lost),
             rpm: rtt.and_then(|r| r.rpm),
+            arrival_times: None,
+        }
+    }
+
+    /// The same, saying where the queue delay's arrival times came from.
+    pub fn with_arrival(self, kernel: bool) -> Latency {
+        Latency {
+            arrival_times: self.queue_delay_ms.map(|_| arrival_times(kernel)),
+            ..self
         }
     }
 

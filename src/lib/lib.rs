@@ -15,6 +15,9 @@
 //!   (UDP text and JSON, and the `limit` verdict line),
 //!   [`output::limit`] (`--find-limit`'s trial lines and result; its
 //!   chart is in `output/bench/plot.rs`),
+//!   [`output::timeline`] (`udp_client --plot` on an ordinary run: rate
+//!   and delay on one time axis, gathered from a run's reports by
+//!   [`output::timeline_of`]),
 //!   [`output::progress`], [`output::bench`] (sockbench tables, CSV and
 //!   charts: `output/bench/table.rs`, `output/bench/plot.rs`),
 //!   [`output::proxy`] (tcp_proxy's event lines and benchmark tables),

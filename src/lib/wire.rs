@@ -77,6 +77,9 @@ pub const ACK_BUSY: u16 = 32;
 /// came (no Hello, no data: it restarted, or forgot it): its figures are
 /// not the session's.
 pub const ACK_NO_RECORD: u16 = 64;
+/// [`EndAck::flags`]: the server's arrival times (and so its queue delay)
+/// are the kernel's receive timestamps, not the times it read datagrams.
+pub const ACK_KERNEL_TIMES: u16 = 128;
 
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;

@@ -32,6 +32,10 @@ pub struct ServerView {
     /// clients, the worst of their sessions'. Absent from an older server.
     #[serde(skip)]
     pub queue: Option<QueueFigures>,
+    /// The server's arrival times were the kernel's receive timestamps
+    /// (every session's answer said so).
+    #[serde(skip)]
+    pub kernel_times: bool,
     /// Receive rate: what arrived after the first arrival, over the time
     /// from the first to the last (server's clock); null under 1 ms.
     #[serialize_always]

@@ -8,7 +8,10 @@ use super::*;
 /// answers and what each session sent: sums, and rates and drops over the
 /// union of their spans (the answers' times share the server's clock).
 pub(super) fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
-    let mut v = ServerView::default();
+    let mut v = ServerView {
+        kernel_times: !answers.is_empty(),
+        ..ServerView::default()
+    };
     let mut sent = 0;
     for &(a, sent_packets) in answers {
         sent += sent_packets;
@@ -21,6 +24,7 @@ pub(super) fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
         v.late += a.late;
         v.unexpected += a.unexpected;
         v.jitter_ms = v.jitter_ms.max(a.jitter_ns as f64 / 1e6);
+        v.kernel_times &= a.flags & wire::ACK_KERNEL_TIMES != 0;
         if let Some(q) = queue_figures(a) {
             v.queue = Some(v.queue.map_or(q, |w| QueueFigures::worst(w, q)));
         }

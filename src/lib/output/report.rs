@@ -196,8 +196,12 @@ fn latency_lines(l: &Latency, label: &str) -> String {
         );
     }
     if let Some(q) = &l.queue_delay_ms {
+        let when = match l.arrival_times {
+            Some("kernel") => "arrival times: the kernel's receive timestamps",
+            _ => "arrival times: when read (no kernel timestamps)",
+        };
         out += &format!(
-            "\n{label}queue     {} over {} datagrams",
+            "\n{label}queue     {} over {} datagrams ({when})",
             spread_text(q),
             l.delay_samples
         );

@@ -456,9 +456,11 @@ pub fn run_with(
         .sockets
         .iter()
         .all(|s| sys::enable_kernel_drop_counter(s).unwrap_or(false));
+    let mut kernel_times = true;
     for socket in &bound.sockets {
-        // Best effort: without it datagrams are timed when read.
-        let _ = sys::enable_rx_timestamps(socket);
+        // Best effort: without it datagrams are timed when read (and the
+        // reports say so).
+        kernel_times &= sys::enable_rx_timestamps(socket).is_ok();
         // Best effort: without it answers leave from the address the OS
         // picks, which a client may not recognise on a multi-homed host.
         let _ = sys::enable_local_address(socket);
@@ -471,6 +473,7 @@ pub fn run_with(
             end_grace: cfg.end_grace,
             sockets: bound.sockets.len(),
             gro: bound.gro,
+            kernel_times,
             recv_buffer: bound.buffer.granted as u64,
             intervals: cfg.interval.is_some(),
             psk: cfg.psk.clone(),

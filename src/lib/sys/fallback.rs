@@ -117,6 +117,8 @@ pub const RCVBUF_SYSCTL: &str = "kern.ipc.maxsockbuf";
 pub const RCVBUF_SYSCTL: &str = "the OS socket buffer limit";
 pub const SNDBUF_SYSCTL: &str = RCVBUF_SYSCTL;
 pub const RCVBUF_DOUBLES: bool = false;
+/// No kernel receive times here: datagrams are timed when read.
+pub const RX_TIMESTAMPS: bool = false;
 
 /// Not available here.
 pub fn force_send_buffer(_socket: &Socket, _bytes: usize) -> io::Result<()> {

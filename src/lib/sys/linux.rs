@@ -282,6 +282,9 @@ pub const RCVBUF_SYSCTL: &str = "net.core.rmem_max";
 pub const SNDBUF_SYSCTL: &str = "net.core.wmem_max";
 /// The kernel doubles the requested buffer to leave room for bookkeeping.
 pub const RCVBUF_DOUBLES: bool = true;
+/// Received datagrams carry the kernel's receive time
+/// ([`enable_rx_timestamps`]).
+pub const RX_TIMESTAMPS: bool = true;
 
 /// Turns on UDP_GRO: the kernel may hand us several datagrams of one flow
 /// coalesced into one buffer, with their size in a control message.

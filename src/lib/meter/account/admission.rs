@@ -173,6 +173,8 @@ pub(super) struct SocketState {
 /// What peers need to know about the table to build their reports.
 pub(super) struct TableFlags {
     pub(super) gro: bool,
+    /// Arrival times are the kernel's receive timestamps.
+    pub(super) kernel_times: bool,
     /// Per socket: bumped whenever traffic of more than one peer meets on
     /// it, so a peer can tell whether its drops were its own.
     pub(super) socket_joins: Vec<u64>,

@@ -98,6 +98,9 @@ pub struct TableConfig {
     pub sockets: usize,
     /// UDP_GRO is on.
     pub gro: bool,
+    /// Every receive socket stamps datagrams with the kernel's receive
+    /// time (SO_TIMESTAMPNS); else they are timed when read.
+    pub kernel_times: bool,
     /// What the kernel granted for SO_RCVBUF, for the Hello answer.
     pub recv_buffer: u64,
     /// Interval lines are written: the last partial interval of a peer is
@@ -115,6 +118,7 @@ impl Default for TableConfig {
             end_grace: Duration::from_millis(100),
             sockets: 1,
             gro: false,
+            kernel_times: false,
             recv_buffer: 0,
             intervals: false,
             psk: None,
@@ -285,6 +289,7 @@ impl PeerTable {
             sockets: vec![SocketState::default(); sockets],
             flags: TableFlags {
                 gro: cfg.gro,
+                kernel_times: cfg.kernel_times,
                 socket_joins: vec![0; sockets],
             },
             ranges_per_session,

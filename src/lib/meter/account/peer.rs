@@ -317,6 +317,9 @@ impl Session {
         if table.gro {
             flags |= wire::ACK_GRO;
         }
+        if table.kernel_times {
+            flags |= wire::ACK_KERNEL_TIMES;
+        }
         if self.shared_now(table) {
             flags |= wire::ACK_DROPS_SHARED;
         }
