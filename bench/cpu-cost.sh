@@ -7,7 +7,7 @@
 #
 # Knobs (environment):
 #   CASES    "SIZE:RATE ..."  paced single-stream runs   (default "1400:10M 1400:100M 1400:1G 8972:1G")
-#   MANY     "N:RATE ..."     N clients at RATE each, 1400 B (default "3:200M 8:100M")
+#   MANY     "N:RATE ..."     N clients at RATE each, 1400 B (default "3:200M 8:100M"; "" for none)
 #   REPS     interleaved runs per case; medians reported    (default 3)
 #   SECS     seconds per run                                 (default 3)
 #   IPERF3   iperf3 binary                                   (default iperf3)
@@ -27,7 +27,7 @@
 set -euo pipefail
 
 CASES=${CASES:-"1400:10M 1400:100M 1400:1G 8972:1G"}
-MANY=${MANY:-"3:200M 8:100M"}
+MANY=${MANY-"3:200M 8:100M"}
 REPS=${REPS:-3}
 SECS=${SECS:-3}
 IPERF3=${IPERF3:-iperf3}

@@ -135,6 +135,9 @@ pub struct QueueDelay {
     keep_intervals: bool,
     floors: Vec<Floor>,
     window_ns: i64,
+    /// The arrival times the last floor's window covers, [start, end):
+    /// most datagrams fall in it and need no division.
+    window_span: (i64, i64),
     first_at_ns: i64,
     last_at_ns: i64,
 }
@@ -152,6 +155,7 @@ impl QueueDelay {
             keep_intervals: intervals,
             floors: Vec::new(),
             window_ns: FIRST_WINDOW_NS,
+            window_span: (0, 0),
             first_at_ns: 0,
             last_at_ns: 0,
         }
@@ -190,7 +194,21 @@ impl QueueDelay {
     }
 
     fn sample_floor(&mut self, at: i64, delay: i64) {
+        // The common case: the same window as the last datagram.
+        if let Some(last) = self.floors.last_mut() {
+            if at >= self.window_span.0 && at < self.window_span.1 {
+                if delay < last.delay_ns {
+                    *last = Floor {
+                        at_ns: at,
+                        delay_ns: delay,
+                    };
+                }
+                return;
+            }
+        }
         let window = at.wrapping_sub(self.first_at_ns) / self.window_ns;
+        let start = self.first_at_ns.wrapping_add(window.wrapping_mul(self.window_ns));
+        self.window_span = (start, start.wrapping_add(self.window_ns));
         let last_window = self
             .floors
             .last()
@@ -220,6 +238,7 @@ impl QueueDelay {
     /// Doubles the window: each pair of windows keeps its lower floor.
     fn merge_windows(&mut self) {
         self.window_ns *= 2;
+        self.window_span = (0, 0);
         let first = self.first_at_ns;
         let window = self.window_ns;
         let mut merged: Vec<Floor> = Vec::with_capacity(MAX_WINDOWS / 2 + 1);
