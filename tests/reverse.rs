@@ -323,3 +323,45 @@ fn a_small_client_buffer_is_named_as_the_cap_of_a_reverse_stream() {
     assert!(!text.contains("on the server"), "{text}");
     server.stop();
 }
+
+/// `--bidir --plot`: the timeline has both directions, the reverse one's
+/// queue delay per interval (this client measured it), and the probes;
+/// each stream's `latency` has the round trips and its own queue delay,
+/// and no probe is counted in the data.
+#[test]
+fn bidir_plot_and_latency_cover_both_directions() {
+    let server = Server::loopback();
+    let dir = common::TempDir::new("reverse-plot");
+    let svg = dir.path().join("bidir.svg");
+    let rest = format!(
+        "--bidir -b 1000 --rate 200Mbit --duration 1500ms --idle-probe 300ms -i 250ms --plot {}",
+        svg.display()
+    );
+    let report = run(&server, &rest);
+    let chart = std::fs::read_to_string(&svg).expect("the timeline was written");
+    for part in [
+        "client to server (sent)",
+        "server to client (received)",
+        "server to client (received) queue delay p50",
+        "round trip (probes)",
+        "idle round trip",
+    ] {
+        assert!(chart.contains(part), "the timeline shows {part:?}");
+    }
+    for direction in ["client_to_server", "server_to_client"] {
+        let s = stream(&report, direction);
+        let latency = &s["latency"];
+        assert!(u(latency, "probes_sent") > 0, "{latency}");
+        assert!(latency["idle_rtt_ms"].is_number(), "{latency}");
+        assert!(latency["loaded_rtt_ms"]["p50"].is_number(), "{latency}");
+        // Every datagram of the direction is in its queue delay, and
+        // nothing else: the probes are not data.
+        assert_eq!(
+            u(latency, "delay_samples"),
+            u(&s["receiver"], "packets"),
+            "{direction}: {s}"
+        );
+        assert_eq!(latency["arrival_times"], "kernel", "{latency}");
+    }
+    server.stop();
+}

@@ -207,7 +207,9 @@ impl QueueDelay {
             }
         }
         let window = at.wrapping_sub(self.first_at_ns) / self.window_ns;
-        let start = self.first_at_ns.wrapping_add(window.wrapping_mul(self.window_ns));
+        let start = self
+            .first_at_ns
+            .wrapping_add(window.wrapping_mul(self.window_ns));
         self.window_span = (start, start.wrapping_add(self.window_ns));
         let last_window = self
             .floors
