@@ -428,10 +428,21 @@ fn reverse_queue_delay_matches_the_tbf_queue_and_ping() {
 
 #[test]
 fn a_paced_load_under_the_link_keeps_the_queue_short() {
+    a_short_queue("latpc", 97, Way::Upload);
+}
+
+#[test]
+fn a_paced_reverse_load_under_the_link_keeps_the_queue_short() {
+    a_short_queue("latpr", 89, Way::Reverse);
+}
+
+/// A paced load well under the link, `way`: the queue stays short, and
+/// netspeed says so.
+fn a_short_queue(tag: &str, net_id: u8, way: Way) {
     let _one = one_at_a_time();
-    let direction = Way::Upload.direction();
-    let m = measure("latpc", 97, Way::Upload, UNDERLOAD);
-    show("latpc", &m, direction);
+    let direction = way.direction();
+    let m = measure(tag, net_id, way, UNDERLOAD);
+    show(tag, &m, direction);
 
     // The witnesses: the queue stayed short, nothing was dropped.
     idle_witness(&m);
@@ -479,7 +490,7 @@ fn a_paced_load_under_the_link_keeps_the_queue_short() {
 fn max_delay_finds_the_rate_that_keeps_the_queue_short() {
     let _one = one_at_a_time();
     require_tools();
-    let net = routed("latfl", 94, false);
+    let net = routed("latfl", 88, false);
     let server = Server::start_in(&net.server, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
     let dev = Way::Upload.queue_dev(&net).to_string();
     tbf_alone(
