@@ -603,6 +603,22 @@ fn json_stream_writes_events_as_they_happen() {
         .filter(|v| kind(v) == "interval" && v.get("peer").is_some())
         .count();
     assert!(receiver >= 3, "{events:?}");
+    // The receiver's interval events carry the queue delay, and the end
+    // event is the --json report: with `streams` and their latency.
+    assert!(
+        events
+            .iter()
+            .filter(|v| kind(v) == "interval" && v.get("peer").is_some())
+            .all(|v| v["queue_delay_ms"]["p99"].is_number()),
+        "{events:?}"
+    );
+    let latency = &end["streams"][0]["latency"];
+    assert!(u(latency, "probes_sent") > 0, "{end}");
+    assert_eq!(
+        u(latency, "delay_samples"),
+        u(&end["server"], "received_packets"),
+        "{end}"
+    );
     // One JSON form at a time.
     let both = run_bounded(
         Command::new(CLIENT).args(args("--local -n 10 --json --json-stream")),

@@ -61,7 +61,7 @@ fn run() -> Result<i32> {
     let (mut result, probes) = result?;
     latency::attach_upload(&mut result, &probes);
     if cfg.json_stream {
-        println!("{}", report::json_event("end", &result));
+        println!("{}", report::client_end_event(&result));
     } else {
         println!("{}", report::client_report(&result, cfg.json));
     }

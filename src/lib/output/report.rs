@@ -736,15 +736,26 @@ pub fn duplex_report(r: &DuplexReport, json_out: bool) -> String {
     out
 }
 
+/// An upload's report as JSON: its fields, and `streams` (every run
+/// carries it, one per direction: an upload has one).
+fn client_json(r: &RunReport) -> Value {
+    let mut value = serde_json::to_value(r).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.insert("streams".into(), json!([upload_stream(r)]));
+    }
+    value
+}
+
+/// The `end` event of an upload's `--json-stream`: the report `--json`
+/// prints.
+pub fn client_end_event(r: &RunReport) -> String {
+    json_event("end", &client_json(r))
+}
+
 /// The client's final report.
 pub fn client_report(r: &RunReport, json_out: bool) -> String {
     if json_out {
-        // Every run carries `streams`, one per direction: an upload has one.
-        let mut value = serde_json::to_value(r).unwrap_or(Value::Null);
-        if let Value::Object(map) = &mut value {
-            map.insert("streams".into(), json!([upload_stream(r)]));
-        }
-        return value.to_string();
+        return client_json(r).to_string();
     }
     let clients = r.clients.len();
     let mut out = format!(
