@@ -18,6 +18,8 @@ fuzz_target!(|data: &[u8]| {
         Ok(Message::Start(s)) => assert_eq!(wire::decode(&wire::encode_start(&s)), Ok(Message::Start(s))),
         Ok(Message::StartAck(a)) => assert_eq!(wire::decode(&wire::encode_start_ack(&a)), Ok(Message::StartAck(a))),
         Ok(Message::Feedback(f)) => assert_eq!(wire::decode(&wire::encode_feedback(&f)), Ok(Message::Feedback(f))),
+        Ok(Message::Probe(p)) => assert_eq!(wire::decode(&wire::encode_probe(&p)), Ok(Message::Probe(p))),
+        Ok(Message::ProbeAck(a)) => assert_eq!(wire::decode(&wire::encode_probe_ack(&a)), Ok(Message::ProbeAck(a))),
         Err(_) => {}
     }
 });
