@@ -21,10 +21,10 @@
 
 mod common;
 
-use common::impair::{require_tc, require_tool, run_capture, tbf_alone, tc, tc_drops};
+use common::impair::{require_tc, require_tool, root_qdisc, run_capture, tbf_alone, tc_drops};
 use common::netns::{require_root_and_ip, routed, Netns, Routed};
 use common::run_bounded;
-use common::udp::{args_to, f, u, Server, CLIENT};
+use common::udp::{args_to, f, stream, u, Server, CLIENT};
 use serde_json::Value;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
@@ -166,17 +166,11 @@ fn run_ping(mut cmd: Command) -> Ping {
 
 /// The tbf's `backlog` (bytes) on `dev` of `ns`.
 fn backlog(ns: &Netns, dev: &str) -> u64 {
-    let json = tc(ns, &["-s", "-j", "qdisc", "show", "dev", dev]);
-    let v: Value = serde_json::from_str(&json)
-        .unwrap_or_else(|e| panic!("bad `tc -s -j qdisc` output ({e}): {json}"));
-    let root = v
-        .as_array()
-        .and_then(|a| a.iter().find(|q| q["root"] == true))
-        .unwrap_or_else(|| panic!("no root qdisc on {dev}: {json}"));
-    assert_eq!(root["kind"], "tbf", "{json}");
+    let root = root_qdisc(ns, dev);
+    assert_eq!(root["kind"], "tbf", "{root}");
     root["backlog"]
         .as_u64()
-        .unwrap_or_else(|| panic!("no backlog on {dev}: {json}"))
+        .unwrap_or_else(|| panic!("no backlog on {dev}: {root}"))
 }
 
 /// Everything one run measured.
@@ -268,16 +262,6 @@ fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
     }
 }
 
-/// The `direction` stream of a report.
-fn stream<'a>(report: &'a Value, direction: &str) -> &'a Value {
-    report["streams"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no streams: {report}"))
-        .iter()
-        .find(|s| s["direction"] == direction)
-        .unwrap_or_else(|| panic!("no {direction} stream: {report}"))
-}
-
 /// The verdict's sentence for the `direction` stream.
 fn verdict(report: &Value, direction: &str) -> String {
     stream(report, direction)["limited_by"]["text"]
@@ -346,16 +330,21 @@ fn show(what: &str, m: &Measured, direction: &str) {
 
 /// The witnesses say the path was idle before the load.
 fn idle_witness(m: &Measured) {
+    quick_pings(&m.idle, IDLE_MS, "on an idle path");
+}
+
+/// Ping lost at most 2 of [`PINGS`] and its median is under `under_ms`.
+fn quick_pings(p: &Ping, under_ms: f64, when: &str) {
     assert!(
-        m.idle.rtts.len() + 2 >= PINGS as usize,
-        "ping lost more than 2 of {PINGS} on an idle path:\n{}",
-        m.idle.output
+        p.rtts.len() + 2 >= PINGS as usize,
+        "ping lost more than 2 of {PINGS} {when}:\n{}",
+        p.output
     );
     assert!(
-        m.idle.median() < IDLE_MS,
-        "idle ping {} ms, not under {IDLE_MS} ms:\n{}",
-        m.idle.median(),
-        m.idle.output
+        p.median() < under_ms,
+        "ping {when}: {:.3} ms, not under {under_ms} ms:\n{}",
+        p.median(),
+        p.output
     );
 }
 
@@ -453,17 +442,7 @@ fn a_short_queue(tag: &str, net_id: u8, way: Way) {
         m.backlog_max
     );
     assert_eq!(m.drops, 0, "a load under the link overflowed the tbf");
-    assert!(
-        m.loaded.rtts.len() + 2 >= PINGS as usize,
-        "ping lost more than 2 of {PINGS} under a paced load:\n{}",
-        m.loaded.output
-    );
-    assert!(
-        m.loaded.median() < SHORT_MS,
-        "ping under a paced load {:.3} ms:\n{}",
-        m.loaded.median(),
-        m.loaded.output
-    );
+    quick_pings(&m.loaded, SHORT_MS, "under a paced load");
 
     // netspeed's figures.
     let lat = latency(&m.report, direction);

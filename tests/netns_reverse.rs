@@ -13,10 +13,9 @@ mod common;
 
 use common::impair::{delta, nft_apply, nft_counter, read_snmp};
 use common::netns::{require_root_and_ip, routed, Routed};
-use common::udp::{args_to, client_in, u, Server, CLIENT};
+use common::udp::{args_to, client_in, stream, u, Server, CLIENT};
 use common::{poll_every, ChildGuard};
 use netspeed::wire;
-use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -42,15 +41,6 @@ fn data_and_control(net: &Routed) -> (u64, u64) {
         nft_counter(&net.router, "ip", "toclidata").0,
         nft_counter(&net.router, "ip", "toclictl").0,
     )
-}
-
-fn stream<'a>(report: &'a Value, direction: &str) -> &'a Value {
-    report["streams"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no streams: {report}"))
-        .iter()
-        .find(|s| s["direction"] == direction)
-        .unwrap_or_else(|| panic!("no {direction} stream: {report}"))
 }
 
 #[test]

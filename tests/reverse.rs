@@ -6,18 +6,8 @@
 
 mod common;
 
-use common::udp::{args_to, client_outcome, u, Server};
+use common::udp::{args_to, client_outcome, stream, u, Server};
 use serde_json::Value;
-
-/// The one stream of `direction` in a report's `streams`.
-fn stream<'a>(report: &'a Value, direction: &str) -> &'a Value {
-    report["streams"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no streams array: {report}"))
-        .iter()
-        .find(|s| s["direction"] == direction)
-        .unwrap_or_else(|| panic!("no {direction} stream: {report}"))
-}
 
 /// The server's `stream_done` for the client's session.
 fn stream_done(server: &Server, session: &str) -> Value {

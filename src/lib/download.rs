@@ -377,12 +377,8 @@ pub fn download_stream(cfg: &ClientConfig, downloads: &[Download]) -> Stream {
     let (mut sender_cpu, mut sender_cpu_known) = (CpuTime::default(), true);
     let (mut first_bytes, mut longest_send, mut longest_receive) = (0, Duration::ZERO, 0.0f64);
     let mut all_answered = true;
-    let mut queue: Option<QueueFigures> = None;
     for d in downloads {
         let r = &d.received;
-        if let Some(q) = queue_of(r) {
-            queue = Some(queue.map_or(q, |w| QueueFigures::worst(w, q)));
-        }
         receiver.packets += r.packets;
         receiver.bytes += r.bytes;
         longest_receive = longest_receive.max(r.seconds);
@@ -435,8 +431,16 @@ pub fn download_stream(cfg: &ClientConfig, downloads: &[Download]) -> Stream {
         sender,
         receiver: Some(receiver),
         limited_by: reverse_verdict(cfg, downloads),
-        latency: Latency::new(queue, None).with_arrival(crate::sys::RX_TIMESTAMPS),
+        latency: Latency::new(worst_queue(downloads), None).with_arrival(crate::sys::RX_TIMESTAMPS),
     }
+}
+
+/// The queue delay of several reverse streams: the worst of theirs.
+fn worst_queue(downloads: &[Download]) -> Option<QueueFigures> {
+    downloads
+        .iter()
+        .filter_map(|d| queue_of(&d.received))
+        .reduce(QueueFigures::worst)
 }
 
 /// The queue delay this client counted for one reverse stream.
@@ -495,11 +499,7 @@ fn trial_run(cfg: &ClientConfig, downloads: &[Download]) -> Result<TrialRun> {
     let mut run = TrialRun {
         buffer_size: cfg.buffer_size,
         reverse: true,
-        queue_delay: downloads
-            .iter()
-            .filter_map(|d| queue_of(&d.received))
-            .reduce(QueueFigures::worst)
-            .map(|q| q.spread),
+        queue_delay: worst_queue(downloads).map(|q| q.spread),
         ..TrialRun::default()
     };
     let mut rx = ReceiverFacts::default();

@@ -61,16 +61,24 @@ pub fn arrival_times(kernel: bool) -> &'static str {
 impl Latency {
     pub fn new(queue: Option<QueueFigures>, rtt: Option<&RoundTripFigures>) -> Latency {
         Latency {
-            idle_rtt_ms: rtt.and_then(|r| r.idle_rtt_ms),
-            loaded_rtt_ms: rtt.and_then(|r| r.loaded_rtt_ms),
             queue_delay_ms: queue.map(|q| q.spread),
             delay_samples: queue.map_or(0, |q| q.samples),
             clock_skew_ppm: queue.and_then(|q| q.skew_ppm),
             drift_bound_ms: queue.map_or(0.0, |q| q.drift_bound_ms),
+            ..Latency::default()
+        }
+        .with_round_trips(rtt)
+    }
+
+    /// The same queue delay, with the probes' round trips.
+    pub fn with_round_trips(self, rtt: Option<&RoundTripFigures>) -> Latency {
+        Latency {
+            idle_rtt_ms: rtt.and_then(|r| r.idle_rtt_ms),
+            loaded_rtt_ms: rtt.and_then(|r| r.loaded_rtt_ms),
             probes_sent: rtt.map_or(0, |r| r.probes_sent),
             probes_lost: rtt.map_or(0, |r| r.probes_lost),
             rpm: rtt.and_then(|r| r.rpm),
-            arrival_times: None,
+            ..self
         }
     }
 
@@ -140,15 +148,7 @@ pub fn attach_duplex(report: &mut DuplexReport, record: &RttRecord) {
         attach_upload(upload, record);
     }
     for stream in &mut report.streams {
-        let queue = stream.latency;
-        stream.latency = Latency {
-            idle_rtt_ms: record.figures.and_then(|r| r.idle_rtt_ms),
-            loaded_rtt_ms: record.figures.and_then(|r| r.loaded_rtt_ms),
-            probes_sent: record.figures.map_or(0, |r| r.probes_sent),
-            probes_lost: record.figures.map_or(0, |r| r.probes_lost),
-            rpm: record.figures.and_then(|r| r.rpm),
-            ..queue
-        };
+        stream.latency = stream.latency.with_round_trips(record.figures.as_ref());
         let latency = stream.latency;
         speak_of_the_queue(&mut stream.limited_by, &latency);
     }
@@ -217,24 +217,14 @@ mod tests {
             filled,
             "a queue on the path filled: round trip rose from 0.30 ms idle to 98 ms under load (bufferbloat)"
         );
-        assert!(
-            at(Some(0.3), 4.0)
-                .queue_words()
-                .unwrap()
-                .starts_with("the queue stayed short"),
-            "under 5 ms more"
-        );
-        assert!(
-            at(Some(20.0), 70.0)
-                .queue_words()
-                .unwrap()
-                .starts_with("the queue stayed short"),
-            "under 4 times"
-        );
-        assert!(at(Some(20.0), 90.0)
-            .queue_words()
-            .unwrap()
-            .starts_with("a queue on the path filled"));
+        for (idle, loaded, starts, why) in [
+            (0.3, 4.0, "the queue stayed short", "under 5 ms more"),
+            (20.0, 70.0, "the queue stayed short", "under 4 times"),
+            (20.0, 90.0, "a queue on the path filled", "both"),
+        ] {
+            let words = at(Some(idle), loaded).queue_words().unwrap();
+            assert!(words.starts_with(starts), "{why}: {words}");
+        }
         assert_eq!(Latency::default().queue_words(), None);
         assert_eq!(at(None, 98.0).queue_words(), None, "no idle phase");
     }

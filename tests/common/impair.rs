@@ -130,18 +130,23 @@ pub fn tbf_alone(ns: &Netns, dev: &str, rate: &str, burst: &str, limit: &str) {
     );
 }
 
-/// The root qdisc's `drops` counter on `dev` (`tc -s -j qdisc show`).
-pub fn tc_drops(ns: &Netns, dev: &str) -> u64 {
+/// The root qdisc on `dev` with its counters (`tc -s -j qdisc show`).
+pub fn root_qdisc(ns: &Netns, dev: &str) -> Value {
     let json = tc(ns, &["-s", "-j", "qdisc", "show", "dev", dev]);
     let v: Value = serde_json::from_str(&json)
         .unwrap_or_else(|e| panic!("bad `tc -s -j qdisc` output ({e}): {json}"));
-    let root = v
-        .as_array()
+    v.as_array()
         .and_then(|a| a.iter().find(|q| q["root"] == true))
-        .unwrap_or_else(|| panic!("no root qdisc on {dev}: {json}"));
+        .cloned()
+        .unwrap_or_else(|| panic!("no root qdisc on {dev}: {json}"))
+}
+
+/// The root qdisc's `drops` counter on `dev`.
+pub fn tc_drops(ns: &Netns, dev: &str) -> u64 {
+    let root = root_qdisc(ns, dev);
     root["drops"]
         .as_u64()
-        .unwrap_or_else(|| panic!("no drops counter on {dev}: {json}"))
+        .unwrap_or_else(|| panic!("no drops counter on {dev}: {root}"))
 }
 
 /// One table (`Ip`, `Udp`, `Icmp`, ...) of `/proc/net/snmp` in `ns`.

@@ -218,6 +218,17 @@ pub fn f(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
 }
 
+/// The one stream of `direction` (`client_to_server` or
+/// `server_to_client`) in a client report's `streams`.
+pub fn stream<'a>(report: &'a Value, direction: &str) -> &'a Value {
+    report["streams"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no streams array: {report}"))
+        .iter()
+        .find(|s| s["direction"] == direction)
+        .unwrap_or_else(|| panic!("no {direction} stream: {report}"))
+}
+
 pub fn u(v: &Value, key: &str) -> u64 {
     v[key]
         .as_u64()

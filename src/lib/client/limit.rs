@@ -707,12 +707,7 @@ fn summarise(
             queue_delay_ms: at_limit
                 .iter()
                 .filter_map(|t| t.queue_delay_ms)
-                .reduce(|a, b| Spread {
-                    p50: a.p50.max(b.p50),
-                    p90: a.p90.max(b.p90),
-                    p99: a.p99.max(b.p99),
-                    max: a.max.max(b.max),
-                }),
+                .reduce(Spread::worst),
             max_delay_ms: s.max_delay.map(|d| d.as_secs_f64() * 1e3),
             confirmed: found.confirmed,
             confirmations: s.confirmations,

@@ -41,25 +41,15 @@ pub struct RttRecord {
     pub points: Vec<(f64, f64)>,
     /// Seconds since probing began when the load started.
     pub load_start: f64,
-    /// The server answered at least one probe.
-    pub answered: bool,
 }
 
 /// Where the probing thread and the load meet.
+#[derive(Default)]
 pub struct Phases {
     /// Set when the load starts: probes sent from then on are loaded.
     pub loaded: AtomicBool,
     /// Set when the load is over: the prober waits [`LAST_WAIT`], stops.
     pub done: AtomicBool,
-}
-
-impl Default for Phases {
-    fn default() -> Self {
-        Phases {
-            loaded: AtomicBool::new(false),
-            done: AtomicBool::new(false),
-        }
-    }
 }
 
 /// A socket for probing `server`.
@@ -153,6 +143,5 @@ pub fn run(socket: &UdpSocket, phases: &Phases) -> RttRecord {
         figures: answered.then(|| trips.figures()),
         points,
         load_start: load_start.unwrap_or(0.0),
-        answered,
     }
 }

@@ -57,6 +57,16 @@ pub struct Spread {
 }
 
 impl Spread {
+    /// Each figure the larger of the two: the worst either saw.
+    pub fn worst(a: Spread, b: Spread) -> Spread {
+        Spread {
+            p50: a.p50.max(b.p50),
+            p90: a.p90.max(b.p90),
+            p99: a.p99.max(b.p99),
+            max: a.max.max(b.max),
+        }
+    }
+
     /// The spread of one histogram of microseconds, each value shifted by
     /// `shift_us`; None when it is empty.
     fn of(h: &Histogram<u32>, shift_us: f64) -> Option<Spread> {
@@ -100,12 +110,7 @@ impl QueueFigures {
             (x, y) => x.or(y),
         };
         QueueFigures {
-            spread: Spread {
-                p50: a.spread.p50.max(b.spread.p50),
-                p90: a.spread.p90.max(b.spread.p90),
-                p99: a.spread.p99.max(b.spread.p99),
-                max: a.spread.max.max(b.spread.max),
-            },
+            spread: Spread::worst(a.spread, b.spread),
             samples: a.samples + b.samples,
             skew_ppm: skew,
             drift_bound_ms: a.drift_bound_ms.max(b.drift_bound_ms),
