@@ -176,7 +176,7 @@ fn assert_series_are_peer_done(samples: &[Sample], session: &str, done: &Value) 
     assert_eq!(int("netspeed_peer_lost_packets"), u(done, "lost"), "{done}");
     assert_eq!(int("netspeed_peer_duplicates_total"), u(done, "duplicates"));
     assert_eq!(int("netspeed_peer_reordered_total"), u(done, "reordered"));
-    match done.get("socket_kernel_drops") {
+    match done.get("socket_wide_kernel_drops") {
         Some(d) => assert_eq!(int("netspeed_peer_kernel_drops_total"), d.as_u64().unwrap()),
         None => assert!(of_session(samples, "netspeed_peer_kernel_drops_total", session).is_none()),
     }

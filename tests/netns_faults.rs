@@ -879,11 +879,11 @@ fn clients_sharing_a_socket_get_its_drops_once() {
     figure!(
         "3 clients, one socket: sent {}, received {received}, lost {lost}, socket drops {}, RcvbufErrors +{rcvbuf}, control dropped {control_dropped}",
         u(report, "sent_packets"),
-        total["socket_kernel_drops"]
+        total["socket_wide_kernel_drops"]
     );
     assert!(rcvbuf > 0, "64K never overflowed: {report}");
     // The socket's drops, counted once over the run.
-    assert_eq!(u(total, "socket_kernel_drops"), rcvbuf, "{report}");
+    assert_eq!(u(total, "socket_wide_kernel_drops"), rcvbuf, "{report}");
     assert_eq!(lost + control_dropped, rcvbuf, "{report}");
     // No client is given the socket's drops as its own.
     for c in report["clients"].as_array().unwrap() {

@@ -106,7 +106,7 @@ fn reverse_through_nat_matches_the_routers_count_and_the_kernels() {
         data + control,
         "snmp {before:?} -> {after:?}"
     );
-    let drops = report["downloads"][0]["received"]["socket_kernel_drops"]
+    let drops = report["downloads"][0]["received"]["socket_wide_kernel_drops"]
         .as_u64()
         .unwrap_or(0);
     assert_eq!(

@@ -210,10 +210,10 @@ fn totals_are_total_bytes_over_the_time_they_span() {
     // Kernel drops: the socket's, once, at the top; none per client.
     for c in clients {
         assert!(c["server"].get("kernel_drops").is_none(), "{c}");
-        assert!(c["server"]["socket_kernel_drops"].is_u64(), "{c}");
+        assert!(c["server"]["socket_wide_kernel_drops"].is_u64(), "{c}");
     }
     assert!(total.get("kernel_drops").is_none(), "{total}");
-    assert!(total["socket_kernel_drops"].is_u64(), "{total}");
+    assert!(total["socket_wide_kernel_drops"].is_u64(), "{total}");
 }
 
 // ---------------------------------------------------------------- intervals

@@ -59,6 +59,7 @@ fn run() -> Result<()> {
                 ServerEvent::Conflict(r) => report::conflict(r, json),
                 ServerEvent::StreamDone(r) => report::stream_done(r, json),
                 ServerEvent::StreamInterval(i) => report::stream_interval(i, json),
+                ServerEvent::Total(t) => report::total(t, json),
             };
             let _ = writeln!(out, "{line}");
             let _ = out.flush();

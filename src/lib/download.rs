@@ -353,7 +353,7 @@ pub fn upload_stream(r: &RunReport) -> Stream {
             lost_packets: Some(v.lost_packets),
             duplicates: Some(v.duplicates),
             reordered: Some(v.reordered),
-            kernel_drops: v.drops.socket_kernel_drops,
+            kernel_drops: v.drops.socket_wide_kernel_drops,
             jitter_ms: Some(v.jitter_ms),
             cpu: v.cpu,
         }),
@@ -385,7 +385,7 @@ pub fn download_stream(cfg: &ClientConfig, downloads: &[Download]) -> Stream {
         *receiver.lost_packets.get_or_insert(0) += r.lost.unwrap_or(0);
         *receiver.duplicates.get_or_insert(0) += r.duplicates.unwrap_or(0);
         *receiver.reordered.get_or_insert(0) += r.reordered.unwrap_or(0);
-        if let Some(drops) = r.drops.socket_kernel_drops {
+        if let Some(drops) = r.drops.socket_wide_kernel_drops {
             *receiver.kernel_drops.get_or_insert(0) += drops;
         }
         receiver.jitter_ms = Some(
@@ -502,7 +502,11 @@ fn trial_run(cfg: &ClientConfig, downloads: &[Download]) -> Result<TrialRun> {
         queue_delay: worst_queue(downloads).map(|q| q.spread),
         ..TrialRun::default()
     };
-    let mut rx = ReceiverFacts::default();
+    let mut rx = ReceiverFacts {
+        drops_own: true,
+        gro_datagrams: Some(0),
+        ..ReceiverFacts::default()
+    };
     let (mut sent_bps, mut received_bps) = (0.0, 0.0);
     for d in downloads {
         let r = &d.received;
@@ -531,7 +535,9 @@ fn trial_run(cfg: &ClientConfig, downloads: &[Download]) -> Result<TrialRun> {
         rx.lost += r.lost.unwrap_or(0);
         rx.received += r.packets;
         rx.gro_buffers += r.gro_buffers;
-        if let Some(drops) = r.drops.kernel_drops.or(r.drops.socket_kernel_drops) {
+        rx.gro_datagrams = rx.gro_datagrams.map(|g| g + r.gro_datagrams);
+        rx.drops_own &= r.drops.kernel_drops.is_some();
+        if let Some(drops) = r.drops.kernel_drops.or(r.drops.socket_wide_kernel_drops) {
             *rx.kernel_drops.get_or_insert(0) += drops;
         }
         rx.drops_in_buffers |= r.drops.kernel_drops_unit == Some("buffers");

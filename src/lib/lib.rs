@@ -33,7 +33,8 @@
 //!     ([`server::stream`]) for the sessions that proved their address
 //!     ([`server::reverse`]: Start to EndAck, bounded; the accounting
 //!     hands it what it does not handle itself);
-//!     what `--metrics` exposes ([`server::metrics`]);
+//!     what `--metrics` exposes ([`server::metrics`]); the socket as a
+//!     whole, each interval and at a burst's end ([`server::total`]);
 //!   - [`client`]: send an exact volume with the meter's send path
 //!     (`client/sender.rs`), ask for the server's count
 //!     (`client/exchange.rs`), sum the clients' reports
@@ -83,7 +84,8 @@
 //!     messages; pure encode/decode; [`auth`]: `--psk`'s HMAC;
 //!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost;
 //!     [`stats::samples`] summaries, [`stats::histogram`] latencies,
-//!     [`stats::delay`] queue delay and round trips);
+//!     [`stats::delay`] queue delay and round trips, [`stats::drops`]
+//!     kernel drops in datagrams and loss split by where it happened);
 //!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
 //!     code (`sys/linux.rs`, `sys/splice.rs`), with stubs in
 //!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;

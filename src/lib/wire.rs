@@ -392,8 +392,10 @@ pub struct EndAck {
     pub drops_start: u64,
     pub drops_end: u64,
     pub drop_socket: u64,
-    /// Buffers received that held more than one datagram (UDP GRO).
+    /// Buffers received that held more than one datagram (UDP GRO) ...
     pub gro_buffers: u64,
+    /// ... and the datagrams they held (0 from a server that did not say).
+    pub gro_datagrams: u64,
     /// Buffers the kernel cut short (MSG_TRUNC).
     pub truncated: u64,
     /// The server's receive threads' CPU while the session ran
@@ -702,7 +704,7 @@ fn decode_feedback(buf: &[u8], header: Header) -> Feedback {
 }
 
 /// The figures of an EndAck, in wire order from offset 32.
-fn end_ack_fields(ack: &EndAck) -> [u64; 30] {
+fn end_ack_fields(ack: &EndAck) -> [u64; 31] {
     [
         ack.nonce,
         ack.received_packets,
@@ -734,6 +736,7 @@ fn end_ack_fields(ack: &EndAck) -> [u64; 30] {
         ack.queue_max_ns,
         ack.delay_samples,
         ack.clock_skew_ppb,
+        ack.gro_datagrams,
     ]
 }
 
@@ -785,6 +788,7 @@ fn decode_end_ack(buf: &[u8], header: Header) -> EndAck {
         queue_max_ns: f(27),
         delay_samples: f(28),
         clock_skew_ppb: f(29),
+        gro_datagrams: f(30),
         tag,
     }
 }
@@ -1005,6 +1009,7 @@ mod tests {
             drops_end: UNKNOWN,
             drop_socket: 1,
             gro_buffers: 13,
+            gro_datagrams: 131,
             truncated: 14,
             cpu_user_ns: 15,
             cpu_system_ns: 16,

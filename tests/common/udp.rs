@@ -53,6 +53,14 @@ impl Server {
         Self::spawn(cmd)
     }
 
+    /// Starts a server inside a network namespace with exactly these
+    /// flags (plus `--json`).
+    pub fn start_args_in(ns: &Netns, args: &[&str]) -> Server {
+        let mut cmd = ns.cmd(SERVER);
+        cmd.args(args);
+        Self::spawn(cmd)
+    }
+
     fn spawn(mut cmd: Command) -> Server {
         cmd.arg("--json")
             .stdout(Stdio::piped())

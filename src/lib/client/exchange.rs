@@ -132,6 +132,8 @@ pub(super) struct ServerInfo {
     /// The HelloAck's address cookie (0 from a server without reverse
     /// streams).
     pub(super) cookie: u64,
+    /// The receive buffer the server's kernel granted (0: not said).
+    pub(super) recv_buffer: u64,
 }
 
 /// The start probe: is a udp_server at `server`, with room for us, and do
@@ -197,6 +199,7 @@ pub(super) fn probe(
     Ok(ServerInfo {
         end_grace: Duration::from_nanos(ack.end_grace_ns).min(crate::config::MAX_END_GRACE),
         cookie: ack.cookie,
+        recv_buffer: ack.recv_buffer,
     })
 }
 

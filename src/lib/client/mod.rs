@@ -32,7 +32,7 @@ use crate::meter::plan::Volume;
 use crate::meter::send::{GsoChoice, GsoRequest, SendPath, Transmitter};
 use crate::shutdown::Shutdown;
 use crate::stats::delay::{QueueFigures, RoundTripFigures, Spread};
-use crate::stats::{self, percent, CpuCost, CpuTime, KernelDrops, SendInterval};
+use crate::stats::{self, percent, CpuCost, CpuTime, KernelDrops, RateSpan, SendInterval};
 use crate::sys;
 use crate::wire::{self, End, EndAck, Header, Hello, Message};
 use serde::Serialize;

@@ -36,16 +36,25 @@ pub struct ServerView {
     /// (every session's answer said so).
     #[serde(skip)]
     pub kernel_times: bool,
-    /// Receive rate: what arrived after the first arrival, over the time
-    /// from the first to the last (server's clock); null under 1 ms.
+    /// Receive rate: what arrived after the first arrival, over the longer
+    /// of `seconds` and the senders' own span (`rate_span` says which);
+    /// null only when both are under 1 ms.
     #[serialize_always]
     pub gbps: Option<f64>,
+    /// From the first arrival to the last (server's clock).
     pub seconds: f64,
+    pub rate_span: RateSpan,
     /// Drops on the server's socket(s) while the session(s) ran.
     #[serde(flatten)]
     pub drops: KernelDrops,
+    /// The loss split by where it happened.
+    #[serde(flatten)]
+    pub split: stats::LossSplit,
     /// Buffers the server received that held several datagrams (GRO).
     pub gro_buffers: u64,
+    /// The datagrams those held (None from a server that does not say).
+    #[serde(skip)]
+    pub gro_datagrams: Option<u64>,
     /// Buffers the server's kernel cut short (MSG_TRUNC).
     #[serde(skip_serializing_if = "is_zero")]
     pub truncated: u64,
@@ -139,6 +148,10 @@ pub struct ClientReport {
     pub(super) loop_time: Duration,
     #[serde(skip)]
     pub(super) ack: Option<EndAck>,
+    /// The receive buffer the server's kernel granted (its HelloAck), for
+    /// advice that does not ask for what it already has.
+    #[serde(skip)]
+    pub(super) server_recv_buffer: Option<u64>,
 }
 
 /// The whole run: every client socket, and their totals.

@@ -156,6 +156,7 @@ pub fn run_one(
         sender: None,
         tag: [0; wire::TAG_LEN],
     };
+    let server_recv_buffer = info.map(|i| i.recv_buffer).filter(|&b| b > 0);
     let (answer, ack) = match info {
         None => (Answer::NotAsked, None),
         Some(_) if tx.gone => (Answer::ServerGone, None),
@@ -201,11 +202,14 @@ pub fn run_one(
         }),
         intervals,
         answer,
-        server: ack.as_ref().map(|a| server_view(&[(a, packets)])),
+        server: ack
+            .as_ref()
+            .map(|a| server_view(&[(a, packets)], timing.first_call.map(|_| span))),
         timing,
         cpu_used,
         loop_time,
         ack,
+        server_recv_buffer,
     })
 }
 

@@ -7,7 +7,10 @@ use super::*;
 /// The receiver side of one or more sessions of one server, from its
 /// answers and what each session sent: sums, and rates and drops over the
 /// union of their spans (the answers' times share the server's clock).
-pub(super) fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
+/// `sender_span` is the senders' own (first to last send call), over
+/// which the receive rate is taken when the arrivals' span is shorter
+/// (`stats::receive_span`).
+pub(super) fn server_view(answers: &[(&EndAck, u64)], sender_span: Option<Duration>) -> ServerView {
     let mut v = ServerView {
         kernel_times: !answers.is_empty(),
         ..ServerView::default()
@@ -53,8 +56,10 @@ pub(super) fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
             .filter(|a| a.first_arrival_ns == first)
             .map(|a| a.first_arrival_bytes)
             .sum();
-        let span = Duration::from_nanos(last.saturating_sub(first));
-        v.seconds = span.as_secs_f64();
+        let arrivals = Duration::from_nanos(last.saturating_sub(first));
+        v.seconds = arrivals.as_secs_f64();
+        let (span, basis) = stats::receive_span(arrivals, sender_span);
+        v.rate_span = basis;
         v.gbps = stats::rate_gbps(v.received_bytes.saturating_sub(at_first), span);
     }
     // Kernel drops: per receive socket, the counter's growth over the union
@@ -77,7 +82,16 @@ pub(super) fn server_view(answers: &[(&EndAck, u64)]) -> ServerView {
     v.cpu = server_cpu(answers, v.received_bytes);
     let drops = (known && !sockets.is_empty())
         .then(|| sockets.values().map(|(s, e)| e.saturating_sub(*s)).sum());
-    v.drops = KernelDrops::new(drops, shared, v.gro_buffers > 0);
+    let gro_datagrams: u64 = answers.iter().map(|(a, _)| a.gro_datagrams).sum();
+    let arrivals = stats::Arrivals {
+        datagrams: v.received_packets,
+        coalesced_buffers: v.gro_buffers,
+        // An older server leaves it zero: the coalesced buffers alone.
+        coalesced_datagrams: (gro_datagrams > 0).then_some(gro_datagrams),
+    };
+    v.gro_datagrams = arrivals.coalesced_datagrams;
+    v.drops = KernelDrops::new(drops, shared, arrivals);
+    v.split = stats::split_loss(v.lost_packets, &v.drops);
     v
 }
 
@@ -169,7 +183,8 @@ pub(super) fn summarise(
         .iter()
         .filter_map(|c| c.ack.as_ref().map(|a| (a, c.sent_packets)))
         .collect();
-    let server = (!answered.is_empty()).then(|| server_view(&answered));
+    let sender_span = first.is_some().then_some(span);
+    let server = (!answered.is_empty()).then(|| server_view(&answered, sender_span));
     let mut notes = Vec::new();
     let untagged: u64 = clients.iter().map(|c| c.untagged_packets).sum();
     if untagged > 0 {
@@ -230,7 +245,10 @@ pub(super) fn summarise(
         clients: n,
         gso: clients.iter().any(|c| c.send_path.gso_segments.is_some()),
         local: cfg.local,
-        receiver: server.as_ref().map(verdict::ReceiverFacts::of),
+        receiver: server.as_ref().map(|v| verdict::ReceiverFacts {
+            recv_buffer: clients.iter().filter_map(|c| c.server_recv_buffer).max(),
+            ..verdict::ReceiverFacts::of(v)
+        }),
         reverse: false,
     });
     RunReport {

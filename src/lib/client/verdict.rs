@@ -11,6 +11,7 @@
 //! tested here without sockets.
 
 use super::{ClientReport, ServerView};
+use crate::stats;
 use serde::Serialize;
 
 /// A core at least this busy (% of one core) is the cap when nothing else
@@ -66,6 +67,10 @@ impl Cap {
     }
 }
 
+/// The receive buffer the advice suggests (32 MiB): a buffer granted this
+/// large already is not suggested again.
+const SUGGESTED_BUFFER: u64 = 32 << 20;
+
 /// The verdict: what capped the run, in one sentence that says what to try.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
@@ -73,31 +78,27 @@ pub struct Verdict {
     pub text: String,
 }
 
-/// The datagrams `drops` kernel drops stand for: themselves, or with GRO
-/// (`in_buffers`) an estimate of `received / gro_buffers` datagrams per
-/// dropped buffer (the mean of the buffers that were received).
-pub fn dropped_datagrams(drops: u64, in_buffers: bool, received: u64, gro_buffers: u64) -> u64 {
-    if !in_buffers || gro_buffers == 0 {
-        return drops;
-    }
-    let per_buffer = (received as f64 / gro_buffers as f64).max(1.0);
-    (drops as f64 * per_buffer).round() as u64
-}
-
 /// What the receiver said, as far as the verdict needs it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReceiverFacts {
     pub lost: u64,
     pub loss_percent: f64,
-    /// Kernel drops on the server's socket while the session(s) ran.
+    /// Kernel drops on the receiving socket while the session(s) ran, in
+    /// the kernel's unit: the sessions' own, or the whole socket's.
     pub kernel_drops: Option<u64>,
     /// The drops count GRO buffers, not datagrams.
     pub drops_in_buffers: bool,
-    /// Datagrams received, and the GRO buffers that held several.
+    /// The drops are the sessions' own: nothing else used the socket.
+    pub drops_own: bool,
+    /// Datagrams received, the GRO buffers that held several, and the
+    /// datagrams in those (None where the server did not say).
     pub received: u64,
     pub gro_buffers: u64,
+    pub gro_datagrams: Option<u64>,
     /// The receive threads' CPU, % of one core.
     pub cpu_percent: Option<f64>,
+    /// The receiving socket's buffer (what the kernel granted), when known.
+    pub recv_buffer: Option<u64>,
 }
 
 impl ReceiverFacts {
@@ -106,11 +107,58 @@ impl ReceiverFacts {
         ReceiverFacts {
             lost: v.lost_packets,
             loss_percent: v.loss_percent,
-            kernel_drops: v.drops.kernel_drops.or(v.drops.socket_kernel_drops),
+            kernel_drops: v.drops.kernel_drops.or(v.drops.socket_wide_kernel_drops),
             drops_in_buffers: v.drops.kernel_drops_unit == Some("buffers"),
+            drops_own: v.drops.kernel_drops.is_some(),
             received: v.received_packets,
             gro_buffers: v.gro_buffers,
+            gro_datagrams: v.gro_datagrams,
             cpu_percent: v.cpu.as_ref().and_then(|c| c.percent_of_core),
+            recv_buffer: None,
+        }
+    }
+
+    /// The kernel drops in datagrams: themselves, or with GRO an estimate
+    /// from the buffers that arrived (`stats::drops`).
+    pub fn dropped_datagrams(&self) -> u64 {
+        let drops = self.kernel_drops.unwrap_or(0);
+        if !self.drops_in_buffers {
+            return drops;
+        }
+        let arrivals = stats::Arrivals {
+            datagrams: self.received,
+            coalesced_buffers: self.gro_buffers,
+            coalesced_datagrams: self.gro_datagrams,
+        };
+        arrivals
+            .per_buffer()
+            .map_or(drops, |per| (drops as f64 * per).round() as u64)
+    }
+
+    /// The drops in words, against the loss: `1279 GRO buffers (about
+    /// 58834 datagrams), all the loss`.
+    fn drops_share(&self) -> String {
+        let drops = self.kernel_drops.unwrap_or(0);
+        let dropped = self.dropped_datagrams();
+        let what = if self.drops_in_buffers {
+            format!("{drops} GRO buffers (about {dropped} datagrams)")
+        } else {
+            format!("{drops} datagrams")
+        };
+        if !self.drops_own {
+            return format!(
+                "{what} while the sessions ran, other traffic's included (the {} lost cannot be split)",
+                self.lost
+            );
+        }
+        if dropped >= self.lost {
+            format!("{what}, all the loss")
+        } else {
+            format!(
+                "{what} of the {} datagrams lost; the other {} were lost before it",
+                self.lost,
+                self.lost - dropped
+            )
         }
     }
 
@@ -119,13 +167,7 @@ impl ReceiverFacts {
     /// `--find-limit`'s causes.
     pub fn drops_are_most_of_the_loss(&self) -> bool {
         let drops = self.kernel_drops.unwrap_or(0);
-        let dropped = dropped_datagrams(
-            drops,
-            self.drops_in_buffers,
-            self.received,
-            self.gro_buffers,
-        );
-        drops > 0 && dropped * 2 >= self.lost
+        drops > 0 && self.dropped_datagrams() * 2 >= self.lost
     }
 }
 
@@ -222,22 +264,22 @@ pub fn judge(f: &Facts) -> Verdict {
             format!("unknown: without {receiver} figures the receiver side cannot be judged"),
         );
     };
+    // Advice never asks for what the run already had: a buffer as large
+    // as the one suggested, or pacing a paced sender.
+    let bigger_buffer = rx.recv_buffer.is_none_or(|b| b < SUGGESTED_BUFFER);
+    let or_rate = if f.offered_bps.is_some() {
+        "or a lower --rate"
+    } else {
+        "or pace with --rate"
+    };
     if rx.lost > 0 {
         let drops = rx.kernel_drops.unwrap_or(0);
         if rx.drops_are_most_of_the_loss() {
-            let share = if rx.drops_in_buffers {
-                format!(
-                    "{drops} GRO buffers (most of the {} datagrams lost)",
-                    rx.lost
-                )
-            } else if drops >= rx.lost {
-                format!("{drops} datagrams, all the loss")
+            let share = rx.drops_share();
+            let cpu_flags = if bigger_buffer {
+                "--recv-buffer-size 32M --threads 2"
             } else {
-                format!(
-                    "{drops} of the {} datagrams lost; the other {} were lost on the way",
-                    rx.lost,
-                    rx.lost - drops
-                )
+                "--threads 2"
             };
             return if f.seconds >= SHORTEST_JUDGED_SECONDS && busy(rx.cpu_percent) {
                 verdict(
@@ -245,14 +287,22 @@ pub fn judge(f: &Facts) -> Verdict {
                     format!(
                         "receiver CPU-bound: {receiver} receive thread used {} of a core and its buffer dropped {share}: {}, or a lower --rate{backed_off}",
                         core(rx.cpu_percent),
-                        on_server("--recv-buffer-size 32M --threads 2")
+                        on_server(cpu_flags)
                     ),
                 )
             } else {
+                let remedy = if bigger_buffer {
+                    format!("{}, {or_rate}", on_server("--recv-buffer-size 32M"))
+                } else {
+                    format!(
+                        "its buffer ({} MiB granted) is already large; {or_rate}, or fewer clients at once",
+                        rx.recv_buffer.unwrap_or(0) >> 20
+                    )
+                };
                 verdict(
                     Cap::ReceiveBuffer,
                     format!(
-                        "receive buffer: {receiver} socket buffer dropped {share}{}: bursts outran the buffer; {}, or pace with --rate{backed_off}",
+                        "receive buffer: {receiver} socket buffer dropped {share}{}: bursts outran the buffer; {remedy}{backed_off}",
                         // CPU sampled every 10 ms says nothing of a
                         // shorter run.
                         match rx.cpu_percent {
@@ -260,7 +310,6 @@ pub fn judge(f: &Facts) -> Verdict {
                                 format!(" while its receive thread used {p:.0}% of a core"),
                             _ => String::new(),
                         },
-                        on_server("--recv-buffer-size 32M")
                     ),
                 )
             };
@@ -271,14 +320,7 @@ pub fn judge(f: &Facts) -> Verdict {
                 receiver.trim_end_matches("'s")
             )
         } else if drops > 0 {
-            format!(
-                " (it dropped only {drops} {})",
-                if rx.drops_in_buffers {
-                    "GRO buffers"
-                } else {
-                    "datagrams"
-                }
-            )
+            format!(" (it dropped only {})", rx.drops_share())
         } else {
             String::new()
         };
@@ -414,10 +456,10 @@ mod tests {
             lost,
             loss_percent: lost as f64 / 100.0,
             kernel_drops: drops,
-            drops_in_buffers: false,
+            drops_own: true,
             received: 10_000,
-            gro_buffers: 0,
             cpu_percent: Some(cpu),
+            ..ReceiverFacts::default()
         }
     }
 
@@ -441,7 +483,7 @@ mod tests {
         assert_verdict(
             &v,
             Cap::ReceiveBuffer,
-            &["60 of the 100", "other 40 were lost on the way"],
+            &["60 datagrams of the 100", "other 40 were lost before it"],
         );
     }
 
@@ -449,15 +491,24 @@ mod tests {
     fn a_few_drops_in_much_loss_leave_it_to_the_network() {
         let v = judge(&unpaced(20.0, rx(1000, Some(25), 5.0)));
         assert_verdict(&v, Cap::Network, &["only 25 datagrams"]);
-        // 25 buffers of about 13 datagrams each are 325: still a minority.
+        // 25 buffers of 13 datagrams each are 325: still a minority.
         let mut r = rx(1000, Some(25), 5.0);
         r.drops_in_buffers = true;
         r.received = 13_000;
         r.gro_buffers = 1_000;
-        assert_eq!(dropped_datagrams(25, true, 13_000, 1_000), 325);
-        assert_eq!(judge(&unpaced(20.0, r)).cause, Cap::Network);
+        r.gro_datagrams = Some(13_000);
+        assert_eq!(r.dropped_datagrams(), 325);
+        assert_verdict(
+            &judge(&unpaced(20.0, r)),
+            Cap::Network,
+            &["only 25 GRO buffers (about 325 datagrams)"],
+        );
         r.kernel_drops = Some(40);
-        assert_eq!(judge(&unpaced(20.0, r)).cause, Cap::ReceiveBuffer);
+        assert_verdict(
+            &judge(&unpaced(20.0, r)),
+            Cap::ReceiveBuffer,
+            &["40 GRO buffers (about 520 datagrams) of the 1000 datagrams lost; the other 480"],
+        );
     }
 
     #[test]

@@ -211,7 +211,7 @@ impl Collector for Exposition {
             ("peer", "Payload bytes of those datagrams (peer_done bytes).", Some(Unit::Bytes), Counter, |p| Some(p.bytes)),
             ("peer_duplicates", "Datagrams received more than once (peer_done duplicates).", None, Counter, |p| p.duplicates),
             ("peer_reordered", "Datagrams that arrived after a later one (peer_done reordered).", None, Counter, |p| p.reordered),
-            ("peer_kernel_drops", "Drops on the peer's receive socket while it was active (peer_done socket_kernel_drops).", None, Counter, |p| p.kernel_drops),
+            ("peer_kernel_drops", "Drops on the peer's receive socket while it was active (peer_done socket_wide_kernel_drops).", None, Counter, |p| p.kernel_drops),
             ("peer_sent", "Payload bytes the server sent the peer in a reverse stream (udp_client -R, --bidir; stream_done sent_bytes).", Some(Unit::Bytes), Counter, |p| p.sent_bytes),
         ];
         for (name, help, unit, kind, value) in families {

@@ -11,9 +11,10 @@ use crate::download::{upload_stream, DuplexReport, Stream};
 use crate::latency::{ms, Latency};
 use crate::meter::account::{ConflictReport, DoneReason, LateReport, PeerReport};
 use crate::server::reverse::{StreamEnd, StreamInterval, StreamReport};
+use crate::server::total::TotalReport;
 use crate::server::{Bound, ServerSummary};
 use crate::stats::delay::Spread;
-use crate::stats::{CpuCost, SendInterval};
+use crate::stats::{CpuCost, KernelDrops, LossSplit, RateSpan, SendInterval};
 use crate::units::HumanBytes;
 use crate::wire::Direction;
 use serde::Serialize;
@@ -153,6 +154,51 @@ pub fn interval(r: &PeerReport, json_out: bool) -> String {
     )
 }
 
+/// The server's `total` line: the socket(s) as a whole over an interval,
+/// or to the end of a burst.
+pub fn total(t: &TotalReport, json_out: bool) -> String {
+    if json_out {
+        return json_event("total", t);
+    }
+    let drops = match (
+        t.kernel_drops,
+        t.kernel_drops_unit,
+        t.kernel_drops_datagrams,
+    ) {
+        (Some(0), _, _) => ", no drops".to_string(),
+        (Some(b), Some("buffers"), Some(d)) => {
+            format!(", dropped {b} GRO buffers (about {d} datagrams)")
+        }
+        (Some(d), _, _) => format!(", dropped {d} datagrams"),
+        _ => String::new(),
+    };
+    let buffer = match t.recv_buffer_peak_bytes {
+        Some(peak) => format!(
+            ", buffer peak {} of {}",
+            HumanBytes(peak),
+            HumanBytes(t.recv_buffer_bytes)
+        ),
+        None => String::new(),
+    };
+    let cpu = t
+        .cpu
+        .and_then(|c| c.percent_of_core)
+        .map_or_else(String::new, |p| format!(", receive cpu {p:.1}%"));
+    let span = format!("{:.2}-{:.2}", t.start, t.end);
+    format!(
+        "[total] {span:>13} s {} active (+{} -{}) {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps{drops}{buffer}{cpu}{}",
+        plural(t.peers_active, "peer", "peers"),
+        t.peers_started,
+        t.peers_finished,
+        t.packets,
+        HumanBytes(t.bytes).to_string(),
+        rate(t.gbps),
+        t.pps
+            .map_or_else(|| "unknown".to_string(), |p| format!("{p:.0}")),
+        if t.burst_end { " (burst ended)" } else { "" },
+    )
+}
+
 /// An interval's queue delay, for the end of its line.
 fn queue_suffix(q: Option<&Spread>) -> String {
     q.map_or_else(String::new, |s| {
@@ -272,10 +318,17 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
     };
     let rates = match (r.gbps, r.wire_gbps, r.pps) {
         (Some(g), Some(w), Some(p)) => {
-            format!("{g:.3} Gbit/s payload, {w:.3} Gbit/s on the wire (est.), {p:.0} pps")
+            let over = match (r.rate_span, r.declared) {
+                (RateSpan::Sender, Some(end)) => format!(
+                    " (over the sender's {:.3} s: the datagrams arrived in a burst)",
+                    end.duration_ns as f64 / 1e9
+                ),
+                _ => String::new(),
+            };
+            format!("{g:.3} Gbit/s payload, {w:.3} Gbit/s on the wire (est.), {p:.0} pps{over}")
         }
         _ => format!(
-            "unknown: the datagrams arrived within {} ms, too short a span for a rate",
+            "unknown: sent and received within {} ms, too short to time; send more (-t 1G or --duration 10s)",
             crate::stats::MIN_RATE_SPAN.as_millis()
         ),
     };
@@ -317,7 +370,7 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
     } else {
         out += "\n  loss      unknown: these datagrams carry no netspeed header";
     }
-    if let (Some(d), Some(unit)) = (r.drops.socket_kernel_drops, r.drops.kernel_drops_unit) {
+    if let (Some(d), Some(unit)) = (r.drops.socket_wide_kernel_drops, r.drops.kernel_drops_unit) {
         let whose = if r.drops.kernel_drops.is_some() {
             "this peer's, the only traffic on it"
         } else {
@@ -326,6 +379,9 @@ pub fn peer_done(r: &PeerReport, json_out: bool) -> String {
         out += &format!(
             "\n  kernel    {d} {unit} dropped on the server socket (receive buffer full) while this peer was active; {whose}"
         );
+    }
+    if let Some(text) = drops_in_datagrams(&r.drops, &r.split) {
+        out += &format!("\n  drops     {text}");
     }
     if r.truncated > 0 {
         out += &format!(
@@ -486,13 +542,52 @@ fn drops_text(v: &ServerView, total: bool) -> String {
         Some("buffers") => " GRO buffers",
         _ => "",
     };
-    match (v.drops.kernel_drops, v.drops.socket_kernel_drops) {
+    match (v.drops.kernel_drops, v.drops.socket_wide_kernel_drops) {
         (Some(d), _) if !total => format!(", kernel drops {d}{unit}"),
         (_, Some(d)) => {
             format!(", kernel drops {d}{unit} on the server socket (all traffic on it)")
         }
         _ => String::new(),
     }
+}
+
+/// Kernel drops in datagrams and the loss split, in words: `58834
+/// datagrams (estimate: 1279 buffers × 46.0 datagrams per buffer
+/// received); of the loss, 58834 in the socket and 0 before it`.
+fn drops_in_datagrams(drops: &KernelDrops, split: &LossSplit) -> Option<String> {
+    let mut out = match (
+        drops.kernel_drops_datagrams,
+        drops.kernel_drops_basis.as_deref(),
+    ) {
+        (Some(d), Some("counted")) => format!("{d} datagrams dropped (counted)"),
+        (Some(d), Some(basis)) => format!("about {d} datagrams dropped ({basis})"),
+        _ => String::new(),
+    };
+    match (
+        split.lost_in_socket,
+        split.lost_before_socket,
+        split.loss_split.as_deref(),
+    ) {
+        (Some(inside), Some(before), Some(how)) => {
+            if !out.is_empty() {
+                out += "; ";
+            }
+            out += &format!(
+                "of the loss, {inside} in the receive socket and {before} before it ({how})"
+            );
+        }
+        (_, _, Some(why)) => {
+            if !out.is_empty() {
+                out += "; ";
+            }
+            out += &format!(
+                "the loss {}",
+                why.replace("cannot split", "cannot be split")
+            );
+        }
+        _ => {}
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 fn server_line(v: &ServerView, sent_packets: u64, total: bool) -> String {
@@ -518,6 +613,15 @@ fn server_line(v: &ServerView, sent_packets: u64, total: bool) -> String {
         if n > 0 {
             out += &format!(", {n} {what}");
         }
+    }
+    if let Some(text) = drops_in_datagrams(&v.drops, &v.split) {
+        out += &format!("\n          {text}");
+    }
+    if v.rate_span == RateSpan::Sender {
+        out += &format!(
+            "\n          the datagrams arrived within {:.3} s: the rate is over the sender's span",
+            v.seconds
+        );
     }
     out
 }

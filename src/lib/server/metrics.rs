@@ -42,7 +42,7 @@ pub struct PeerSample {
     pub duplicates: Option<u64>,
     pub reordered: Option<u64>,
     /// Drops on the peer's receive socket while it was active
-    /// (`socket_kernel_drops`), and whether other traffic shared it.
+    /// (`socket_wide_kernel_drops`), and whether other traffic shared it.
     pub kernel_drops: Option<u64>,
     pub kernel_drops_shared: bool,
     /// The receive threads' CPU seconds while the peer was active.
@@ -71,8 +71,8 @@ impl PeerSample {
             lost: r.lost,
             duplicates: r.duplicates,
             reordered: r.reordered,
-            kernel_drops: r.drops.socket_kernel_drops,
-            kernel_drops_shared: r.drops.socket_kernel_drops.is_some()
+            kernel_drops: r.drops.socket_wide_kernel_drops,
+            kernel_drops_shared: r.drops.socket_wide_kernel_drops.is_some()
                 && r.drops.kernel_drops.is_none(),
             cpu_seconds: r.cpu.map(|c| c.seconds),
             finished,

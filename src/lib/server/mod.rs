@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod probe;
 pub mod reverse;
 pub mod stream;
+pub mod total;
 
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
@@ -36,6 +37,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use stream::{StreamOrder, StreamResult};
 use sys::RecvBatch;
+use total::{Counters, TotalMeter, TotalReport};
 
 pub use crate::sys::BufferGrant;
 
@@ -159,6 +161,9 @@ pub enum ServerEvent {
     StreamDone(StreamReport),
     /// An interval of a reverse stream that is sending.
     StreamInterval(StreamInterval),
+    /// The receive socket(s) as a whole, after each interval's lines and
+    /// when a burst ends ([`total`]).
+    Total(TotalReport),
 }
 
 /// Totals over the server's whole run.
@@ -188,10 +193,59 @@ struct Shared {
     streams_sent: Vec<(SessionKey, StreamResult)>,
 }
 
+/// The most any receive socket's buffer held since it was last taken.
+/// Each receive thread looks (SO_MEMINFO) at most every
+/// [`total::BUFFER_SAMPLE_EVERY`], after a read; a buffer that overflowed
+/// in between shows as drops, not here.
+struct BufferWatch {
+    epoch: Instant,
+    /// Per thread: when it last looked (ns since epoch + 1; 0 = never).
+    looked: Vec<AtomicU64>,
+    peak: AtomicU64,
+    supported: std::sync::atomic::AtomicBool,
+}
+
+impl BufferWatch {
+    fn new(threads: usize, epoch: Instant) -> Self {
+        BufferWatch {
+            epoch,
+            looked: (0..threads).map(|_| AtomicU64::new(0)).collect(),
+            peak: AtomicU64::new(0),
+            supported: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+
+    /// Called on receive thread `index` after a read.
+    fn sample(&self, index: usize, socket: &Socket, now: Instant) {
+        let Some(looked) = self.looked.get(index) else {
+            return;
+        };
+        let at = now.saturating_duration_since(self.epoch).as_nanos() as u64 + 1;
+        let last = looked.load(Ordering::Relaxed);
+        if last != 0 && at < last + total::BUFFER_SAMPLE_EVERY.as_nanos() as u64 {
+            return;
+        }
+        looked.store(at, Ordering::Relaxed);
+        match sys::recv_buffer_held(socket) {
+            Ok(held) => {
+                self.peak.fetch_max(held, Ordering::Relaxed);
+            }
+            Err(_) => self.supported.store(false, Ordering::Relaxed),
+        }
+    }
+
+    /// The most held since the last call, where the platform tells.
+    fn take(&self) -> Option<u64> {
+        let peak = self.peak.swap(0, Ordering::Relaxed);
+        self.supported.load(Ordering::Relaxed).then_some(peak)
+    }
+}
+
 /// Counts what the receive loops read into the shared table.
 struct Counter<'a> {
     shared: &'a Mutex<Shared>,
     cpu: &'a ReceiveCpu,
+    buffer: &'a BufferWatch,
     /// The thread that finalises sessions, woken when one needs it sooner
     /// than its next regular look.
     main: std::thread::Thread,
@@ -323,6 +377,7 @@ impl Deliver for Counter<'_> {
     fn deliver(&self, index: usize, socket: &Socket, batch: &RecvBatch, count: usize) {
         let now = Instant::now();
         self.cpu.sample(index, now, false);
+        self.buffer.sample(index, socket, now);
         let cpu = self.cpu.total();
         let real_now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -491,10 +546,26 @@ pub fn run_with(
     });
     let sockets: Vec<&Socket> = bound.sockets.iter().collect();
     let receive_cpu = ReceiveCpu::new(bound.sockets.len(), start);
+    let buffer_watch = BufferWatch::new(bound.sockets.len(), start);
     let process_cpu_at_start = sys::process_cpu();
+    // Drops are known to be counted (0 until the first report) where
+    // every socket has the counter.
+    let socket_drops =
+        |table: &PeerTable| drops_supported.then(|| table.kernel_drops().unwrap_or(0));
+    let mut total_meter = TotalMeter::new(
+        start,
+        cfg.interval.is_some(),
+        bound.buffer.granted as u64,
+        Counters {
+            drops: drops_supported.then_some(0),
+            cpu: receive_cpu.total(),
+            ..Counters::default()
+        },
+    );
     let counter = Counter {
         shared: &shared,
         cpu: &receive_cpu,
+        buffer: &buffer_watch,
         main: std::thread::current(),
     };
     let receivers_done = Shutdown::new();
@@ -548,10 +619,13 @@ pub fn run_with(
                     launches.clear();
                 }
                 let mut stream_intervals = Vec::new();
+                let mut ticked = false;
+                let seen = pending.len();
                 {
                     let mut sink = push_event(pending);
                     if let Some(due) = next_interval {
                         if now >= due {
+                            ticked = true;
                             table.tick_intervals(now, receive_cpu.total(), &mut sink);
                             stream_intervals = reverse.intervals(now);
                             let interval = cfg.interval.expect("interval set");
@@ -564,6 +638,20 @@ pub fn run_with(
                     }
                     table.expire(now, &mut sink, queued);
                 }
+                total_meter.observe(&pending[seen..]);
+                let active = table.active_peers() as u64;
+                let burst_end = total_meter.burst_ended(active);
+                let counters =
+                    Counters::of(&table.totals, socket_drops(table), receive_cpu.total());
+                if burst_end || (ticked && total_meter.worth(active, &counters)) {
+                    let at = total::Now {
+                        at: now,
+                        active,
+                        counters,
+                        buffer_peak: buffer_watch.take(),
+                    };
+                    pending.push(ServerEvent::Total(total_meter.take(at, burst_end)));
+                }
                 pending.extend(
                     stream_intervals
                         .into_iter()
@@ -574,8 +662,7 @@ pub fn run_with(
                 // no scrape misses it.
                 record_finished(board, pending);
                 if let Some(board) = board.filter(|b| b.take_wanted()) {
-                    // Known to be counted: 0 until the first drop report.
-                    let kernel_drops = drops_supported.then(|| table.kernel_drops().unwrap_or(0));
+                    let kernel_drops = socket_drops(table);
                     board.publish(metrics::Live {
                         peers: table
                             .live_reports()
@@ -649,7 +736,19 @@ pub fn run_with(
             .into_iter()
             .map(ServerEvent::StreamDone),
     );
+    let seen = pending.len();
     table.finish_all(now, &mut push_event(pending), replies);
+    total_meter.observe(&pending[seen..]);
+    let counters = Counters::of(&table.totals, socket_drops(table), receive_cpu.total());
+    if total_meter.worth(0, &counters) {
+        let at = total::Now {
+            at: now,
+            active: 0,
+            counters,
+            buffer_peak: buffer_watch.take(),
+        };
+        pending.push(ServerEvent::Total(total_meter.take(at, true)));
+    }
     send_replies(&sockets, replies);
     record_finished(board, pending);
     for event in pending.drain(..) {

@@ -14,8 +14,11 @@
 //! than guessing.
 
 pub mod delay;
+pub mod drops;
 pub mod histogram;
 pub mod samples;
+
+pub use drops::{split_loss, Arrivals, KernelDrops, LossSplit};
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -320,34 +323,6 @@ impl CpuTime {
     }
 }
 
-/// Drops on a server receive socket (its drop counter's growth) while a
-/// session ran: what the server reports for a peer, and what the client
-/// works out from the server's answers. `docs/output.md` defines each.
-#[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct KernelDrops {
-    /// This session's own: nothing else arrived on the socket meanwhile.
-    pub kernel_drops: Option<u64>,
-    /// Whoever's datagrams they were.
-    pub socket_kernel_drops: Option<u64>,
-    /// What the counts count: `datagrams`, or `buffers` when the session's
-    /// datagrams arrived coalesced (UDP GRO).
-    pub kernel_drops_unit: Option<&'static str>,
-}
-
-impl KernelDrops {
-    /// `drops` on the socket (None where unknown); `shared` when other
-    /// traffic used it meanwhile, `coalesced` when the session's datagrams
-    /// arrived in GRO buffers.
-    pub fn new(drops: Option<u64>, shared: bool, coalesced: bool) -> KernelDrops {
-        KernelDrops {
-            kernel_drops: drops.filter(|_| !shared),
-            socket_kernel_drops: drops,
-            kernel_drops_unit: drops.map(|_| if coalesced { "buffers" } else { "datagrams" }),
-        }
-    }
-}
-
 /// What some work cost in CPU, as iperf3 and netperf report it.
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -409,6 +384,35 @@ pub fn rate_per_second(amount_after_first: u64, span: Duration) -> Option<f64> {
 /// [`rate_per_second`] of bytes, in Gbit/s.
 pub fn rate_gbps(bytes_after_first: u64, span: Duration) -> Option<f64> {
     rate_per_second(bytes_after_first, span).map(|bytes| bytes * 8.0 / 1e9)
+}
+
+/// Which span a receive rate is taken over (see [`receive_span`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateSpan {
+    /// From the first arrival to the last.
+    #[default]
+    Arrivals,
+    /// The sender's own span (first to last send call), declared in its
+    /// End: longer than the arrivals' when they came in a burst.
+    Sender,
+    /// An interval line's span.
+    Interval,
+}
+
+/// The one rule for a receiver's rate over a whole session: the longer of
+/// the arrivals' span and the span the sender declared it sent over. Why:
+/// datagrams that wait in a socket buffer, or survive a full one in a few
+/// GRO buffers, can arrive within a millisecond although the sender took
+/// 86 ms to send them; over the arrivals alone that reads as 74 Gbit/s,
+/// a figure no one can compare with the sender's. Over the longer span the
+/// receive rate is never above what the sender's own timing allows, and it
+/// is null only when neither span reaches [`MIN_RATE_SPAN`].
+pub fn receive_span(arrivals: Duration, sender: Option<Duration>) -> (Duration, RateSpan) {
+    match sender {
+        Some(s) if s > arrivals => (s, RateSpan::Sender),
+        _ => (arrivals, RateSpan::Arrivals),
+    }
 }
 
 /// `part * 100 / whole`, 0 for an empty whole.
@@ -570,6 +574,27 @@ impl IntervalClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_of_arrivals_is_timed_over_the_senders_span() {
+        let ms = Duration::from_millis;
+        // 14,398 datagrams arrived within 2 ms; the sender needed 86 ms.
+        let (span, basis) = receive_span(ms(2), Some(ms(86)));
+        assert_eq!((span, basis), (ms(86), RateSpan::Sender));
+        let gbps = rate_gbps(14_397 * 1400, span).expect("a rate");
+        assert!((gbps - 1.875).abs() < 0.001, "{gbps}");
+        // Arrivals spread longer than the sending (a queue drained after
+        // it): their span stands.
+        assert_eq!(
+            receive_span(ms(120), Some(ms(86))),
+            (ms(120), RateSpan::Arrivals)
+        );
+        // No End yet: the arrivals alone.
+        assert_eq!(receive_span(ms(5), None), (ms(5), RateSpan::Arrivals));
+        // Neither long enough: no rate.
+        let (span, _) = receive_span(Duration::from_micros(300), Some(Duration::from_micros(600)));
+        assert_eq!(rate_gbps(1000, span), None);
+    }
 
     #[test]
     fn intervals_add_up_to_the_totals_and_follow_the_calls() {

@@ -105,6 +105,11 @@ pub fn send_from(
     socket.send_to(buf, &to.into())
 }
 
+/// What the receive queue holds: only Linux says (SO_MEMINFO).
+pub fn recv_buffer_held(_socket: &Socket) -> io::Result<u64> {
+    unsupported("SO_MEMINFO is Linux-only")
+}
+
 /// Not available here.
 pub fn force_recv_buffer(_socket: &Socket, _bytes: usize) -> io::Result<()> {
     unsupported("SO_RCVBUFFORCE is Linux-only")

@@ -269,6 +269,34 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
     }
 }
 
+/// SO_MEMINFO (asm-generic/socket.h; the same on x86 and arm), which the
+/// libc crate does not export for every target.
+const SO_MEMINFO: libc::c_int = 55;
+
+/// What the socket's receive queue holds now, in the kernel's accounting
+/// (SK_MEMINFO_RMEM_ALLOC: each datagram's buffer with its overhead), the
+/// figure the kernel compares with SO_RCVBUF before it drops.
+pub fn recv_buffer_held(socket: &Socket) -> io::Result<u64> {
+    let mut info = [0u32; 16];
+    let mut len = size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` and `len` live across the call and `len` is the size
+    // of `info`; the kernel writes at most that much. The fd is owned by
+    // `socket` and open.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::from(info[libc::SK_MEMINFO_RMEM_ALLOC as usize]))
+}
+
 /// SO_RCVBUFFORCE: like SO_RCVBUF but ignores `net.core.rmem_max`. Needs
 /// CAP_NET_ADMIN; fails with EPERM otherwise.
 pub fn force_recv_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {

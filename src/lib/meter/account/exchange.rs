@@ -40,6 +40,9 @@ impl PeerTable {
         if meta.coalesced_first {
             peer.gro_buffers += 1;
         }
+        if meta.coalesced {
+            peer.gro_datagrams += 1;
+        }
         if meta.truncated {
             peer.truncated += 1;
         }

@@ -43,7 +43,8 @@
 use crate::auth::Psk;
 use crate::stats::delay::{QueueDelay, Spread};
 use crate::stats::{
-    self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, KernelDrops, SeqSet,
+    self, percent, wire_bytes, Arrival, CpuCost, CpuTime, Jitter, KernelDrops, LossSplit, RateSpan,
+    SeqSet,
 };
 use crate::wire::{self, End, EndAck, Hello, HelloAck, Message};
 use serde::Serialize;
@@ -196,6 +197,13 @@ pub struct Totals {
     pub ends_rejected: u64,
     /// Sessions whose End was contradicted (see `conflict` events).
     pub conflicts: u64,
+    /// Control messages read (Hello, End, probes, a reverse stream's
+    /// Start and Feedback, and any answer): not in `packets`.
+    pub control_packets: u64,
+    /// Buffers read that held several datagrams (UDP GRO), and those
+    /// datagrams: the basis of the socket's drops in datagrams.
+    pub gro_buffers: u64,
+    pub gro_datagrams: u64,
 }
 
 /// An answer to send: bytes, destination (as received) and the receive
@@ -331,6 +339,18 @@ impl PeerTable {
         self.len() == 0
     }
 
+    /// Peers not finished that have sent data: sessions and untagged
+    /// sources. A session that has only said Hello (a client about to
+    /// start, or one that only probes round trips) is not counted.
+    pub fn active_peers(&self) -> usize {
+        let sessions = self
+            .tagged
+            .peers()
+            .filter(|s| !s.is_finished() && s.total.packets > 0)
+            .count();
+        sessions + self.untagged.len()
+    }
+
     /// Finished sessions' records kept now.
     pub fn records(&self) -> usize {
         self.tagged.len() - self.active_sessions
@@ -390,6 +410,7 @@ impl PeerTable {
             processed: rx.processed,
             drops,
             coalesced_first: false,
+            coalesced: false,
             truncated: rx.truncated,
         };
         match rx.segment_size {
@@ -428,6 +449,7 @@ impl PeerTable {
             };
             let meta = Meta {
                 coalesced_first: i == 0,
+                coalesced: true,
                 truncated: meta.truncated && i == 0,
                 ..meta
             };
@@ -493,6 +515,9 @@ impl PeerTable {
         };
         peer.seen(at.now, meta.drops, meta.cpu);
         peer.gro_buffers += 1;
+        peer.gro_datagrams += count;
+        self.totals.gro_buffers += 1;
+        self.totals.gro_datagrams += count;
         if meta.truncated {
             peer.truncated += 1;
         }
@@ -535,7 +560,17 @@ impl PeerTable {
         control: &mut dyn Control,
     ) {
         let addr = canonical(from);
-        match wire::decode(data) {
+        if meta.coalesced_first {
+            self.totals.gro_buffers += 1;
+        }
+        if meta.coalesced {
+            self.totals.gro_datagrams += 1;
+        }
+        let decoded = wire::decode(data);
+        if matches!(&decoded, Ok(m) if !matches!(m, Message::Data(_))) {
+            self.totals.control_packets += 1;
+        }
+        match decoded {
             Ok(Message::Data(header)) => {
                 self.totals.packets += 1;
                 self.totals.bytes += data.len() as u64;
@@ -692,8 +727,10 @@ struct Meta {
     processed: Instant,
     /// The socket's running drop total, when known.
     drops: Option<u64>,
-    /// The first datagram of a coalesced (GRO) buffer.
+    /// The first datagram of a coalesced (GRO) buffer ...
     coalesced_first: bool,
+    /// ... or any of its datagrams.
+    coalesced: bool,
     truncated: bool,
 }
 

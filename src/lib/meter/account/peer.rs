@@ -189,6 +189,8 @@ pub(super) struct Peer {
     pub(super) joins_at_start: u64,
     pub(super) shared: bool,
     pub(super) gro_buffers: u64,
+    /// The datagrams those GRO buffers held.
+    pub(super) gro_datagrams: u64,
     pub(super) truncated: u64,
 }
 
@@ -212,6 +214,7 @@ impl Peer {
             joins_at_start: 0,
             shared: false,
             gro_buffers: 0,
+            gro_datagrams: 0,
             truncated: 0,
         }
     }
@@ -263,6 +266,15 @@ impl Peer {
     /// The receive CPU from the peer's first datagram to its latest.
     pub(super) fn cpu_used(&self) -> Option<CpuTime> {
         Some(self.cpu_end?.since(self.cpu_start?))
+    }
+
+    /// How its datagrams came in: the basis of its drops in datagrams.
+    pub(super) fn arrivals(&self) -> stats::Arrivals {
+        stats::Arrivals {
+            datagrams: self.total.packets,
+            coalesced_buffers: self.gro_buffers,
+            coalesced_datagrams: Some(self.gro_datagrams),
+        }
     }
 
     pub(super) fn socket_drops(&self) -> Option<u64> {
@@ -363,6 +375,7 @@ impl Session {
             drops_end: self.drops_end.unwrap_or(wire::UNKNOWN),
             drop_socket: self.socket as u64,
             gro_buffers: self.gro_buffers,
+            gro_datagrams: self.gro_datagrams,
             truncated: self.truncated,
             cpu_user_ns: self
                 .cpu_used()
@@ -423,6 +436,7 @@ pub(super) fn merge(session: &mut Session, m: Peer) {
     peer.first_seen = peer.first_seen.min(m.first_seen);
     peer.shared |= m.shared;
     peer.gro_buffers += m.gro_buffers;
+    peer.gro_datagrams += m.gro_datagrams;
     peer.truncated += m.truncated;
 }
 

@@ -32,14 +32,18 @@ pub struct PeerReport {
     pub bytes: u64,
     /// Summary: first to last datagram. Interval: the interval's span.
     pub seconds: f64,
-    /// Rates over `seconds`, of what arrived after its start; null when the
-    /// span is under `stats::MIN_RATE_SPAN`.
+    /// Rates of what arrived after the span's start, over the span named
+    /// by `rate_span`: a summary's is the longer of `seconds` and the
+    /// sender's declared span (`stats::receive_span`), an interval's is
+    /// `seconds`. Null only when that span is under `stats::MIN_RATE_SPAN`.
     #[serialize_always]
     pub gbps: Option<f64>,
     #[serialize_always]
     pub pps: Option<f64>,
     #[serialize_always]
     pub wire_gbps: Option<f64>,
+    /// `arrivals`, `sender` or `interval`: the span the rates are over.
+    pub rate_span: RateSpan,
     pub total_packets: Option<u64>,
     pub total_bytes: Option<u64>,
     pub sent_packets: Option<u64>,
@@ -81,8 +85,13 @@ pub struct PeerReport {
     /// Drops on the server socket while this peer was active.
     #[serde(flatten)]
     pub drops: KernelDrops,
+    /// Summaries: the loss split by where it happened.
+    #[serde(flatten)]
+    pub split: LossSplit,
     /// Buffers received that held more than one datagram (UDP GRO).
     pub gro_buffers: u64,
+    /// The datagrams those buffers held.
+    pub gro_datagrams: u64,
     /// Buffers the kernel cut to fit (MSG_TRUNC): should never happen.
     #[serde(skip_serializing_if = "is_zero")]
     pub truncated: u64,
@@ -147,7 +156,7 @@ impl Peer {
         t: Option<&Tagged>,
         amount: Amount,
         after_start: Amount,
-        span: Duration,
+        (span, rate_span): (Duration, RateSpan),
         shared: bool,
         cpu: Option<CpuCost>,
         reason: Option<DoneReason>,
@@ -164,6 +173,7 @@ impl Peer {
             gbps: stats::rate_gbps(after_start.bytes, span),
             pps: stats::rate_per_second(after_start.packets, span),
             wire_gbps: stats::rate_gbps(after_start.wire, span),
+            rate_span,
             total_packets: None,
             total_bytes: None,
             sent_packets: t.and_then(|t| t.declared.map(|d| d.sent_packets)),
@@ -183,8 +193,10 @@ impl Peer {
             drift_bound_ms: None,
             delay_samples: None,
             untagged_packets: t.map_or(0, |t| t.untagged_packets),
-            drops: KernelDrops::new(self.socket_drops(), shared, self.gro_buffers > 0),
+            drops: KernelDrops::new(self.socket_drops(), shared, self.arrivals()),
+            split: LossSplit::default(),
             gro_buffers: self.gro_buffers,
+            gro_datagrams: self.gro_datagrams,
             truncated: self.truncated,
             transit_discarded: t.map_or(0, |t| t.jitter.discarded),
             cpu,
@@ -201,10 +213,14 @@ impl Peer {
         shared: bool,
         reason: Option<DoneReason>,
     ) -> PeerReport {
-        let span = match self.first {
+        let arrivals = match self.first {
             Some(first) => self.last.saturating_duration_since(first),
             None => Duration::ZERO,
         };
+        let sender = t
+            .and_then(|t| t.declared)
+            .map(|end| Duration::from_nanos(end.duration_ns));
+        let (rate_over, rate_span) = stats::receive_span(arrivals, sender);
         let cpu = self.cpu_used().map(|c| {
             let span = self.last_seen.saturating_duration_since(self.first_seen);
             CpuCost::of(c, span, self.total.bytes)
@@ -213,11 +229,13 @@ impl Peer {
             t,
             self.total,
             self.total.minus(self.at_first),
-            span,
+            (rate_over, rate_span),
             shared,
             cpu,
             reason,
         );
+        report.seconds = arrivals.as_secs_f64();
+        report.split = stats::split_loss(report.lost.unwrap_or(0), &report.drops);
         if let Some(q) = t.and_then(|t| t.delay.run()) {
             report.queue_delay_ms = Some(q.spread);
             report.clock_skew_ppm = q.skew_ppm;
@@ -256,7 +274,15 @@ impl Peer {
         let cpu = cpu_now
             .zip(cpu_from)
             .map(|(now, from)| CpuCost::of(now.since(from), span, amount.bytes));
-        let mut report = self.report(t, amount, after_start, span, shared, cpu, None);
+        let mut report = self.report(
+            t,
+            amount,
+            after_start,
+            (span, RateSpan::Interval),
+            shared,
+            cpu,
+            None,
+        );
         report.total_packets = Some(self.total.packets);
         report.total_bytes = Some(self.total.bytes);
         report.queue_delay_ms = t.and_then(|t| t.delay.interval());

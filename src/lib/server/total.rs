@@ -1,0 +1,377 @@
+//! The server's `total` line: the receive socket(s) as a whole.
+//!
+//! Why: a user who points 16 clients at one server to find where its
+//! buffer gives out wants one line per interval that says how many peers
+//! were active, what the server absorbed in all, what its socket dropped,
+//! how full its buffer ran and what the receive threads cost, not 16
+//! lines to add by hand (iperf2 prints `[SUM]`).
+//!
+//! Why the figures are summed from the peers' own reports: the `total`
+//! events of a run then add up to the sum of its peers' summaries
+//! exactly, because a peer's interval lines add up to its summary and each
+//! interval line is counted in exactly one `total`. The socket-wide
+//! figures (every datagram read, control messages, drops, the buffer, the
+//! CPU) are the growth of the server's own counters over the same span.
+//!
+//! A `total` follows each interval's lines while any peer is active or
+//! anything arrived, and one more when the last active peer of a burst
+//! finishes (`burst_end`), so a burst shorter than an interval has its
+//! total too. With interval lines off, only the burst-end totals are
+//! written, summed from the peers' summaries.
+
+use super::ServerEvent;
+use crate::meter::account::Totals;
+use crate::stats::{self, CpuCost, CpuTime};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// One `total` event. `docs/output.md` defines each field.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Serialize)]
+pub struct TotalReport {
+    /// The span covered, in seconds since the server started.
+    pub start: f64,
+    pub end: f64,
+    pub seconds: f64,
+    /// Peers not finished at `end` that have sent data: sessions and
+    /// untagged sources.
+    pub peers_active: u64,
+    /// Peers whose first data was counted in the span (interval lines on),
+    /// and peers that finished in it.
+    pub peers_started: u64,
+    pub peers_finished: u64,
+    /// What the peers received in the span: the sum of their interval
+    /// lines' figures (or, with interval lines off, of their summaries).
+    pub packets: u64,
+    pub bytes: u64,
+    /// `bytes` and `packets` over `seconds`; null under 1 ms.
+    #[serialize_always]
+    pub gbps: Option<f64>,
+    #[serialize_always]
+    pub pps: Option<f64>,
+    /// Every datagram the server's sockets handed it in the span: the
+    /// peers', their duplicates, late and overflow datagrams, and control
+    /// messages (Hello, End, probes), which are also counted apart.
+    pub datagrams_read: u64,
+    pub control_packets: u64,
+    /// Drops on the receive socket(s) in the span, in the kernel's unit
+    /// (`kernel_drops_unit`), and in datagrams: counted, or an estimate
+    /// whose basis `kernel_drops_basis` states. Absent where the platform
+    /// does not count them.
+    pub kernel_drops: Option<u64>,
+    pub kernel_drops_unit: Option<&'static str>,
+    pub kernel_drops_datagrams: Option<u64>,
+    pub kernel_drops_basis: Option<String>,
+    /// Each receive socket's buffer (SO_RCVBUF as granted) and the most
+    /// any of them was seen holding in the span (SO_MEMINFO's rmem_alloc,
+    /// sampled at most every millisecond while receiving); absent where
+    /// the platform cannot tell.
+    pub recv_buffer_bytes: u64,
+    pub recv_buffer_peak_bytes: Option<u64>,
+    /// The receive threads' CPU over the span.
+    pub cpu: Option<CpuCost>,
+    /// The last active peer finished: the end of a burst.
+    pub burst_end: bool,
+}
+
+/// The server counters a `total` takes the growth of.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub read: u64,
+    pub control: u64,
+    pub drops: Option<u64>,
+    pub cpu: Option<CpuTime>,
+    /// The whole run's arrivals so far: the basis of the drops' estimate.
+    pub arrivals: stats::Arrivals,
+}
+
+impl Counters {
+    /// The counters of the server's table now.
+    pub fn of(totals: &Totals, drops: Option<u64>, cpu: Option<CpuTime>) -> Self {
+        Counters {
+            read: totals.packets + totals.control_packets,
+            control: totals.control_packets,
+            drops,
+            cpu,
+            arrivals: stats::Arrivals {
+                datagrams: totals.packets,
+                coalesced_buffers: totals.gro_buffers,
+                coalesced_datagrams: Some(totals.gro_datagrams),
+            },
+        }
+    }
+}
+
+/// What the server knows at the moment a `total` is written.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    pub at: Instant,
+    pub active: u64,
+    pub counters: Counters,
+    pub buffer_peak: Option<u64>,
+}
+
+/// Sums the peers' reports between two `total` events.
+#[derive(Debug)]
+pub struct TotalMeter {
+    epoch: Instant,
+    intervals: bool,
+    recv_buffer: u64,
+    from: Instant,
+    mark: Counters,
+    packets: u64,
+    bytes: u64,
+    started: u64,
+    finished: u64,
+}
+
+impl TotalMeter {
+    /// A meter from `epoch` (the server's start); `intervals` when
+    /// interval lines are written; `recv_buffer` as granted.
+    pub fn new(epoch: Instant, intervals: bool, recv_buffer: u64, counters: Counters) -> Self {
+        TotalMeter {
+            epoch,
+            intervals,
+            recv_buffer,
+            from: epoch,
+            mark: counters,
+            packets: 0,
+            bytes: 0,
+            started: 0,
+            finished: 0,
+        }
+    }
+
+    /// Counts the peers' reports among `events`.
+    pub fn observe(&mut self, events: &[ServerEvent]) {
+        for event in events {
+            match event {
+                ServerEvent::Interval(r) if self.intervals => {
+                    self.packets += r.packets;
+                    self.bytes += r.bytes;
+                    // A peer's first interval line covers all it has.
+                    if r.total_packets == Some(r.packets) {
+                        self.started += 1;
+                    }
+                }
+                ServerEvent::PeerDone(r) => {
+                    self.finished += 1;
+                    if !self.intervals {
+                        self.packets += r.packets;
+                        self.bytes += r.bytes;
+                        self.started += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether the last active peer of a burst has just finished.
+    pub fn burst_ended(&self, active: u64) -> bool {
+        active == 0 && self.finished > 0
+    }
+
+    /// Whether a `total` now has anything to say: a peer is active, or
+    /// something was counted since the last one (a control message, a
+    /// drop), so that the `total` events of a run account for every
+    /// datagram the server read.
+    pub fn worth(&self, active: u64, counters: &Counters) -> bool {
+        active > 0
+            || self.packets > 0
+            || self.finished > 0
+            || counters.read != self.mark.read
+            || counters.drops != self.mark.drops
+    }
+
+    /// The `total` of the span since the last one, ending now; starts the
+    /// next span.
+    pub fn take(&mut self, now: Now, burst_end: bool) -> TotalReport {
+        let span = now.at.saturating_duration_since(self.from);
+        let c = now.counters;
+        let drops = c
+            .drops
+            .zip(self.mark.drops)
+            .map(|(n, m)| n.saturating_sub(m));
+        let per_buffer = c.arrivals.per_buffer();
+        let (datagrams, basis) = match (drops, per_buffer) {
+            (None, _) => (None, None),
+            (Some(d), None) => (Some(d), Some("counted".to_string())),
+            (Some(d), Some(per)) => (
+                Some((d as f64 * per).round() as u64),
+                Some(format!(
+                    "estimate: {d} buffers × {per:.1} datagrams per buffer received"
+                )),
+            ),
+        };
+        let cpu = c
+            .cpu
+            .zip(self.mark.cpu)
+            .map(|(n, m)| CpuCost::of(n.since(m), span, self.bytes));
+        let since = |at: Instant| at.saturating_duration_since(self.epoch).as_secs_f64();
+        let report = TotalReport {
+            start: since(self.from),
+            end: since(now.at),
+            seconds: span.as_secs_f64(),
+            peers_active: now.active,
+            peers_started: self.started,
+            peers_finished: self.finished,
+            packets: self.packets,
+            bytes: self.bytes,
+            gbps: stats::rate_gbps(self.bytes, span),
+            pps: stats::rate_per_second(self.packets, span),
+            datagrams_read: c.read.saturating_sub(self.mark.read),
+            control_packets: c.control.saturating_sub(self.mark.control),
+            kernel_drops: drops,
+            kernel_drops_unit: drops.map(|_| {
+                if per_buffer.is_some() {
+                    "buffers"
+                } else {
+                    "datagrams"
+                }
+            }),
+            kernel_drops_datagrams: datagrams,
+            kernel_drops_basis: basis,
+            recv_buffer_bytes: self.recv_buffer,
+            recv_buffer_peak_bytes: now.buffer_peak,
+            cpu,
+            burst_end,
+        };
+        *self = TotalMeter {
+            from: now.at,
+            mark: c,
+            ..TotalMeter::new(self.epoch, self.intervals, self.recv_buffer, c)
+        };
+        report
+    }
+}
+
+/// How often a busy receive thread looks at its socket's buffer.
+pub const BUFFER_SAMPLE_EVERY: Duration = Duration::from_millis(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meter::account::{PeerTable, TableConfig};
+    use std::net::SocketAddr;
+
+    fn data(session: u64, seq: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; 200];
+        let header = crate::wire::Header {
+            session,
+            seq,
+            send_time_ns: 0,
+        };
+        assert!(crate::wire::write_data_header(&mut buf, &header));
+        buf
+    }
+
+    /// Two peers, interval lines every 100 ms, one finishing early: the
+    /// totals add up to the peers' summaries, and the burst ends once.
+    #[test]
+    fn totals_add_up_to_the_peers_summaries() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut table = PeerTable::new(
+            TableConfig {
+                intervals: true,
+                idle_timeout: Duration::from_millis(250),
+                ..TableConfig::default()
+            },
+            t0,
+        );
+        let a: SocketAddr = "10.0.0.1:1000".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:1000".parse().unwrap();
+        let mut meter = TotalMeter::new(t0, true, 1 << 20, Counters::of(&table.totals, None, None));
+        let (mut totals, mut done) = (Vec::new(), Vec::new());
+        let mut seq = (0, 0);
+        for step in 1..=10u64 {
+            let now = ms(step * 50);
+            for _ in 0..3 {
+                table.on_datagram(&data(1, seq.0), a, now, 0, None);
+                seq.0 += 1;
+            }
+            if step <= 4 {
+                table.on_datagram(&data(2, seq.1), b, now, 0, None);
+                seq.1 += 1;
+            }
+            let mut events = Vec::new();
+            let mut sink = |e| {
+                events.push(match e {
+                    crate::meter::account::Event::Interval(r) => ServerEvent::Interval(r),
+                    crate::meter::account::Event::Done(r) => ServerEvent::PeerDone(r),
+                    crate::meter::account::Event::Late(r) => ServerEvent::Late(r),
+                    crate::meter::account::Event::Conflict(r) => ServerEvent::Conflict(r),
+                })
+            };
+            if step % 2 == 0 {
+                table.tick_intervals(now, None, &mut sink);
+            }
+            table.expire(now, &mut sink, &mut Vec::new());
+            if step == 10 {
+                table.finish_all(now, &mut sink, &mut Vec::new());
+            }
+            meter.observe(&events);
+            for e in &events {
+                if let ServerEvent::PeerDone(r) = e {
+                    done.push(r.packets);
+                }
+            }
+            let active = table.active_peers() as u64;
+            let counters = Counters::of(&table.totals, None, None);
+            let at = Now {
+                at: now,
+                active,
+                counters,
+                buffer_peak: None,
+            };
+            if meter.burst_ended(active) {
+                totals.push(meter.take(at, true));
+            } else if step % 2 == 0 && meter.worth(active, &counters) {
+                totals.push(meter.take(at, false));
+            }
+        }
+        let summed: u64 = totals.iter().map(|t| t.packets).sum();
+        assert_eq!(done.iter().sum::<u64>(), summed);
+        assert_eq!(summed, seq.0 + seq.1);
+        assert_eq!(totals.iter().map(|t| t.peers_started).sum::<u64>(), 2);
+        assert_eq!(totals.iter().map(|t| t.peers_finished).sum::<u64>(), 2);
+        assert_eq!(totals.iter().filter(|t| t.burst_end).count(), 1);
+        // Every datagram read is the peers' here (no control messages).
+        assert_eq!(totals.iter().map(|t| t.datagrams_read).sum::<u64>(), summed);
+    }
+
+    #[test]
+    fn drops_in_gro_buffers_are_estimated_with_their_basis() {
+        let t0 = Instant::now();
+        let before = Counters {
+            drops: Some(10),
+            ..Counters::default()
+        };
+        let mut meter = TotalMeter::new(t0, true, 1 << 20, before);
+        let mut now = before;
+        now.drops = Some(1289);
+        now.arrivals = stats::Arrivals {
+            datagrams: 46 * 100,
+            coalesced_buffers: 100,
+            coalesced_datagrams: Some(46 * 100),
+        };
+        let t = meter.take(
+            Now {
+                at: t0 + Duration::from_secs(1),
+                active: 3,
+                counters: now,
+                buffer_peak: Some(900_000),
+            },
+            false,
+        );
+        assert_eq!(t.kernel_drops, Some(1279));
+        assert_eq!(t.kernel_drops_unit, Some("buffers"));
+        assert_eq!(t.kernel_drops_datagrams, Some(58_834));
+        assert!(t
+            .kernel_drops_basis
+            .unwrap()
+            .contains("46.0 datagrams per buffer"));
+        assert_eq!(t.recv_buffer_peak_bytes, Some(900_000));
+    }
+}
