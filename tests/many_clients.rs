@@ -258,3 +258,40 @@ fn a_burst_of_arrivals_is_timed_over_the_senders_span() {
         "{report}"
     );
 }
+
+/// `--sweep-clients`: one run per client count; its table's figures are
+/// the server's own summaries of each run, and `--plot` draws them.
+#[test]
+fn the_client_sweep_reports_what_the_server_counted_per_run() {
+    let server = Server::loopback();
+    let dir = std::env::temp_dir().join(format!("netspeed-sweep-clients-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("clients.svg");
+    let svg_arg = svg.to_str().unwrap().to_string();
+    let mut args = args_to(
+        &server.addr,
+        "--sweep-clients 1,2,3 -b 1000 -n 500 --rate 50Mbit --idle-probe 0 --plot",
+    );
+    args.push(&svg_arg);
+    let report = client(&args);
+    let events = server.stop();
+    let done = events_of(&events, "peer_done");
+    let cells = report["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 3, "{report}");
+    // The runs are one after another: their summaries come in that order.
+    let mut summaries = done.iter();
+    for cell in cells {
+        let n = u(cell, "clients") as usize;
+        let run: Vec<&&Value> = summaries.by_ref().take(n).collect();
+        assert_eq!(run.len(), n, "{n} summaries for the run of {n}");
+        let sum = |key: &str| run.iter().map(|d| u(d, key)).sum::<u64>();
+        assert_eq!(u(cell, "received_packets"), sum("packets"), "{cell}");
+        assert_eq!(u(cell, "sent_packets"), sum("sent_packets"), "{cell}");
+        assert_eq!(u(cell, "sent_packets"), 500 * n as u64, "{cell}");
+        assert_eq!(u(cell, "lost_packets"), sum("lost"), "{cell}");
+        assert!(cell["server_gbps"].is_f64(), "{cell}");
+    }
+    let drawn = std::fs::read_to_string(&svg).expect("the chart was written");
+    assert!(drawn.contains("<svg") && drawn.contains("clients"), "{drawn}");
+    std::fs::remove_dir_all(&dir).ok();
+}

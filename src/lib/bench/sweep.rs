@@ -1,5 +1,8 @@
 //! `udp_client --sweep`: seed 001's table, buffer size against speed with
-//! one and with two clients, against a running `udp_server`.
+//! one and with two clients, against a running `udp_server`; and
+//! `--sweep-clients`, the buffer-exhaustion probe: one size, more and more
+//! clients, the aggregate received rate, the loss and the server socket's
+//! drops per client count, and where its buffer first overflowed.
 //!
 //! Why the server's figure: seed 001's 63.5 Gbit/s headline was a sender
 //! rate measured while the server's buffer overflowed. Every cell here
@@ -34,6 +37,13 @@ pub struct SweepCell {
     pub sent_packets: u64,
     pub received_packets: Option<u64>,
     pub loss_percent: Option<f64>,
+    pub lost_packets: Option<u64>,
+    /// The server socket's drops while the cell ran (anyone's), in the
+    /// kernel's unit, and in datagrams (counted, or estimated from the
+    /// GRO buffers that arrived).
+    pub kernel_drops: Option<u64>,
+    pub kernel_drops_unit: Option<&'static str>,
+    pub kernel_drops_datagrams: Option<u64>,
     /// Every client of the cell got the server's answer.
     pub complete: bool,
 }
@@ -56,9 +66,18 @@ pub struct SweepReport {
     pub sizes: Vec<usize>,
     pub clients: Vec<usize>,
     pub cells: Vec<SweepCell>,
+    /// One size, several client counts (`--sweep-clients`): the fewest
+    /// clients at which the server's socket dropped.
+    pub first_overflow: Option<usize>,
 }
 
 impl SweepReport {
+    /// One size against several client counts: the buffer-exhaustion
+    /// probe's table and chart.
+    pub fn by_clients(&self) -> bool {
+        self.sizes.len() == 1 && self.clients.len() > 1
+    }
+
     pub fn cell(&self, size: usize, clients: usize) -> Option<&SweepCell> {
         self.cells
             .iter()
@@ -121,25 +140,45 @@ pub fn run(
             cfg.quiet = true;
             cfg.json = false;
             client::run(&cfg, shutdown)
-                .map(|r| SweepCell {
-                    buffer_size: size,
-                    clients: n,
-                    server_gbps: r.server.as_ref().and_then(|s| s.gbps),
-                    sent_gbps: r.gbps,
-                    sent_packets: r.sent_packets,
-                    received_packets: r.server.as_ref().map(|s| s.received_packets),
-                    loss_percent: r.server.as_ref().map(|s| s.loss_percent),
-                    complete: r.complete,
+                .map(|r| {
+                    let v = r.server.as_ref();
+                    let facts = v.map(client::verdict::ReceiverFacts::of);
+                    SweepCell {
+                        buffer_size: size,
+                        clients: n,
+                        server_gbps: v.and_then(|s| s.gbps),
+                        sent_gbps: r.gbps,
+                        sent_packets: r.sent_packets,
+                        received_packets: v.map(|s| s.received_packets),
+                        loss_percent: v.map(|s| s.loss_percent),
+                        lost_packets: v.map(|s| s.lost_packets),
+                        kernel_drops: facts.and_then(|f| f.kernel_drops),
+                        kernel_drops_unit: v.and_then(|s| s.drops.kernel_drops_unit),
+                        kernel_drops_datagrams: facts
+                            .filter(|f| f.kernel_drops.is_some())
+                            .map(|f| f.dropped_datagrams()),
+                        complete: r.complete,
+                    }
                 })
                 .map_err(|e| {
                     Error::runtime(format!("sweep at buffer {size} with {n} client(s): {e}"))
                 })
         },
     )?;
+    let first_overflow = (sizes.len() == 1)
+        .then(|| {
+            cells
+                .iter()
+                .filter(|c| c.kernel_drops.is_some_and(|d| d > 0))
+                .map(|c| c.clients)
+                .min()
+        })
+        .flatten();
     Ok(SweepReport {
         server: base.server.to_string(),
         sizes: sizes.to_vec(),
         clients: clients.to_vec(),
         cells,
+        first_overflow,
     })
 }

@@ -80,6 +80,14 @@ pub struct ClientArgs {
     /// and --clients value. Give each run --duration (e.g. 1s).
     #[arg(long, value_name = "SIZE,SIZE,...", value_delimiter = ',', value_parser = size_arg)]
     pub sweep: Vec<u64>,
+    /// The buffer-exhaustion probe: one run per client count (e.g.
+    /// 1,2,4,8,16), each client sending the same volume or --duration at
+    /// --buffer-size; prints the aggregate received rate, the loss and the
+    /// server socket's drops per count, and where its buffer first
+    /// overflowed (with --plot, as a chart). Give each run --duration
+    /// (e.g. 1s) or a volume.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', conflicts_with_all = ["sweep", "clients", "find_limit"])]
+    pub sweep_clients: Vec<usize>,
     /// Draw the run as an SVG chart: throughput and delay (queue delay and
     /// the probes' round trips) per interval on one time axis. With
     /// --sweep: the table. With --find-limit: received rate and loss
@@ -585,12 +593,19 @@ impl ClientConfig {
             Volume::Time(d) if d.is_zero() => return Err(Error::usage("--duration must be greater than 0")),
             _ => {}
         }
-        let client_list = if args.clients.is_empty() {
+        let client_list = if !args.sweep_clients.is_empty() {
+            args.sweep_clients.clone()
+        } else if args.clients.is_empty() {
             vec![l.clients.unwrap_or(1)]
         } else {
             args.clients.clone()
         };
-        if client_list.len() > 1 && args.sweep.is_empty() {
+        let sweep_sizes: Vec<usize> = if args.sweep_clients.is_empty() {
+            args.sweep.iter().map(|&b| b as usize).collect()
+        } else {
+            vec![buffer_size as usize]
+        };
+        if client_list.len() > 1 && sweep_sizes.is_empty() {
             return Err(Error::usage(
                 "--clients takes one value unless --sweep is given",
             ));
@@ -640,7 +655,7 @@ impl ClientConfig {
                 "-R and --bidir need a udp_server to send: they cannot run with no_server",
             ));
         }
-        if traffic.downloads() && !args.sweep.is_empty() {
+        if traffic.downloads() && !sweep_sizes.is_empty() {
             return Err(Error::usage(
                 "--sweep runs uploads: it does not take -R or --bidir yet",
             ));
@@ -674,8 +689,8 @@ impl ClientConfig {
                 search,
                 plot: args.plot.clone(),
             },
-            None if !args.sweep.is_empty() => ClientMode::Sweep {
-                sizes: args.sweep.iter().map(|&b| b as usize).collect(),
+            None if !sweep_sizes.is_empty() => ClientMode::Sweep {
+                sizes: sweep_sizes,
                 clients: client_list.clone(),
                 plot: args.plot.clone(),
             },

@@ -195,6 +195,22 @@ impl Collector for Exposition {
                 ConstCounter::new(drops),
             )?;
         }
+        single(
+            &mut e,
+            "control_packets",
+            "Control messages read (Hello, End, round-trip probes, a reverse stream's Start and Feedback): not in received_packets.",
+            None,
+            ConstCounter::new(s.control_packets),
+        )?;
+        if let Some(most) = s.recv_buffer_most {
+            single(
+                &mut e,
+                "receive_buffer_peak",
+                "The most any receive socket's buffer was seen holding since the server started (SO_MEMINFO rmem_alloc, looked at every millisecond while receiving): against receive_buffer, how close it came to dropping.",
+                Some(Unit::Bytes),
+                ConstGauge::new(most),
+            )?;
+        }
         if let Some(cpu) = s.receive_cpu_seconds {
             single(
                 &mut e,
@@ -432,6 +448,8 @@ mod tests {
                 late_packets: 0,
                 kernel_drops: Some(4),
                 receive_cpu_seconds: Some(0.5),
+                control_packets: 7,
+                recv_buffer_most: Some(150_000),
             },
             peers_finished: 1,
             peers: vec![
@@ -480,6 +498,8 @@ mod tests {
             ("netspeed_peers_active".into(), "1"),
             ("netspeed_kernel_drops_total".into(), "4"),
             ("netspeed_receive_cpu_seconds_total".into(), "0.5"),
+            ("netspeed_control_packets_total".into(), "7"),
+            ("netspeed_receive_buffer_peak_bytes".into(), "150000"),
         ] {
             assert_eq!(
                 line(&text, &format!("{series} ")),

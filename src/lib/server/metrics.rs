@@ -130,6 +130,11 @@ pub struct ServerSample {
     pub kernel_drops: Option<u64>,
     /// The receive threads' CPU seconds.
     pub receive_cpu_seconds: Option<f64>,
+    /// Control messages read (Hello, End, probes): not in `packets`.
+    pub control_packets: u64,
+    /// The most any receive socket's buffer was seen holding (SO_MEMINFO),
+    /// where the platform tells.
+    pub recv_buffer_most: Option<u64>,
 }
 
 impl ServerSample {
@@ -142,6 +147,8 @@ impl ServerSample {
             late_packets: totals.late_packets,
             kernel_drops,
             receive_cpu_seconds: cpu.map(|c| c.total().as_secs_f64()),
+            control_packets: totals.control_packets,
+            recv_buffer_most: None,
         }
     }
 }

@@ -202,6 +202,8 @@ struct BufferWatch {
     /// Per thread: when it last looked (ns since epoch + 1; 0 = never).
     looked: Vec<AtomicU64>,
     peak: AtomicU64,
+    /// The most held since the server started (`--metrics`).
+    most: AtomicU64,
     supported: std::sync::atomic::AtomicBool,
 }
 
@@ -211,6 +213,7 @@ impl BufferWatch {
             epoch,
             looked: (0..threads).map(|_| AtomicU64::new(0)).collect(),
             peak: AtomicU64::new(0),
+            most: AtomicU64::new(0),
             supported: std::sync::atomic::AtomicBool::new(true),
         }
     }
@@ -229,9 +232,16 @@ impl BufferWatch {
         match sys::recv_buffer_held(socket) {
             Ok(held) => {
                 self.peak.fetch_max(held, Ordering::Relaxed);
+                self.most.fetch_max(held, Ordering::Relaxed);
             }
             Err(_) => self.supported.store(false, Ordering::Relaxed),
         }
+    }
+
+    /// The most held since the server started, where the platform tells.
+    fn most(&self) -> Option<u64> {
+        let most = self.most.load(Ordering::Relaxed);
+        self.supported.load(Ordering::Relaxed).then_some(most)
     }
 
     /// The most held since the last call, where the platform tells.
@@ -678,11 +688,14 @@ pub fn run_with(
                                 )
                             }))
                             .collect(),
-                        server: metrics::ServerSample::of(
-                            &table.totals,
-                            kernel_drops,
-                            receive_cpu.total(),
-                        ),
+                        server: metrics::ServerSample {
+                            recv_buffer_most: buffer_watch.most(),
+                            ..metrics::ServerSample::of(
+                                &table.totals,
+                                kernel_drops,
+                                receive_cpu.total(),
+                            )
+                        },
                     });
                 }
                 if let Some(watch) = watch.as_mut() {

@@ -322,6 +322,9 @@ pub fn draw_report(path: &Path, report: &Report) -> Result<()> {
 /// `udp_client --sweep`: Gbit/s received against buffer size, one line
 /// per client count.
 pub fn sweep_plot(r: &SweepReport, path: &Path) -> Result<()> {
+    if r.by_clients() {
+        return clients_plot(r, path);
+    }
     let series: Vec<Series> = r
         .clients
         .iter()
@@ -345,6 +348,99 @@ pub fn sweep_plot(r: &SweepReport, path: &Path) -> Result<()> {
             series,
         },
     )
+}
+
+/// `udp_client --sweep-clients --plot`: the aggregate received rate (left
+/// axis), the loss and the server socket's drops as shares of what was
+/// sent (right axis) against the number of clients, and a line where the
+/// server's buffer first overflowed.
+fn clients_plot(r: &SweepReport, path: &Path) -> Result<()> {
+    let rows: Vec<(f64, f64, f64, Option<f64>)> = r
+        .cells
+        .iter()
+        .map(|c| {
+            let sent = c.sent_packets.max(1) as f64;
+            (
+                c.clients as f64,
+                c.server_gbps.unwrap_or(0.0),
+                c.loss_percent.unwrap_or(0.0),
+                c.kernel_drops_datagrams.map(|d| d as f64 * 100.0 / sent),
+            )
+        })
+        .collect();
+    let right = rows
+        .iter()
+        .flat_map(|p| [p.2, p.3.unwrap_or(0.0)])
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let (_, top) = range(rows.iter().map(|p| p.1), true);
+    let (lo_x, hi_x) = (0.0, rows.iter().map(|p| p.0).fold(1.0f64, f64::max) * 1.05);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut ctx = ChartBuilder::on(&root)
+        .caption(
+            format!("udp_client --sweep-clients: {}-byte datagrams", r.sizes[0]),
+            ("sans-serif", 22),
+        )
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .right_y_label_area_size(72)
+        .build_cartesian_2d(lo_x..hi_x, 0.0..top)
+        .map_err(|e| err(path, e))?
+        .set_secondary_coord(lo_x..hi_x, 0.0..right);
+    ctx.configure_mesh()
+        .light_line_style(WHITE)
+        .x_label_formatter(&|x| trim_number(*x))
+        .y_label_formatter(&|y| trim_number(*y))
+        .x_desc("clients")
+        .y_desc("received Gbit/s (all clients)")
+        .draw()
+        .map_err(|e| err(path, e))?;
+    ctx.configure_secondary_axes()
+        .y_desc("% of the datagrams sent")
+        .y_label_formatter(&|y| trim_number(*y))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    let (blue, red, orange, green) = (COLORS[0], COLORS[3], COLORS[1], COLORS[2]);
+    ctx.draw_series(LineSeries::new(
+        rows.iter().map(|p| (p.0, p.1)),
+        blue.stroke_width(2),
+    ))
+    .map_err(|e| err(path, e))?
+    .label("received Gbit/s")
+    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], blue.stroke_width(2)));
+    ctx.draw_secondary_series(LineSeries::new(
+        rows.iter().map(|p| (p.0, p.2)),
+        red.stroke_width(2),
+    ))
+    .map_err(|e| err(path, e))?
+    .label("loss % (right axis)")
+    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2)));
+    ctx.draw_secondary_series(
+        rows.iter()
+            .filter_map(|p| p.3.map(|d| Cross::new((p.0, d), 5, orange.stroke_width(2)))),
+    )
+    .map_err(|e| err(path, e))?
+    .label("kernel drops, % of sent (right axis)")
+    .legend(move |(x, y)| Cross::new((x + 10, y), 5, orange.stroke_width(2)));
+    if let Some(n) = r.first_overflow {
+        let x = n as f64;
+        ctx.draw_series(LineSeries::new([(x, 0.0), (x, top)], green.stroke_width(2)))
+            .map_err(|e| err(path, e))?
+            .label(format!("buffer first overflowed at {n} clients"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], green.stroke_width(2))
+            });
+    }
+    ctx.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))?;
+    Ok(())
 }
 
 /// `udp_client --find-limit --plot`: each paced trial's receive rate

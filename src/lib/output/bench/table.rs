@@ -235,6 +235,9 @@ impl Columns for MuxRow {
 }
 
 pub fn sweep_table(r: &SweepReport) -> String {
+    if r.by_clients() {
+        return clients_table(r);
+    }
     let mut out = String::from("| Buffer |");
     for &n in &r.clients {
         out.push_str(&format!(
@@ -265,6 +268,57 @@ pub fn sweep_table(r: &SweepReport) -> String {
     out
 }
 
+/// `--sweep-clients`: one row per client count, with the loss and the
+/// server socket's drops, and the row where its buffer first overflowed.
+fn clients_table(r: &SweepReport) -> String {
+    let size = r.sizes.first().copied().unwrap_or(0);
+    let mut t = Table::new(&[
+        "clients",
+        "received Gbit/s",
+        "sent Gbit/s",
+        "lost",
+        "loss %",
+        "kernel drops",
+        "",
+    ]);
+    let dash = || "-".to_string();
+    for &n in &r.clients {
+        let Some(c) = r.cell(size, n) else { continue };
+        let drops = match (
+            c.kernel_drops,
+            c.kernel_drops_unit,
+            c.kernel_drops_datagrams,
+        ) {
+            (Some(b), Some("buffers"), Some(d)) => format!("{b} GRO buffers (~{d} datagrams)"),
+            (Some(d), _, _) => format!("{d} datagrams"),
+            _ => "unknown".into(),
+        };
+        t.push(vec![
+            n.to_string(),
+            c.server_gbps.map_or_else(dash, |g| format!("{g:.3}")),
+            c.sent_gbps.map_or_else(dash, |g| format!("{g:.3}")),
+            c.lost_packets.map_or_else(dash, |l| l.to_string()),
+            c.loss_percent.map_or_else(dash, |l| format!("{l:.3}")),
+            drops,
+            if r.first_overflow == Some(n) {
+                "<- the server's buffer first overflowed".into()
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    let mut out = format!(
+        "udp_client --sweep-clients to {}: {size}-byte datagrams, each client the same volume\n\n",
+        r.server
+    );
+    out += &t.render();
+    out += "\nReceived rates and losses are from the server's answers; kernel drops are its socket's while each run went on (anyone's).";
+    if r.first_overflow.is_none() {
+        out += "\nThe server's buffer never overflowed at these client counts.";
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +346,10 @@ mod tests {
             sent_packets: 1,
             received_packets: None,
             loss_percent: None,
+            lost_packets: None,
+            kernel_drops: None,
+            kernel_drops_unit: None,
+            kernel_drops_datagrams: None,
             complete: true,
         };
         let r = SweepReport {
@@ -304,6 +362,7 @@ mod tests {
                 cell(1000, 1, Some(2.4)),
                 cell(1000, 2, Some(3.0)),
             ],
+            first_overflow: None,
         };
         let t = sweep_table(&r);
         let lines: Vec<&str> = t.lines().collect();
