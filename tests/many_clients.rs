@@ -292,6 +292,9 @@ fn the_client_sweep_reports_what_the_server_counted_per_run() {
         assert!(cell["server_gbps"].is_f64(), "{cell}");
     }
     let drawn = std::fs::read_to_string(&svg).expect("the chart was written");
-    assert!(drawn.contains("<svg") && drawn.contains("clients"), "{drawn}");
+    assert!(
+        drawn.contains("<svg") && drawn.contains("clients"),
+        "{drawn}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

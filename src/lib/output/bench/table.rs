@@ -289,6 +289,7 @@ fn clients_table(r: &SweepReport) -> String {
             c.kernel_drops_unit,
             c.kernel_drops_datagrams,
         ) {
+            (Some(0), _, _) => "none".into(),
             (Some(b), Some("buffers"), Some(d)) => format!("{b} GRO buffers (~{d} datagrams)"),
             (Some(d), _, _) => format!("{d} datagrams"),
             _ => "unknown".into(),
