@@ -193,17 +193,7 @@ impl TotalMeter {
             .drops
             .zip(self.mark.drops)
             .map(|(n, m)| n.saturating_sub(m));
-        let per_buffer = c.arrivals.per_buffer();
-        let (datagrams, basis) = match (drops, per_buffer) {
-            (None, _) => (None, None),
-            (Some(d), None) => (Some(d), Some("counted".to_string())),
-            (Some(d), Some(per)) => (
-                Some((d as f64 * per).round() as u64),
-                Some(format!(
-                    "estimate: {d} buffers × {per:.1} datagrams per buffer received"
-                )),
-            ),
-        };
+        let converted = drops.map(|d| c.arrivals.drops_in_datagrams(d));
         let cpu = c
             .cpu
             .zip(self.mark.cpu)
@@ -223,15 +213,9 @@ impl TotalMeter {
             datagrams_read: c.read.saturating_sub(self.mark.read),
             control_packets: c.control.saturating_sub(self.mark.control),
             kernel_drops: drops,
-            kernel_drops_unit: drops.map(|_| {
-                if per_buffer.is_some() {
-                    "buffers"
-                } else {
-                    "datagrams"
-                }
-            }),
-            kernel_drops_datagrams: datagrams,
-            kernel_drops_basis: basis,
+            kernel_drops_unit: drops.map(|_| c.arrivals.drops_unit()),
+            kernel_drops_datagrams: converted.as_ref().map(|d| d.datagrams),
+            kernel_drops_basis: converted.map(|d| d.basis),
             recv_buffer_bytes: self.recv_buffer,
             recv_buffer_peak_bytes: now.buffer_peak,
             cpu,

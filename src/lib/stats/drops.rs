@@ -48,6 +48,43 @@ impl Arrivals {
     }
 }
 
+/// Drops in the kernel's unit, put in datagrams.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InDatagrams {
+    pub datagrams: u64,
+    /// `counted`, or how the estimate was made.
+    pub basis: String,
+}
+
+impl Arrivals {
+    /// The unit the kernel's drop counter counts for such arrivals:
+    /// `buffers` once datagrams came coalesced, else `datagrams`.
+    pub fn drops_unit(&self) -> &'static str {
+        if self.per_buffer().is_some() {
+            "buffers"
+        } else {
+            "datagrams"
+        }
+    }
+
+    /// `drops` of the kernel's counter in datagrams: themselves, or `drops`
+    /// buffers × the mean datagrams per buffer received, with that basis.
+    pub fn drops_in_datagrams(&self, drops: u64) -> InDatagrams {
+        match self.per_buffer() {
+            None => InDatagrams {
+                datagrams: drops,
+                basis: "counted".into(),
+            },
+            Some(per) => InDatagrams {
+                datagrams: (drops as f64 * per).round() as u64,
+                basis: format!(
+                    "estimate: {drops} buffers × {per:.1} datagrams per buffer received"
+                ),
+            },
+        }
+    }
+}
+
 /// Drops on a receive socket (its counter's growth) while a session ran,
 /// in the kernel's unit and in datagrams. `docs/output.md` defines each.
 #[serde_with::skip_serializing_none]
@@ -75,30 +112,15 @@ impl KernelDrops {
     /// traffic used it meanwhile; `arrivals` how the session's datagrams
     /// came in.
     pub fn new(drops: Option<u64>, shared: bool, arrivals: Arrivals) -> KernelDrops {
-        let own = drops.filter(|_| !shared);
-        let per_buffer = arrivals.per_buffer();
-        let (datagrams, basis) = match (own, per_buffer) {
-            (None, _) => (None, None),
-            (Some(d), None) => (Some(d), Some("counted".to_string())),
-            (Some(d), Some(per)) => (
-                Some((d as f64 * per).round() as u64),
-                Some(format!(
-                    "estimate: {d} buffers × {per:.1} datagrams per buffer received"
-                )),
-            ),
-        };
+        let own = drops
+            .filter(|_| !shared)
+            .map(|d| arrivals.drops_in_datagrams(d));
         KernelDrops {
-            kernel_drops: own,
+            kernel_drops: drops.filter(|_| !shared),
             socket_wide_kernel_drops: drops,
-            kernel_drops_unit: drops.map(|_| {
-                if per_buffer.is_some() {
-                    "buffers"
-                } else {
-                    "datagrams"
-                }
-            }),
-            kernel_drops_datagrams: datagrams,
-            kernel_drops_basis: basis,
+            kernel_drops_unit: drops.map(|_| arrivals.drops_unit()),
+            kernel_drops_datagrams: own.as_ref().map(|c| c.datagrams),
+            kernel_drops_basis: own.map(|c| c.basis),
         }
     }
 

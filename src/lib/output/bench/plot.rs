@@ -350,6 +350,71 @@ pub fn sweep_plot(r: &SweepReport, path: &Path) -> Result<()> {
     )
 }
 
+/// A chart's axes: a rate on the left and a share (or loss) on the right,
+/// over one x axis.
+struct TwoAxes<'t> {
+    title: &'t str,
+    x: (f64, f64, &'t str),
+    left: (f64, &'t str),
+    right: (f64, &'t str),
+}
+
+type DualChart<'a, 'b> = plotters::chart::DualCoordChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Draws `axes` (both y axes from 0) on `root`, ready for series.
+fn two_axes<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    path: &Path,
+    axes: TwoAxes,
+) -> Result<DualChart<'a, 'b>> {
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let (lo_x, hi_x, x_desc) = axes.x;
+    let mut ctx = ChartBuilder::on(root)
+        .caption(axes.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .right_y_label_area_size(72)
+        .build_cartesian_2d(lo_x..hi_x, 0.0..axes.left.0)
+        .map_err(|e| err(path, e))?
+        .set_secondary_coord(lo_x..hi_x, 0.0..axes.right.0);
+    ctx.configure_mesh()
+        .light_line_style(WHITE)
+        .x_label_formatter(&|x| trim_number(*x))
+        .y_label_formatter(&|y| trim_number(*y))
+        .x_desc(x_desc)
+        .y_desc(axes.left.1)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    ctx.configure_secondary_axes()
+        .y_desc(axes.right.1)
+        .y_label_formatter(&|y| trim_number(*y))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    Ok(ctx)
+}
+
+/// Draws the legend and writes the file.
+fn finish<'a, 'b: 'a>(
+    mut ctx: DualChart<'a, 'b>,
+    root: &DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    path: &Path,
+) -> Result<()> {
+    ctx.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))?;
+    Ok(())
+}
+
 /// `udp_client --sweep-clients --plot`: the aggregate received rate (left
 /// axis), the loss and the server socket's drops as shares of what was
 /// sent (right axis) against the number of clients, and a line where the
@@ -376,32 +441,17 @@ fn clients_plot(r: &SweepReport, path: &Path) -> Result<()> {
     let (_, top) = range(rows.iter().map(|p| p.1), true);
     let (lo_x, hi_x) = (0.0, rows.iter().map(|p| p.0).fold(1.0f64, f64::max) * 1.05);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let mut ctx = ChartBuilder::on(&root)
-        .caption(
-            format!("udp_client --sweep-clients: {}-byte datagrams", r.sizes[0]),
-            ("sans-serif", 22),
-        )
-        .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .right_y_label_area_size(72)
-        .build_cartesian_2d(lo_x..hi_x, 0.0..top)
-        .map_err(|e| err(path, e))?
-        .set_secondary_coord(lo_x..hi_x, 0.0..right);
-    ctx.configure_mesh()
-        .light_line_style(WHITE)
-        .x_label_formatter(&|x| trim_number(*x))
-        .y_label_formatter(&|y| trim_number(*y))
-        .x_desc("clients")
-        .y_desc("received Gbit/s (all clients)")
-        .draw()
-        .map_err(|e| err(path, e))?;
-    ctx.configure_secondary_axes()
-        .y_desc("% of the datagrams sent")
-        .y_label_formatter(&|y| trim_number(*y))
-        .draw()
-        .map_err(|e| err(path, e))?;
+    let title = format!("udp_client --sweep-clients: {}-byte datagrams", r.sizes[0]);
+    let mut ctx = two_axes(
+        &root,
+        path,
+        TwoAxes {
+            title: &title,
+            x: (lo_x, hi_x, "clients"),
+            left: (top, "received Gbit/s (all clients)"),
+            right: (right, "% of the datagrams sent"),
+        },
+    )?;
     let (blue, red, orange, green) = (COLORS[0], COLORS[3], COLORS[1], COLORS[2]);
     ctx.draw_series(LineSeries::new(
         rows.iter().map(|p| (p.0, p.1)),
@@ -433,14 +483,7 @@ fn clients_plot(r: &SweepReport, path: &Path) -> Result<()> {
                 PathElement::new(vec![(x, y), (x + 20, y)], green.stroke_width(2))
             });
     }
-    ctx.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
-    root.present().map_err(|e| err(path, e))?;
-    Ok(())
+    finish(ctx, &root, path)
 }
 
 /// `udp_client --find-limit --plot`: each paced trial's receive rate
@@ -463,29 +506,16 @@ pub fn limit_plot(r: &LimitReport, path: &Path) -> Result<()> {
         * 1.05;
     let loss_top = paced.iter().map(|p| p.2).fold(1.0f64, f64::max) * 1.1;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(path, e))?;
-    let mut ctx = ChartBuilder::on(&root)
-        .caption("udp_client --find-limit", ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .right_y_label_area_size(72)
-        .build_cartesian_2d(0.0..top, 0.0..top)
-        .map_err(|e| err(path, e))?
-        .set_secondary_coord(0.0..top, 0.0..loss_top);
-    ctx.configure_mesh()
-        .light_line_style(WHITE)
-        .x_label_formatter(&|x| trim_number(*x))
-        .y_label_formatter(&|y| trim_number(*y))
-        .x_desc("offered Gbit/s")
-        .y_desc("received Gbit/s")
-        .draw()
-        .map_err(|e| err(path, e))?;
-    ctx.configure_secondary_axes()
-        .y_desc("loss %")
-        .y_label_formatter(&|y| trim_number(*y))
-        .draw()
-        .map_err(|e| err(path, e))?;
+    let mut ctx = two_axes(
+        &root,
+        path,
+        TwoAxes {
+            title: "udp_client --find-limit",
+            x: (0.0, top, "offered Gbit/s"),
+            left: (top, "received Gbit/s"),
+            right: (loss_top, "loss %"),
+        },
+    )?;
     let grey = RGBColor(150, 150, 150);
     ctx.draw_series(LineSeries::new(
         [(0.0, 0.0), (top, top)],
@@ -520,14 +550,7 @@ pub fn limit_plot(r: &LimitReport, path: &Path) -> Result<()> {
                 PathElement::new(vec![(x, y), (x + 20, y)], green.stroke_width(2))
             });
     }
-    ctx.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
-    root.present().map_err(|e| err(path, e))?;
-    Ok(())
+    finish(ctx, &root, path)
 }
 
 #[cfg(test)]
