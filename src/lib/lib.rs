@@ -34,9 +34,10 @@
 //!     ([`server::reverse`]: Start to EndAck, bounded; the accounting
 //!     hands it what it does not handle itself);
 //!     what `--metrics` exposes ([`server::metrics`]);
-//!   - [`client`]: send an exact volume with the meter's send path
-//!     (`client/sender.rs`), ask for the server's count
-//!     (`client/exchange.rs`), sum the clients' reports
+//!   - [`client`]: send an exact volume with the meter's send path,
+//!     the clients of a run sharing a few threads (`client/fleet.rs`)
+//!     behind one start gate (`client/sender.rs`), ask for the server's
+//!     count (`client/exchange.rs`), sum the clients' reports
 //!     (`client/summary.rs` into `client/report.rs`); ask for a reverse stream
 //!     ([`client::start`]); say why
 //!     a run was not faster ([`client::verdict`]); search for the highest
