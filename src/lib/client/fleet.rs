@@ -64,22 +64,30 @@ const OTHER_FILES: u64 = 16;
 
 /// Makes room for `clients` sockets in the process's open-file limit
 /// (RLIMIT_NOFILE): raises the soft limit to the hard one when needed, and
-/// refuses a run whose sockets cannot fit at all, with the arithmetic.
+/// refuses a run whose sockets cannot fit at all, with the arithmetic: a
+/// usage error when fewer clients would fit, a runtime one when not even
+/// one would (the limit, not `--clients`, is the mistake).
 pub(super) fn make_room(clients: usize) -> Result<()> {
     let sockets = clients as u64;
-    match sys::make_room_for_files(sockets + OTHER_FILES) {
-        // The sockets alone do not fit: the run could not start.
-        Ok(budget) if budget.open + sockets > budget.hard => Err(Error::usage(format!(
-            "--clients {clients} needs {sockets} sockets, but this process may open {} files (the hard limit, ulimit -Hn) and has {} open already: {} + {} > {}; use at most --clients {}, or raise the hard limit (ulimit -Hn, LimitNOFILE= in a systemd unit)",
-            budget.hard,
-            budget.open,
-            budget.open,
-            sockets,
-            budget.hard,
-            budget.hard.saturating_sub(budget.open)
+    let Ok(budget) = sys::make_room_for_files(sockets + OTHER_FILES) else {
+        // A platform that does not tell: go ahead.
+        return Ok(());
+    };
+    let sys::FileBudget { hard, open, .. } = budget;
+    if open + sockets <= hard {
+        return Ok(());
+    }
+    let arithmetic = format!(
+        "this process may open {hard} files (the hard limit, ulimit -Hn) and has {open} open already: {open} + {sockets} > {hard}"
+    );
+    let raise = "raise the hard limit (ulimit -Hn, LimitNOFILE= in a systemd unit)";
+    match hard.checked_sub(open + OTHER_FILES) {
+        Some(fit) if fit > 0 => Err(Error::usage(format!(
+            "--clients {clients} needs {sockets} sockets, but {arithmetic}; use at most --clients {fit}, or {raise}"
         ))),
-        // Room, or a platform that does not tell: go ahead.
-        _ => Ok(()),
+        _ => Err(Error::runtime(format!(
+            "no room for {sockets} client sockets: {arithmetic}; {raise}"
+        ))),
     }
 }
 
