@@ -171,7 +171,7 @@ def run_iperf3(clients, rate):
                 "-l", "1000", "-t", str(SECS), "-J"], SECS + 30)
     out, err, rc, cpu, rss = cli.finish()
     _, _, _, scpu, _ = srv.finish()
-    others = host_busy() - busy - cpu - scpu
+    others = max(0.0, host_busy() - busy - cpu - scpu)
     d = json.loads(out)
     if "error" in d:
         raise RuntimeError("iperf3: " + d["error"])
@@ -191,7 +191,7 @@ def run_netspeed(clients, rate, server_buf=SERVER_BUF):
                 "--duration", f"{SECS}s", "--json", "--quiet"], SECS + 60)
     out, err, rc, cpu, rss = cli.finish()
     _, _, _, scpu, _ = srv.finish(stop=True)
-    others = host_busy() - busy - cpu - scpu
+    others = max(0.0, host_busy() - busy - cpu - scpu)
     if rc not in (0, 3):
         raise RuntimeError(f"udp_client exit {rc}: {err.strip()[:300]}")
     d = json.loads(out)
@@ -263,7 +263,8 @@ print(f"| client CPU-s | {med(alone, 'cpu'):.2f} | {max(r['cpu'] for r in alone)
 print(f"| datagrams sent (of {target:,.0f}) | {med(alone, 'sent'):,.0f} | {min(r['sent'] for r in alone):,} | | |")
 
 runs = ns + ip + alone
-print(f"\nOther load on the host while the runs ran (busy CPU-s from /proc/stat less both ends'): "
+print(f"\nOther load on the host while the runs ran (busy CPU-s from /proc/stat less both ends' "
+      f"rusage, a rough figure: clock ticks against microseconds): "
       f"median {statistics.median(r['others'] for r in runs):.1f}, most {max(r['others'] for r in runs):.1f} "
       f"over runs of about {SECS + 1} s; above about 1 CPU-s, something else competed for the "
       f"{os.cpu_count()} CPUs and the senders fall behind (`datagrams sent`).")
