@@ -86,7 +86,8 @@
 //!     [`stats::samples`] summaries, [`stats::histogram`] latencies,
 //!     [`stats::delay`] queue delay and round trips);
 //!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
-//!     code (`sys/linux.rs`, `sys/splice.rs`), with stubs in
+//!     code (`sys/linux.rs`, `sys/splice.rs`; in `sys/fallback.rs`, POSIX
+//!     poll(2) and a non-blocking receive), with stubs in
 //!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;
 //!   - [`shutdown`]: the one stop flag every role polls; [`error`]: typed
 //!     failures and their exit codes.
