@@ -35,9 +35,10 @@
 //!     hands it what it does not handle itself);
 //!     what `--metrics` exposes ([`server::metrics`]); the socket as a
 //!     whole, each interval and at a burst's end ([`server::total`]);
-//!   - [`client`]: send an exact volume with the meter's send path
-//!     (`client/sender.rs`), ask for the server's count
-//!     (`client/exchange.rs`), sum the clients' reports
+//!   - [`client`]: send an exact volume with the meter's send path,
+//!     the clients of a run sharing a few threads (`client/fleet.rs`)
+//!     behind one start gate (`client/sender.rs`), ask for the server's
+//!     count (`client/exchange.rs`), sum the clients' reports
 //!     (`client/summary.rs` into `client/report.rs`); ask for a reverse stream
 //!     ([`client::start`]); say why
 //!     a run was not faster ([`client::verdict`]); search for the highest
@@ -87,7 +88,8 @@
 //!     [`stats::delay`] queue delay and round trips, [`stats::drops`]
 //!     kernel drops in datagrams and loss split by where it happened);
 //!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
-//!     code (`sys/linux.rs`, `sys/splice.rs`), with stubs in
+//!     code (`sys/linux.rs`, `sys/splice.rs`; in `sys/fallback.rs`, POSIX
+//!     poll(2) and a non-blocking receive), with stubs in
 //!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;
 //!   - [`shutdown`]: the one stop flag every role polls; [`error`]: typed
 //!     failures and their exit codes.

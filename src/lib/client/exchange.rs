@@ -4,6 +4,8 @@
 //! the end-of-test exchange.
 
 use super::*;
+use crate::wire::HelloAck;
+use std::os::fd::AsRawFd;
 
 /// Attempts of each control exchange (probe, End) within its time.
 pub(super) const ATTEMPTS: u32 = 5;
@@ -61,68 +63,176 @@ pub(super) enum Exchange<T> {
 /// shutdown flag again.
 pub(super) const WAKE: Duration = Duration::from_millis(50);
 
+/// One control question on one socket, for [`exchange_all`]: `ask` lays
+/// out the question with a nonce, `accept` takes an answer (the decoded
+/// message, its bytes and the nonces sent so far) or ignores it.
+pub(super) struct Question<'q, 'a, T> {
+    pub(super) socket: &'q UdpSocket,
+    pub(super) tx: &'q mut Transmitter<'a>,
+    /// How long to ask, all attempts together.
+    pub(super) wait: Duration,
+    pub(super) ask: Box<dyn FnMut(u64) -> Vec<u8> + 'q>,
+    #[allow(clippy::type_complexity)]
+    pub(super) accept: Box<dyn FnMut(Message, &[u8], &[u64]) -> Option<T> + 'q>,
+}
+
 /// Asks the server one question ([`ATTEMPTS`] times within `wait`, each
 /// with a fresh nonce) until `accept` takes an answer that came from
 /// `server` and echoes one of the nonces sent (`accept` gets the decoded
 /// message, its bytes and the nonces). A signal that arrives while it
-/// waits ends it within [`WAKE`].
+/// waits ends it within [`WAKE`]. One socket's [`exchange_all`].
 pub(super) fn exchange<T>(
     socket: &UdpSocket,
     tx: &mut Transmitter,
     server: SocketAddr,
     wait: Duration,
     shutdown: &Shutdown,
-    mut ask: impl FnMut(u64) -> Vec<u8>,
-    mut accept: impl FnMut(Message, &[u8], &[u64]) -> Option<T>,
+    ask: impl FnMut(u64) -> Vec<u8>,
+    accept: impl FnMut(Message, &[u8], &[u64]) -> Option<T>,
 ) -> Exchange<T> {
-    let per_attempt = wait / ATTEMPTS;
-    let mut nonces = Vec::with_capacity(ATTEMPTS as usize);
-    let mut refused = false;
+    let question = Question {
+        socket,
+        tx,
+        wait,
+        ask: Box::new(ask),
+        accept: Box::new(accept),
+    };
+    let mut outcomes = exchange_all(vec![question], server, shutdown);
+    outcomes.pop().unwrap_or(Exchange::Silent)
+}
+
+/// Where one question of [`exchange_all`] stands.
+struct Asking {
+    nonces: Vec<u64>,
+    /// When the current attempt stops waiting (None before the first).
+    deadline: Option<Instant>,
+    refused: bool,
+}
+
+/// Asks every question at once, each on its own socket, as [`exchange`]
+/// asks one: its attempts, fresh nonces, answers from `server` only. One
+/// thread waits for all the sockets in one poll, so a thread with a
+/// thousand clients asks a thousand questions in the time of one. Returns
+/// each question's outcome, in order.
+pub(super) fn exchange_all<T>(
+    mut questions: Vec<Question<'_, '_, T>>,
+    server: SocketAddr,
+    shutdown: &Shutdown,
+) -> Vec<Exchange<T>> {
+    let mut outcomes: Vec<Option<Exchange<T>>> = questions.iter().map(|_| None).collect();
+    let mut asking: Vec<Asking> = questions
+        .iter()
+        .map(|_| Asking {
+            nonces: Vec::with_capacity(ATTEMPTS as usize),
+            deadline: None,
+            refused: false,
+        })
+        .collect();
     let mut buf = [0u8; 512];
+    let (mut fds, mut waiting, mut ready, mut scratch) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // A signal that already came (it ended the test) does not cut the
     // exchange short: the caller gave it a short `wait` instead.
     let signalled_before = shutdown.is_triggered();
-    for _ in 0..ATTEMPTS {
-        let nonce = random_u64();
-        nonces.push(nonce);
-        // A refusal here is counted by the transmitter; keep listening.
-        if let Ok(0) = tx.send_control(&ask(nonce)) {
-            refused = true;
+    loop {
+        if !signalled_before && shutdown.is_triggered() {
+            for outcome in outcomes.iter_mut().filter(|o| o.is_none()) {
+                *outcome = Some(Exchange::Interrupted);
+            }
+            break;
         }
-        let deadline = Instant::now() + per_attempt;
-        loop {
-            if !signalled_before && shutdown.is_triggered() {
-                return Exchange::Interrupted;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            let _ = socket.set_read_timeout(Some(left.min(WAKE)));
-            let (n, from) = match socket.recv_from(&mut buf) {
-                Ok(got) => got,
-                Err(e) if sys::is_refused(&e) => {
-                    refused = true;
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            // Only the address asked answers; anything else is not ours.
-            if sys::canonical_addr(from) != sys::canonical_addr(server) {
+        // Send the attempts that are due; close the questions whose last
+        // attempt has waited its time.
+        let now = Instant::now();
+        for (i, q) in questions.iter_mut().enumerate() {
+            let a = &mut asking[i];
+            if outcomes[i].is_some() || a.deadline.is_some_and(|d| d > now) {
                 continue;
             }
-            if let Ok(message) = wire::decode(&buf[..n]) {
-                if let Some(answer) = accept(message, &buf[..n], &nonces) {
-                    return Exchange::Answered(answer);
+            if a.nonces.len() as u32 >= ATTEMPTS {
+                outcomes[i] = Some(if a.refused {
+                    Exchange::Refused
+                } else {
+                    Exchange::Silent
+                });
+                continue;
+            }
+            let nonce = random_u64();
+            a.nonces.push(nonce);
+            // A refusal here is counted by the transmitter; keep listening.
+            if let Ok(0) = q.tx.send_control(&(q.ask)(nonce)) {
+                a.refused = true;
+            }
+            a.deadline = Some(Instant::now() + q.wait / ATTEMPTS);
+        }
+        fds.clear();
+        waiting.clear();
+        let mut next = now + WAKE;
+        for (i, q) in questions.iter().enumerate() {
+            if outcomes[i].is_none() {
+                fds.push(q.socket.as_raw_fd());
+                waiting.push(i);
+                next = next.min(asking[i].deadline.unwrap_or(now));
+            }
+        }
+        if waiting.is_empty() {
+            break;
+        }
+        ready.clear();
+        ready.resize(fds.len(), false);
+        // poll(2) counts whole milliseconds: round up, or a wait of less
+        // than one would return at once, again and again.
+        let left = next.saturating_duration_since(Instant::now());
+        let timeout = left.max(Duration::from_millis(1));
+        match sys::poll_readable(&fds, timeout, &mut ready, &mut scratch) {
+            Ok(_) => {}
+            // A signal: look at the flag and the deadlines again.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // poll itself failed: look at every socket, a millisecond
+            // apart, rather than not at all.
+            Err(_) => {
+                std::thread::sleep(timeout.min(Duration::from_millis(1)));
+                ready.fill(true);
+            }
+        }
+        for (k, &i) in waiting.iter().enumerate() {
+            if !ready[k] {
+                continue;
+            }
+            let q = &mut questions[i];
+            let a = &mut asking[i];
+            loop {
+                let (n, from) = match sys::recv_from_nowait(q.socket, &mut buf) {
+                    Ok(got) => got,
+                    Err(e) if sys::is_refused(&e) => {
+                        a.refused = true;
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                // Only the address asked answers; anything else is not ours.
+                if from.map(sys::canonical_addr) != Some(sys::canonical_addr(server)) {
+                    continue;
                 }
+                if let Ok(message) = wire::decode(&buf[..n]) {
+                    if let Some(answer) = (q.accept)(message, &buf[..n], &a.nonces) {
+                        outcomes[i] = Some(Exchange::Answered(answer));
+                        break;
+                    }
+                }
+            }
+            // Each ICMP error stays queued, and keeps the socket "ready",
+            // until read.
+            if sys::drain_error_queue(q.socket) > 0 {
+                a.refused = true;
             }
         }
     }
-    if refused {
-        Exchange::Refused
-    } else {
-        Exchange::Silent
-    }
+    outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or(Exchange::Silent))
+        .collect()
 }
 
 /// What the probe learned about the server.
@@ -145,9 +255,19 @@ pub(super) fn probe(
     session: u64,
     shutdown: &Shutdown,
 ) -> Result<ServerInfo> {
-    let server = cfg.server;
+    let question = probe_question(socket, tx, session);
+    let outcome = exchange_all(vec![question], cfg.server, shutdown).pop();
+    probe_outcome(outcome.unwrap_or(Exchange::Silent), tx, cfg)
+}
+
+/// The start probe's question (a Hello) for session `session`.
+pub(super) fn probe_question<'q, 'a>(
+    socket: &'q UdpSocket,
+    tx: &'q mut Transmitter<'a>,
+    session: u64,
+) -> Question<'q, 'a, HelloAck> {
     let started = Instant::now();
-    let ask = |nonce| {
+    let ask = move |nonce| {
         wire::encode_hello(&Hello {
             header: Header {
                 session,
@@ -158,13 +278,30 @@ pub(super) fn probe(
         })
         .to_vec()
     };
-    let accept = |message, _: &[u8], nonces: &[u64]| match message {
+    let accept = move |message, _: &[u8], nonces: &[u64]| match message {
         Message::HelloAck(ack) if ack.session == session && nonces.contains(&ack.nonce) => {
             Some(ack)
         }
         _ => None,
     };
-    let ack = match exchange(socket, tx, server, PROBE_TIMEOUT, shutdown, ask, accept) {
+    Question {
+        socket,
+        tx,
+        wait: PROBE_TIMEOUT,
+        ask: Box::new(ask),
+        accept: Box::new(accept),
+    }
+}
+
+/// What the probe's outcome means: what it learned about the server, or
+/// why the run cannot start (`tx` is the transmitter it asked with).
+pub(super) fn probe_outcome(
+    outcome: Exchange<HelloAck>,
+    tx: &Transmitter,
+    cfg: &ClientConfig,
+) -> Result<ServerInfo> {
+    let server = cfg.server;
+    let ack = match outcome {
         Exchange::Answered(ack) => ack,
         Exchange::Refused => return Err(tx.nobody_listening()),
         Exchange::Interrupted => {
@@ -203,21 +340,20 @@ pub(super) fn probe(
     })
 }
 
-/// Sends End messages until the server answers one of them, or `wait`
-/// passes. With a pre-shared key, the End is tagged and only a tagged
-/// answer counts.
-pub(super) fn end_of_test(
-    socket: &UdpSocket,
-    tx: &mut Transmitter,
-    cfg: &ClientConfig,
+/// The end-of-test question: `end`, asked until the server answers one of
+/// its copies, for `wait`. With a pre-shared key, the End is tagged and
+/// only a tagged answer counts. Turns GSO off on `tx` first.
+pub(super) fn end_question<'q, 'a>(
+    socket: &'q UdpSocket,
+    tx: &'q mut Transmitter<'a>,
+    cfg: &'q ClientConfig,
     end: End,
     wait: Duration,
-    shutdown: &Shutdown,
-) -> Option<EndAck> {
+) -> Question<'q, 'a, EndAck> {
     tx.end_gso();
     let session = end.header.session;
     let psk = cfg.psk.as_ref();
-    let ask = |nonce| {
+    let ask = move |nonce| {
         let mut this = end;
         this.nonce = nonce;
         this.answer_wait_ns = wait.as_nanos() as u64;
@@ -226,7 +362,7 @@ pub(super) fn end_of_test(
             None => wire::encode_end(&this).to_vec(),
         }
     };
-    let accept = |message, raw: &[u8], nonces: &[u64]| match message {
+    let accept = move |message, raw: &[u8], nonces: &[u64]| match message {
         Message::EndAck(ack)
             if ack.session == session
                 && nonces.contains(&ack.nonce)
@@ -236,7 +372,18 @@ pub(super) fn end_of_test(
         }
         _ => None,
     };
-    match exchange(socket, tx, cfg.server, wait, shutdown, ask, accept) {
+    Question {
+        socket,
+        tx,
+        wait,
+        ask: Box::new(ask),
+        accept: Box::new(accept),
+    }
+}
+
+/// The server's answer to an End, if it came.
+pub(super) fn end_answer(outcome: Exchange<EndAck>) -> Option<EndAck> {
+    match outcome {
         Exchange::Answered(ack) => Some(ack),
         Exchange::Refused | Exchange::Silent | Exchange::Interrupted => None,
     }

@@ -1,17 +1,23 @@
 //! `udp_client`: find the server, send an exact volume, pace it, survive a
 //! full queue, then ask the server what arrived.
 //!
-//! Each client socket runs in its own thread ([`run_one`]) and is its own
-//! peer at the server (its own session id). Before sending, a short probe
-//! (Hello) finds a missing server within a second, instead of after the
-//! whole volume. The send loop never skips a datagram: on ENOBUFS or EAGAIN
-//! it backs off exponentially (capped, reset after a success) and sends the
-//! same datagram again, counting the back-offs and the time spent in them.
+//! Each client socket is its own peer at the server (its own session id).
+//! The clients of a run (`-P N`) share a few threads, no more than the
+//! cores (`client/fleet.rs`): each thread probes, sends and asks for the
+//! counts of its share of the clients at once, one schedule and one
+//! staging buffer for all of them; a single client is one thread with one
+//! client. Before sending, a short probe (Hello) finds a missing server
+//! within a second, instead of after the whole volume, and no client
+//! sends until every client has probed ([`StartGate`]). The send loop
+//! never skips a datagram: on ENOBUFS or EAGAIN it backs off
+//! exponentially (capped, reset after a success) and sends the same
+//! datagram again, counting the back-offs and the time spent in them.
 //! At the end, the End is answered only from the server's address and only
 //! with the nonce of an End this client sent, so a forged or stale answer
 //! is ignored.
 
 mod exchange;
+mod fleet;
 pub mod limit;
 mod report;
 pub mod rtt;
@@ -22,6 +28,7 @@ pub mod verdict;
 
 pub use crate::auth::random_u64;
 pub use exchange::*;
+pub use fleet::{apportion, shares, workers_for};
 pub use report::*;
 pub use sender::*;
 use summary::*;
@@ -50,7 +57,8 @@ pub const EXIT_NO_ANSWER: i32 = 3;
 /// The exit code of a run whose answer the server marked as disputed:
 /// another End for the session, or data after it (a forged End?).
 pub const EXIT_DISPUTED: i32 = 4;
-/// Runs `cfg.clients` client sockets at once and sums their reports.
+/// Runs `cfg.clients` client sockets at once (on at most one thread per
+/// core) and sums their reports.
 pub fn run(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<RunReport> {
     run_with_progress(cfg, shutdown, &NoProgress)
 }
@@ -62,10 +70,17 @@ pub fn run_with_progress(
     progress: &dyn SendProgress,
 ) -> Result<RunReport> {
     let started = SystemTime::now();
+    fleet::make_room(cfg.clients)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let shares = shares(cfg.clients, workers_for(cfg.clients, cores));
     let gate = StartGate::new(cfg.clients);
-    let results: Vec<Result<ClientReport>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..cfg.clients)
-            .map(|_| scope.spawn(|| run_one(cfg, shutdown, progress, &gate)))
+    let results: Vec<Result<Vec<ClientReport>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|&count| {
+                let gate = &gate;
+                scope.spawn(move || fleet::run_worker(cfg, shutdown, progress, gate, count))
+            })
             .collect();
         handles
             .into_iter()
@@ -80,7 +95,7 @@ pub fn run_with_progress(
     let (mut clients, mut first_error, mut held_back) = (Vec::new(), None, None);
     for result in results {
         match result {
-            Ok(c) => clients.push(c),
+            Ok(c) => clients.extend(c),
             Err(e) if e.to_string() == HELD_BACK => held_back = Some(e),
             Err(e) => {
                 first_error.get_or_insert(e);

@@ -7,8 +7,17 @@
 //! the sender-side rate), or the two directions of a run could not be
 //! compared. The loop never skips a datagram: the [`Transmitter`] backs off
 //! on a full queue and sends the same message again.
+//!
+//! Why the loop is a [`StreamSender`] taken one turn at a time: `udp_client
+//! -P 1000` runs a thousand streams on a few threads, each thread waking
+//! once for every stream then due ([`super::pace::Schedule`]) and laying
+//! them all out in one staging buffer. A thread per stream cost a stack, a
+//! 2 MB staging buffer and 2000 wakes a second each. [`send_stream`] is the
+//! same sender with one stream on its thread, so a single stream (the
+//! client's `-P 1`, each of the server's reverse streams) and a fleet send
+//! through one code path.
 
-use super::pace::{Pacer, Release};
+use super::pace::{sleep_until, Next, Pacer, Release, Schedule};
 use super::plan::{fill_incompressible, plan, Volume};
 use super::send::Transmitter;
 use crate::error::Result;
@@ -139,145 +148,309 @@ pub struct Sent {
     pub paced: Option<Paced>,
 }
 
+/// What a [`StreamSender`] says after its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Unpaced: it sent one call's worth and has more. Come back once the
+    /// other streams of the thread have had their turn.
+    Ready,
+    /// Paced: nothing is due before then.
+    Wait(Instant),
+    /// Its volume is sent, `shutdown` is set, the destination is gone, or
+    /// a back-off was interrupted: nothing more to send.
+    Done,
+}
+
+/// One stream's send loop, taken one turn at a time, so that one thread
+/// can drive many streams: a turn sends what is due (paced) or one call's
+/// worth (unpaced) and says when to come back. It owns the stream's
+/// counts, pacer and intervals; the caller lends the transmitter and the
+/// staging buffer the datagrams are laid out in, which several streams of
+/// one thread may share (a turn rewrites every header it sends).
+#[derive(Debug)]
+pub struct StreamSender {
+    spec: StreamSpec,
+    pacer: Option<Pacer>,
+    /// Staging bytes per message: room for a full GSO buffer.
+    region: usize,
+    message_ends: Vec<usize>,
+    packets: u64,
+    bytes: u64,
+    untagged: u64,
+    start: Instant,
+    timing: SendTiming,
+    session_text: String,
+    clock: Option<IntervalClock>,
+    intervals: Vec<SendInterval>,
+    done: bool,
+}
+
+impl StreamSender {
+    /// The staging bytes a stream `spec` needs on `tx`: one region per
+    /// message of a call, each room for a full GSO buffer.
+    pub fn staging_len(spec: &StreamSpec, tx: &Transmitter) -> usize {
+        Self::region(spec, tx) * tx.batch()
+    }
+
+    fn region(spec: &StreamSpec, tx: &Transmitter) -> usize {
+        spec.size.max(1) * tx.segments_per_message(spec.max_payload)
+    }
+
+    /// A stream that starts now (its time base, and `--duration`'s).
+    pub fn new(spec: &StreamSpec, tx: &Transmitter) -> Self {
+        let start = Instant::now();
+        StreamSender {
+            spec: *spec,
+            pacer: spec.pacer(),
+            region: Self::region(spec, tx),
+            message_ends: Vec::new(),
+            packets: 0,
+            bytes: 0,
+            untagged: 0,
+            start,
+            timing: SendTiming::new(start),
+            session_text: format!("{:016x}", spec.session),
+            clock: spec.interval.map(IntervalClock::new),
+            intervals: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// One turn: sends through `tx` what the pacer says is due (paced), or
+    /// one call's worth (unpaced), laid out in `staging` (at least
+    /// [`Self::staging_len`] bytes, its payload filled by the caller).
+    pub fn poll(
+        &mut self,
+        tx: &mut Transmitter,
+        staging: &mut [u8],
+        shutdown: &Shutdown,
+        progress: &dyn SendProgress,
+    ) -> Result<Step> {
+        let size = self.spec.size;
+        let region = self.region;
+        loop {
+            if self.done || shutdown.is_triggered() || tx.gone {
+                self.done = true;
+                return Ok(Step::Done);
+            }
+            let per_message = tx.segments_per_message(self.spec.max_payload);
+            let mut count = per_message * tx.batch();
+            if let Some(p) = self.pacer.as_mut() {
+                match p.release(Instant::now(), self.bytes, size) {
+                    Release::Send(due) => count = count.min(due as usize),
+                    Release::Wait(wake) => {
+                        // --duration bounds the run: nothing due after it
+                        // is sent.
+                        if let Volume::Time(d) = self.spec.volume {
+                            if wake >= self.start + d {
+                                self.done = true;
+                                return Ok(Step::Done);
+                            }
+                        }
+                        return Ok(Step::Wait(wake));
+                    }
+                }
+            }
+            let planned = plan(
+                self.spec.volume,
+                size,
+                self.packets,
+                self.bytes,
+                self.start,
+                count,
+            );
+            if planned.is_empty() {
+                self.done = true;
+                return Ok(Step::Done);
+            }
+            // Lay the datagrams out: message m holds datagrams
+            // [m * per_message, (m + 1) * per_message), back to back.
+            let now_ns = self.start.elapsed().as_nanos() as u64;
+            self.message_ends.clear();
+            let mut tagged_misses = 0;
+            for m in 0..planned.len().div_ceil(per_message) {
+                let mut offset = m * region;
+                let first = m * per_message;
+                for i in first..planned.len().min(first + per_message) {
+                    let len = planned.get(i);
+                    let header = Header {
+                        session: self.spec.session,
+                        seq: self.packets + i as u64,
+                        send_time_ns: now_ns,
+                    };
+                    if !wire::write_data_header(&mut staging[offset..offset + len], &header) {
+                        tagged_misses += 1;
+                    }
+                    offset += len;
+                }
+                self.message_ends.push(offset);
+            }
+            let message_count = self.message_ends.len();
+            let sent_messages = if message_count == 1 {
+                // The common one-datagram-per-call path: no allocation.
+                tx.send_all(&[&staging[..self.message_ends[0]]], shutdown)?
+            } else {
+                let messages: Vec<&[u8]> = self
+                    .message_ends
+                    .iter()
+                    .enumerate()
+                    .map(|(m, &end)| &staging[m * region..end])
+                    .collect();
+                tx.send_all(&messages, shutdown)?
+            };
+            let sent = if sent_messages == message_count {
+                planned.len()
+            } else {
+                (sent_messages * per_message).min(planned.len())
+            };
+            let sent_bytes = planned.bytes(sent);
+            self.packets += sent as u64;
+            self.bytes += sent_bytes;
+            self.untagged += if sent == planned.len() {
+                tagged_misses
+            } else {
+                planned.untagged(sent)
+            };
+            if sent > 0 {
+                let now = Instant::now();
+                self.timing.call(now, sent as u64, sent_bytes);
+                if let Some(iv) = self
+                    .clock
+                    .as_mut()
+                    .and_then(|c| c.on_call(now - self.start, self.packets, self.bytes))
+                {
+                    progress.interval(&self.session_text, &iv);
+                    self.intervals.push(iv);
+                }
+            }
+            progress.add(sent_bytes);
+            if sent_messages < message_count {
+                self.done = true;
+                return Ok(Step::Done);
+            }
+            if self.pacer.is_none() {
+                return Ok(Step::Ready);
+            }
+        }
+    }
+
+    /// Payload bytes sent so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// What the stream sent, its last interval closed (and reported to
+    /// `progress`). `cpu` is left for the caller, who knows which thread
+    /// sent it and what else that thread sent.
+    pub fn finish(mut self, progress: &dyn SendProgress) -> Sent {
+        let (start, last_call) = (self.start, self.timing.last_call);
+        if let Some(iv) = self
+            .clock
+            .as_mut()
+            .and_then(|c| c.finish(last_call - start, self.packets, self.bytes))
+        {
+            progress.interval(&self.session_text, &iv);
+            self.intervals.push(iv);
+        }
+        Sent {
+            packets: self.packets,
+            bytes: self.bytes,
+            untagged: self.untagged,
+            timing: self.timing,
+            started: start,
+            loop_time: last_call.saturating_duration_since(start),
+            intervals: self.intervals,
+            cpu: None,
+            paced: self.pacer.as_ref().map(|p| Paced {
+                burst_bound: p.burst_bound(self.spec.size),
+                behind: p.forgiven(),
+            }),
+        }
+    }
+}
+
+/// A staging buffer of `len` bytes whose payload does not compress,
+/// seeded by `seed`.
+fn staging(len: usize, seed: u64) -> Vec<u8> {
+    let mut staging = vec![0u8; len];
+    fill_incompressible(&mut staging, seed);
+    staging
+}
+
 /// Sends the stream `spec` through `tx` until its volume is sent,
 /// `shutdown` is set, or the destination keeps answering "port
-/// unreachable" ([`Transmitter::gone`]). Runs on the calling thread, whose
-/// CPU it measures.
+/// unreachable" ([`Transmitter::gone`]): [`send_streams`] with one stream.
+/// Runs on the calling thread, whose CPU it measures.
 pub fn send_stream(
     tx: &mut Transmitter,
     spec: &StreamSpec,
     shutdown: &Shutdown,
     progress: &dyn SendProgress,
 ) -> Result<Sent> {
-    let size = spec.size;
-    let mut pacer = spec.pacer();
-    // One region per message of a call, each room for a full GSO buffer.
-    let region = size.max(1) * tx.segments_per_message(spec.max_payload);
-    let mut staging = vec![0u8; region * tx.batch()];
-    fill_incompressible(&mut staging, spec.session);
-    let mut message_ends: Vec<usize> = Vec::new();
-    let (mut packets, mut bytes, mut untagged) = (0u64, 0u64, 0u64);
-    let start = Instant::now();
+    let (mut sent, cpu) = send_streams(std::slice::from_mut(tx), &[*spec], shutdown, progress)?;
+    let mut sent = sent.pop().expect("one stream, one result");
+    sent.cpu = cpu;
+    Ok(sent)
+}
+
+/// Sends every stream `specs[i]` through `txs[i]` on the calling thread,
+/// each to its end as [`send_stream`] sends one: one [`Schedule`] of
+/// when each is next due, one sleep for all that are due at once
+/// (unpaced streams take turns, a call each), one staging buffer. Returns
+/// what each stream sent (`cpu` unset) and the thread's CPU over the
+/// loop, which the streams shared.
+pub fn send_streams(
+    txs: &mut [Transmitter],
+    specs: &[StreamSpec],
+    shutdown: &Shutdown,
+    progress: &dyn SendProgress,
+) -> Result<(Vec<Sent>, Option<CpuTime>)> {
+    assert_eq!(txs.len(), specs.len(), "a transmitter per stream");
+    let len = txs
+        .iter()
+        .zip(specs)
+        .map(|(tx, spec)| StreamSender::staging_len(spec, tx))
+        .max()
+        .unwrap_or(0);
+    let mut staging = staging(len, specs.first().map_or(0, |s| s.session));
+    let precise = specs.iter().any(|s| s.precise_pacing);
+    let mut senders: Vec<StreamSender> = txs
+        .iter()
+        .zip(specs)
+        .map(|(tx, spec)| StreamSender::new(spec, tx))
+        .collect();
     let cpu_at_start = sys::thread_cpu();
-    let mut timing = SendTiming::new(start);
-    let session_text = format!("{:016x}", spec.session);
-    let mut clock = spec.interval.map(IntervalClock::new);
-    let mut intervals = Vec::new();
-    'sending: while !shutdown.is_triggered() && !tx.gone {
-        let per_message = tx.segments_per_message(spec.max_payload);
-        let mut count = per_message * tx.batch();
-        if let Some(p) = pacer.as_mut() {
-            loop {
-                match p.release(Instant::now(), bytes, size) {
-                    Release::Send(due) => {
-                        count = count.min(due as usize);
-                        break;
-                    }
-                    Release::Wait(wake) => {
-                        // --duration bounds the run: nothing due after it
-                        // is sent.
-                        if let Volume::Time(d) = spec.volume {
-                            if wake >= start + d {
-                                break 'sending;
-                            }
-                        }
-                        if !p.sleep_until(wake, shutdown) {
-                            break 'sending;
-                        }
+    let mut schedule = Schedule::new(precise);
+    let now = Instant::now();
+    for i in 0..senders.len() {
+        schedule.at(i, now);
+    }
+    let mut serve = Vec::new();
+    loop {
+        let now = Instant::now();
+        match schedule.next(now, &mut serve) {
+            Next::Idle => break,
+            Next::Sleep(wake) => {
+                // A signal: every stream stops where it is.
+                if !sleep_until(wake, precise, shutdown) {
+                    break;
+                }
+            }
+            Next::Serve => {
+                for &i in &serve {
+                    match senders[i].poll(&mut txs[i], &mut staging, shutdown, progress)? {
+                        Step::Ready => schedule.at(i, now),
+                        Step::Wait(wake) => schedule.at(i, wake),
+                        Step::Done => {}
                     }
                 }
             }
         }
-        let planned = plan(spec.volume, size, packets, bytes, start, count);
-        if planned.is_empty() {
-            break;
-        }
-        // Lay the datagrams out: message m holds datagrams
-        // [m * per_message, (m + 1) * per_message), back to back.
-        let now_ns = start.elapsed().as_nanos() as u64;
-        message_ends.clear();
-        let mut tagged_misses = 0;
-        for m in 0..planned.len().div_ceil(per_message) {
-            let mut offset = m * region;
-            let first = m * per_message;
-            for i in first..planned.len().min(first + per_message) {
-                let len = planned.get(i);
-                let header = Header {
-                    session: spec.session,
-                    seq: packets + i as u64,
-                    send_time_ns: now_ns,
-                };
-                if !wire::write_data_header(&mut staging[offset..offset + len], &header) {
-                    tagged_misses += 1;
-                }
-                offset += len;
-            }
-            message_ends.push(offset);
-        }
-        let message_count = message_ends.len();
-        let sent_messages = if message_count == 1 {
-            // The common one-datagram-per-call path: no allocation.
-            tx.send_all(&[&staging[..message_ends[0]]], shutdown)?
-        } else {
-            let messages: Vec<&[u8]> = message_ends
-                .iter()
-                .enumerate()
-                .map(|(m, &end)| &staging[m * region..end])
-                .collect();
-            tx.send_all(&messages, shutdown)?
-        };
-        let sent = if sent_messages == message_count {
-            planned.len()
-        } else {
-            (sent_messages * per_message).min(planned.len())
-        };
-        let sent_bytes = planned.bytes(sent);
-        packets += sent as u64;
-        bytes += sent_bytes;
-        untagged += if sent == planned.len() {
-            tagged_misses
-        } else {
-            planned.untagged(sent)
-        };
-        if sent > 0 {
-            let now = Instant::now();
-            timing.call(now, sent as u64, sent_bytes);
-            if let Some(iv) = clock
-                .as_mut()
-                .and_then(|c| c.on_call(now - start, packets, bytes))
-            {
-                progress.interval(&session_text, &iv);
-                intervals.push(iv);
-            }
-        }
-        progress.add(sent_bytes);
-        if sent_messages < message_count {
-            break;
-        }
     }
-    if let Some(iv) = clock
-        .as_mut()
-        .and_then(|c| c.finish(timing.last_call - start, packets, bytes))
-    {
-        progress.interval(&session_text, &iv);
-        intervals.push(iv);
-    }
+    let sent = senders.into_iter().map(|s| s.finish(progress)).collect();
     // The sending thread's CPU, over the send loop's wall time.
     let cpu = sys::thread_cpu()
         .zip(cpu_at_start)
         .map(|(now, then)| now.since(then));
-    Ok(Sent {
-        packets,
-        bytes,
-        untagged,
-        timing,
-        started: start,
-        loop_time: timing.last_call.saturating_duration_since(start),
-        intervals,
-        cpu,
-        paced: pacer.as_ref().map(|p| Paced {
-            burst_bound: p.burst_bound(size),
-            behind: p.forgiven(),
-        }),
-    })
+    Ok((sent, cpu))
 }

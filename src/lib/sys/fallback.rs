@@ -209,14 +209,37 @@ pub fn select_readable(
     readiness_unsupported()
 }
 
-/// Linux's, as [`select_readable`].
+/// Waits until one of `fds` is readable, with poll(2) (POSIX, so the
+/// same as Linux's): `udp_client -P N` waits for the answers of many
+/// sockets at once with it. (The server's `--method poll` stays
+/// Linux-only: it refuses the method here before it gets this far.)
 pub fn poll_readable(
-    _fds: &[std::os::fd::RawFd],
-    _timeout: std::time::Duration,
-    _ready: &mut [bool],
-    _scratch: &mut Vec<libc::pollfd>,
+    fds: &[std::os::fd::RawFd],
+    timeout: std::time::Duration,
+    ready: &mut [bool],
+    scratch: &mut Vec<libc::pollfd>,
 ) -> io::Result<usize> {
-    readiness_unsupported()
+    scratch.clear();
+    scratch.extend(fds.iter().map(|&fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }));
+    // SAFETY: `scratch` holds `fds.len()` initialised pollfds.
+    let n = unsafe {
+        libc::poll(
+            scratch.as_mut_ptr(),
+            scratch.len() as libc::nfds_t,
+            timeout.as_millis().min(i32::MAX as u128) as libc::c_int,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for (i, p) in scratch.iter().enumerate() {
+        ready[i] = p.revents & (libc::POLLIN | libc::POLLERR) != 0;
+    }
+    Ok(n as usize)
 }
 
 /// Linux's, as [`select_readable`].
@@ -291,4 +314,40 @@ pub fn pipe_max_size() -> Option<usize> {
 /// The errno values are not told apart here.
 pub fn congestion_refusal(_err: &io::Error) -> super::CongestionRefusal {
     super::CongestionRefusal::Other
+}
+
+// ---- added for many clients in one process (udp_client -P N) ----
+
+/// Receives one datagram if one is queued, without waiting: `WouldBlock`
+/// when nothing is.
+pub fn recv_from_nowait(
+    socket: &std::net::UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<SocketAddr>)> {
+    let socket = socket2::SockRef::from(socket);
+    // SAFETY: `u8` and `MaybeUninit<u8>` have the same layout, and
+    // socket2 only writes initialised bytes into the buffer.
+    let uninit = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+    let (n, from) = socket.recv_from_with_flags(uninit, libc::MSG_DONTWAIT)?;
+    Ok((n, from.as_socket()))
+}
+
+/// No error queue here (no IP_RECVERR): nothing to drain.
+pub fn drain_error_queue(_socket: &std::net::UdpSocket) -> usize {
+    0
+}
+
+/// Not read here: the caller goes ahead without raising it.
+pub fn file_limits() -> io::Result<(u64, u64)> {
+    unsupported("RLIMIT_NOFILE is read on Linux only")
+}
+
+/// Not raised here.
+pub fn raise_file_limit() -> io::Result<u64> {
+    unsupported("RLIMIT_NOFILE is raised on Linux only")
+}
+
+/// Not counted here.
+pub fn open_files() -> io::Result<u64> {
+    unsupported("open files are counted on Linux only")
 }

@@ -914,6 +914,99 @@ pub fn parse_control(control: &[u8]) -> ControlInfo {
     info
 }
 
+// ---- added for many clients in one process (udp_client -P N) ----
+
+/// Receives one datagram if one is queued, without waiting (MSG_DONTWAIT
+/// on this call only: the socket stays blocking for its sends). Fails with
+/// `WouldBlock` when nothing is queued.
+pub fn recv_from_nowait(
+    socket: &std::net::UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<SocketAddr>)> {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
+    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `buf.len()` bytes; `storage` and `len`
+    // live across the call and `len` is the storage's exact size; the fd
+    // is owned by `socket` and open.
+    let n = unsafe {
+        libc::recvfrom(
+            socket.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((n as usize, sockaddr_to_std(&storage, len)))
+}
+
+/// Empties the socket's error queue, where IP_RECVERR puts every ICMP
+/// error (poll reports POLLERR until it is read, so a loop that polls the
+/// socket would never sleep); returns how many errors it held.
+pub fn drain_error_queue(socket: &std::net::UdpSocket) -> usize {
+    let mut buf = [0u8; 64];
+    let mut drained = 0;
+    loop {
+        // SAFETY: `buf` is writable for its length; no address and no
+        // control data are asked for (the kernel flags MSG_CTRUNC and
+        // still dequeues the error); the fd is owned by `socket` and open.
+        let n = unsafe {
+            libc::recv(
+                socket.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            return drained;
+        }
+        drained += 1;
+    }
+}
+
+/// RLIMIT_NOFILE's soft and hard limits.
+pub fn file_limits() -> io::Result<(u64, u64)> {
+    // SAFETY: rlimit is plain old data; all-zero is valid.
+    let mut limit: libc::rlimit = unsafe { zeroed() };
+    // SAFETY: `limit` is a valid, writable rlimit for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((limit.rlim_cur as u64, limit.rlim_max as u64))
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to its hard limit (an unprivileged
+/// process may); returns the new soft limit.
+pub fn raise_file_limit() -> io::Result<u64> {
+    // SAFETY: as in `file_limits`.
+    let mut limit: libc::rlimit = unsafe { zeroed() };
+    // SAFETY: `limit` is a valid, writable rlimit for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: `limit` is a valid rlimit, read for the call only; raising
+    // the soft limit up to the hard one needs no privilege and touches no
+    // memory of ours.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(limit.rlim_cur as u64)
+}
+
+/// Files this process has open now (the entries of /proc/self/fd, less
+/// the one that reads it).
+pub fn open_files() -> io::Result<u64> {
+    let entries = std::fs::read_dir("/proc/self/fd")?.count() as u64;
+    Ok(entries.saturating_sub(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,9 +27,35 @@ pub use imp::{
     set_tcp_congestion, RecvBatch, SendBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL, RX_TIMESTAMPS,
     SNDBUF_SYSCTL,
 };
+pub use imp::{drain_error_queue, recv_from_nowait};
 #[cfg(target_os = "linux")]
 pub use imp::{parse_control, ControlInfo};
 pub use imp::{poll_readable, select_readable, Epoll};
+
+/// The process's budget of open files (RLIMIT_NOFILE), for a run that
+/// opens many sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileBudget {
+    /// The soft limit, after raising it.
+    pub soft: u64,
+    /// The hard limit: the most the soft limit may be raised to.
+    pub hard: u64,
+    /// Files open now.
+    pub open: u64,
+}
+
+/// Makes room for `more` files beyond those open now: raises the soft
+/// RLIMIT_NOFILE to the hard limit when the soft one is too low, and says
+/// what the budget then is (the caller decides whether `more` fits).
+/// `Unsupported` where the platform does not tell.
+pub fn make_room_for_files(more: u64) -> io::Result<FileBudget> {
+    let open = imp::open_files()?;
+    let (mut soft, hard) = imp::file_limits()?;
+    if open.saturating_add(more) > soft && hard > soft {
+        soft = imp::raise_file_limit()?;
+    }
+    Ok(FileBudget { soft, hard, open })
+}
 
 /// One received datagram.
 pub struct Received<'a> {
