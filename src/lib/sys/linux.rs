@@ -10,6 +10,10 @@ use std::os::fd::AsRawFd;
 
 use super::Received;
 
+#[path = "linux_process.rs"]
+mod process;
+pub use process::{file_limits, open_files, raise_file_limit, rusage, set_scheduler};
+
 fn setsockopt_int(
     socket: &Socket,
     level: libc::c_int,
@@ -563,29 +567,6 @@ fn write_control(
     total
 }
 
-/// A Linux scheduling policy (sched(7)).
-pub fn set_scheduler(policy: super::SchedPolicy, priority: i32) -> io::Result<()> {
-    use super::SchedPolicy::*;
-    let policy = match policy {
-        Other => libc::SCHED_OTHER,
-        Batch => libc::SCHED_BATCH,
-        Idle => libc::SCHED_IDLE,
-        Fifo => libc::SCHED_FIFO,
-        Rr => libc::SCHED_RR,
-    };
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: `param` is a valid sched_param for the duration of the call;
-    // pid 0 means the calling thread.
-    let rc = unsafe { libc::sched_setscheduler(0, policy, &param) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// Waits until one of `fds` is readable, with select(2). Returns a bit per
 /// fd (in `ready`), re-arming the fd set and timeout on every call (seed
 /// 002 forgot to re-arm its timeout).
@@ -804,29 +785,6 @@ pub fn send_from(
     }
 }
 
-/// getrusage for the calling thread (RUSAGE_THREAD) or the whole process.
-pub fn rusage(process: bool) -> Option<crate::stats::CpuTime> {
-    // SAFETY: rusage is plain old data; all-zero is valid.
-    let mut usage: libc::rusage = unsafe { zeroed() };
-    let who = if process {
-        libc::RUSAGE_SELF
-    } else {
-        libc::RUSAGE_THREAD
-    };
-    // SAFETY: `usage` is a valid, writable rusage for the call.
-    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
-        return None;
-    }
-    let time = |t: libc::timeval| {
-        std::time::Duration::from_secs(t.tv_sec.max(0) as u64)
-            + std::time::Duration::from_micros(t.tv_usec.max(0) as u64)
-    };
-    Some(crate::stats::CpuTime {
-        user: time(usage.ru_utime),
-        system: time(usage.ru_stime),
-    })
-}
-
 /// Turns on SO_TIMESTAMPNS: every datagram carries the time the kernel
 /// received it, so rates and jitter do not depend on when we read it.
 pub fn enable_rx_timestamps(socket: &Socket) -> io::Result<()> {
@@ -968,43 +926,6 @@ pub fn drain_error_queue(socket: &std::net::UdpSocket) -> usize {
         }
         drained += 1;
     }
-}
-
-/// RLIMIT_NOFILE's soft and hard limits.
-pub fn file_limits() -> io::Result<(u64, u64)> {
-    // SAFETY: rlimit is plain old data; all-zero is valid.
-    let mut limit: libc::rlimit = unsafe { zeroed() };
-    // SAFETY: `limit` is a valid, writable rlimit for the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((limit.rlim_cur as u64, limit.rlim_max as u64))
-}
-
-/// Raises RLIMIT_NOFILE's soft limit to its hard limit (an unprivileged
-/// process may); returns the new soft limit.
-pub fn raise_file_limit() -> io::Result<u64> {
-    // SAFETY: as in `file_limits`.
-    let mut limit: libc::rlimit = unsafe { zeroed() };
-    // SAFETY: `limit` is a valid, writable rlimit for the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    limit.rlim_cur = limit.rlim_max;
-    // SAFETY: `limit` is a valid rlimit, read for the call only; raising
-    // the soft limit up to the hard one needs no privilege and touches no
-    // memory of ours.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(limit.rlim_cur as u64)
-}
-
-/// Files this process has open now (the entries of /proc/self/fd, less
-/// the one that reads it).
-pub fn open_files() -> io::Result<u64> {
-    let entries = std::fs::read_dir("/proc/self/fd")?.count() as u64;
-    Ok(entries.saturating_sub(1))
 }
 
 #[cfg(test)]
