@@ -26,8 +26,17 @@ pub const PATH: &str = "/metrics";
 
 /// The exposition of `view`, `# EOF` included.
 pub fn exposition(view: &View) -> String {
+    exposition_with(view, None)
+}
+
+/// [`exposition`] with `endpoint`'s families (the HTTP endpoint's own
+/// counts) after the server's.
+pub fn exposition_with(view: &View, endpoint: Option<Box<dyn Collector>>) -> String {
     let mut registry = Registry::with_prefix("netspeed");
     registry.register_collector(Box::new(Exposition(view.clone())));
+    if let Some(endpoint) = endpoint {
+        registry.register_collector(endpoint);
+    }
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)
         .expect("writing to a String cannot fail");
