@@ -8,12 +8,16 @@ mod common;
 
 use common::impair::{kind, Action, Pick};
 use common::udp::{args_to, client, u, Server, SERVER, WAIT};
-use common::{one_line_error, poll_every, run_bounded, ChildGuard, TempDir};
+use common::{one_line_error, poll_every, run_bounded, wait_until, ChildGuard, TempDir};
 use netspeed::config::{parse_args, ServerArgs, ServerConfig};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A `udp_server --json --metrics 127.0.0.1:0` and the address its
 /// listening event says the endpoint bound.
@@ -448,6 +452,155 @@ fn the_toml_keys_are_the_flags() {
     let cfg = ServerConfig::from_args(args).unwrap();
     assert_eq!(cfg.metrics, None, "off by default");
     assert_eq!(cfg.metrics_retain, Duration::from_secs(300));
+}
+
+// ------------------------------------------------- slow connections
+
+/// A connection from `local` (any port) to `to`, within a second: loopback
+/// is all of 127/8 on Linux, so a test can be two sources.
+fn connect_from(local: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    let local: IpAddr = local.parse().expect("an address");
+    socket.bind(&SocketAddr::new(local, 0).into())?;
+    socket.connect_timeout(&to.into(), Duration::from_secs(1))?;
+    Ok(socket.into())
+}
+
+/// `GET /metrics` on a fresh connection from 127.0.0.2, answered in
+/// full within `within`: the body, or what went wrong.
+fn scrape_from_elsewhere(to: SocketAddr, within: Duration) -> Result<String, String> {
+    let start = Instant::now();
+    let mut stream = connect_from("127.0.0.2", to).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("send: {e}"))?;
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 16384];
+    loop {
+        let left = within.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(format!("no whole answer within {within:?}"));
+        }
+        stream.set_read_timeout(Some(left)).expect("a timeout");
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => response.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err(format!("read after {:?}: {e}", start.elapsed())),
+        }
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    if !text.starts_with("HTTP/1.1 200 ") || !text.ends_with("# EOF\n") {
+        return Err(format!("not a 200 with the exposition: {text:?}"));
+    }
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok(body.to_string())
+}
+
+/// The value of `name{reason=…}` in `samples`.
+fn refused(samples: &[Sample], reason: &str) -> u64 {
+    samples
+        .iter()
+        .find(|s| {
+            s.name == "netspeed_metrics_connections_refused_total"
+                && s.labels.get("reason").map(String::as_str) == Some(reason)
+        })
+        .unwrap_or_else(|| panic!("no refusals for {reason}"))
+        .value
+        .parse()
+        .expect("a count")
+}
+
+/// What a slow client sends and then holds: a header never finished.
+const PARTIAL: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: metrics\r\n";
+
+/// Forty connections from 127.0.0.1 that send [`PARTIAL`] and hold it,
+/// each reopened as soon as the server closes it, for `time` (and at most
+/// `max_opens` tries in all). `opened` counts the tries.
+fn slow_attack(to: SocketAddr, time: Duration, max_opens: usize, opened: &AtomicUsize) {
+    let open = || {
+        let mut stream = connect_from("127.0.0.1", to).ok()?;
+        stream.write_all(PARTIAL).ok()?;
+        stream.set_nonblocking(true).ok()?;
+        Some(stream)
+    };
+    let mut held: Vec<Option<TcpStream>> = (0..40).map(|_| None).collect();
+    let start = Instant::now();
+    poll_every(Duration::from_millis(10), time, || {
+        for slot in held.iter_mut() {
+            // Closed (EOF or reset) or never opened: open again.
+            let closed = slot.as_mut().is_none_or(|s| match s.read(&mut [0u8; 512]) {
+                Ok(_) => true,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            });
+            if closed && opened.load(Ordering::Relaxed) < max_opens {
+                *slot = open();
+                opened.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        start.elapsed() >= time
+    });
+}
+
+#[test]
+fn slow_connections_from_one_source_leave_scrapes_from_another_answered() {
+    let (server, metrics) = start(&[]);
+    let to: SocketAddr = metrics.parse().expect("the endpoint's address");
+    // One slow connection first, which the endpoint admits: it must be
+    // closed by the header deadline (2 s), neither at once nor much later.
+    let mut probe = connect_from("127.0.0.1", to).expect("the probe connects");
+    probe.write_all(PARTIAL).expect("the probe sends");
+    let probed = Instant::now();
+    let probe = std::thread::spawn(move || {
+        probe
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let end = match probe.read(&mut [0u8; 512]) {
+            Ok(0) => "closed".to_string(),
+            Ok(n) => format!("{n} bytes"),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => "closed".into(),
+            Err(e) => e.to_string(),
+        };
+        (end, probed.elapsed())
+    });
+    let opened = Arc::new(AtomicUsize::new(0));
+    let attacker = {
+        let opened = Arc::clone(&opened);
+        std::thread::spawn(move || slow_attack(to, Duration::from_secs(4), 20_000, &opened))
+    };
+    wait_until(WAIT, "forty slow connections", || {
+        opened.load(Ordering::Relaxed) >= 40
+    });
+    // While the attack runs, every fresh scrape from another source is
+    // answered within a second.
+    let mut scrapes = 0;
+    poll_every(Duration::from_millis(100), WAIT, || {
+        let answer = scrape_from_elsewhere(to, Duration::from_secs(1));
+        scrapes += 1;
+        if let Err(e) = answer {
+            panic!("scrape {scrapes} during the attack: {e}");
+        }
+        attacker.is_finished()
+    });
+    attacker.join().expect("the attacker");
+    assert!(scrapes >= 10, "only {scrapes} scrapes during the attack");
+    let (end, after) = probe.join().expect("the probe");
+    assert_eq!(end, "closed", "the probe's connection after {after:?}");
+    assert!(
+        after >= Duration::from_secs(1) && after <= Duration::from_millis(3500),
+        "the probe's connection was closed after {after:?}, not at the 2 s header deadline"
+    );
+    // The attacker is gone: 127.0.0.1 scrapes again, and the endpoint
+    // counted what it refused and closed.
+    let samples = scrape(&metrics);
+    assert!(refused(&samples, "source_share") > 0, "{samples:?}");
+    assert!(refused(&samples, "header_deadline") > 0, "{samples:?}");
+    assert_eq!(refused(&samples, "full"), 0, "one source cannot fill it");
+    eprintln!(
+        "{} slow connections opened, {scrapes} scrapes answered",
+        opened.load(Ordering::Relaxed)
+    );
+    server.stop();
 }
 
 // ------------------------------------------------------ a real Prometheus

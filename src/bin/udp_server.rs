@@ -3,7 +3,7 @@
 use clap::CommandFactory;
 use netspeed::config::{ServerArgs, ServerConfig};
 use netspeed::error::Result;
-use netspeed::output::{metrics, report, run_binary, start};
+use netspeed::output::{metrics_http, report, run_binary, start};
 use netspeed::server::metrics::{Board, ServerInfo};
 use netspeed::server::{self, ServerEvent};
 use std::io::Write;
@@ -35,7 +35,7 @@ fn run() -> Result<()> {
                 max_peers: cfg.max_peers,
             };
             let board = Arc::new(Board::new(info, cfg.metrics_retain, cfg.max_peers));
-            metrics::start(addr, Arc::clone(&board), shutdown.clone()).map(|e| (board, e))
+            metrics_http::start(addr, Arc::clone(&board), shutdown.clone()).map(|e| (board, e))
         })
         .transpose()?;
     let json = cfg.json;

@@ -22,7 +22,8 @@
 //!   charts: `output/bench/table.rs`, `output/bench/plot.rs`),
 //!   [`output::proxy`] (tcp_proxy's event lines and benchmark tables),
 //!   [`output::metrics`] (`udp_server --metrics`: the Prometheus
-//!   exposition and its HTTP endpoint), [`output::manual`] (completions
+//!   exposition) and [`output::metrics_http`] (its HTTP endpoint: slots,
+//!   per-source shares and deadlines), [`output::manual`] (completions
 //!   and man pages from the clap definitions), and process start and end
 //!   for the binaries ([`output::start`]: flags, config, signal flag,
 //!   scheduler; [`output::exit_with`]).

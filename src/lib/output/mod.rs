@@ -1,6 +1,7 @@
 //! The only code that writes to stdout or stderr, and the only user of
 //! indicatif and plotters (and of prometheus-client and hyper, for
-//! `udp_server --metrics`: [`metrics`]). Roles (server, client, proxy, bench) compute and
+//! `udp_server --metrics`: [`metrics`] and
+//! [`metrics_http`]). Roles (server, client, proxy, bench) compute and
 //! return report structs or send typed events to a sink; this module turns
 //! them into text, JSON, CSV, tables, charts and progress bars.
 //!
@@ -18,6 +19,7 @@ pub mod bench;
 pub mod limit;
 pub mod manual;
 pub mod metrics;
+pub mod metrics_http;
 pub mod progress;
 pub mod proxy;
 pub mod report;
