@@ -741,15 +741,7 @@ mod tests {
                 recv_buffer: 1,
                 max_peers: 1,
             },
-            server: ServerSample {
-                packets: 0,
-                bytes: 0,
-                peers: 0,
-                overflow_packets: 0,
-                late_packets: 0,
-                kernel_drops: None,
-                receive_cpu_seconds: None,
-            },
+            server: ServerSample::default(),
             peers_finished: 0,
             peers: vec![],
         };
