@@ -155,3 +155,26 @@ fn iperf3_short_flags_work_where_they_do_not_clash() {
     let v: serde_json::Value = serde_json::from_str(&first).expect("-J is NDJSON");
     assert_eq!(v["event"], "listening");
 }
+
+/// What an iperf3 user types by reflex gets the netspeed spelling in the
+/// one-line error, with exit 2 (issue 28).
+#[test]
+fn iperf3_reflexes_are_answered_with_the_netspeed_spelling() {
+    let client = env!("CARGO_BIN_EXE_udp_client");
+    let server = env!("CARGO_BIN_EXE_udp_server");
+    for (bin, args, says) in [
+        (client, &["-c", "127.0.0.1"][..], "is `-s HOST:PORT` here"),
+        (client, &["-p", "5201"], "is `-s HOST:PORT` here"),
+        (client, &["-u"], "-u is not needed"),
+        (client, &["-l", "1400"], "is -b here, e.g. `-b 1400`"),
+        (client, &["-1"], "`udp_server --one-off`"),
+        (
+            client,
+            &["-b", "100M"],
+            "for a rate (iperf3's -b) use --rate",
+        ),
+        (server, &["-R"], "are udp_client's"),
+    ] {
+        common::one_line_error(&run(bin, args), 2, says, &format!("{args:?}"));
+    }
+}

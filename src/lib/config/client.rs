@@ -554,7 +554,7 @@ impl ClientConfig {
         let limit = crate::sys::max_udp_payload(&server);
         if buffer_size > limit as u64 {
             return Err(Error::usage(format!(
-                "--buffer-size {buffer_size} is larger than the largest UDP datagram over {} ({limit} bytes)",
+                "--buffer-size {buffer_size} is larger than the largest UDP datagram over {} ({limit} bytes); -b is the datagram size here: for a rate (iperf3's -b) use --rate",
                 if server.is_ipv4() { "IPv4" } else { "IPv6" }
             )));
         }

@@ -388,8 +388,31 @@ where
     Ok(n)
 }
 
+/// What an iperf3 user types by reflex that `program` spells differently:
+/// the netspeed spelling of the iperf3 flag `arg`, for the one-line error.
+/// Seed 001's `-b` (datagram size), `-s` (server address) and `-t` (a
+/// volume) keep their meanings, so those are answered where their values
+/// fail, not here.
+pub fn iperf3_spelling(program: &str, arg: &str) -> Option<&'static str> {
+    let client = program == "udp_client";
+    Some(match arg {
+        "-c" | "--client" if client => "iperf3's `-c HOST -p PORT` is `-s HOST:PORT` here",
+        "-p" | "--port" if client => "iperf3's `-c HOST -p PORT` is `-s HOST:PORT` here",
+        "-u" | "--udp" if client => "-u is not needed: udp_client always sends UDP",
+        "-l" | "--length" if client => "iperf3's -l (datagram length) is -b here, e.g. `-b 1400`",
+        "-1" | "--one-off" if client => {
+            "-1 (one-off) belongs to the server: `udp_server --one-off`"
+        }
+        "--bidir" | "-R" | "--reverse" if !client => {
+            "-R and --bidir are udp_client's: the client asks the server to send"
+        }
+        _ => return None,
+    })
+}
+
 /// Parses flags the way the binaries do: `--help` and `--version` print and
-/// exit 0; any other mistake becomes a one-line [`Error::Usage`].
+/// exit 0; any other mistake becomes a one-line [`Error::Usage`], naming
+/// the netspeed spelling of an iperf3 flag ([`iperf3_spelling`]).
 pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<T> {
     match T::try_parse_from(args) {
         Ok(parsed) => Ok(parsed),
@@ -420,9 +443,45 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
                     }
                     _ => valid,
                 };
-                Err(Error::usage(format!("{}{valid} (see --help)", clip(line))))
+                let program = T::command().get_name().to_string();
+                let hint = match e.get(ContextKind::InvalidArg) {
+                    Some(ContextValue::String(arg))
+                        if e.kind() == clap::error::ErrorKind::UnknownArgument =>
+                    {
+                        iperf3_spelling(&program, arg).map(|h| format!(": {h}"))
+                    }
+                    _ => None,
+                };
+                let hint = hint.unwrap_or_default();
+                Err(Error::usage(format!(
+                    "{}{hint}{valid} (see --help)",
+                    clip(line)
+                )))
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod iperf3_tests {
+    use super::iperf3_spelling;
+
+    #[test]
+    fn iperf3_flags_are_named_in_netspeed_spelling_only_where_they_differ() {
+        assert!(iperf3_spelling("udp_client", "-c")
+            .unwrap()
+            .contains("-s HOST:PORT"));
+        assert!(iperf3_spelling("udp_client", "-l")
+            .unwrap()
+            .contains("-b 1400"));
+        assert!(iperf3_spelling("udp_client", "-1")
+            .unwrap()
+            .contains("--one-off"));
+        // udp_server has -p and -1 of its own; udp_client has -R.
+        assert_eq!(iperf3_spelling("udp_server", "-p"), None);
+        assert_eq!(iperf3_spelling("udp_server", "-1"), None);
+        assert_eq!(iperf3_spelling("udp_client", "-R"), None);
+        assert_eq!(iperf3_spelling("udp_client", "--nonsense"), None);
     }
 }
 
