@@ -587,6 +587,20 @@ mod tests {
         assert!(!from_file.connected);
     }
 
+    /// configs/udp_client.toml says it holds the defaults: it does.
+    #[test]
+    fn the_example_client_config_is_the_defaults() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/udp_client.toml");
+        let (file, none) = (client(&["--config", path]).unwrap(), client(&[]).unwrap());
+        assert_eq!(file.server, none.server);
+        assert_eq!(file.buffer_size, none.buffer_size);
+        assert_eq!(file.volume, none.volume);
+        assert_eq!(file.connected, none.connected);
+        assert_eq!((file.batch, file.gso), (none.batch, none.gso));
+        assert_eq!(file.clients, none.clients);
+        assert_eq!(file.end_timeout, none.end_timeout);
+    }
+
     #[test]
     fn client_flags() {
         let cfg = client(&[
