@@ -311,8 +311,13 @@ impl SwapRelay {
                             send(d);
                         }
                     } else {
-                        if let Some(h) = held.take() {
-                            send(&h);
+                        // A held datagram goes out before an End (the
+                        // data's last word); a round-trip probe, which
+                        // travels beside the data, does not release it.
+                        if kind_of(d) != kind::PROBE {
+                            if let Some(h) = held.take() {
+                                send(&h);
+                            }
                         }
                         st.control += 1;
                         send(d);
@@ -391,6 +396,8 @@ pub mod kind {
     pub const HELLO: Option<u8> = Some(3);
     /// Server → client, the answer to a Hello.
     pub const HELLO_ACK: Option<u8> = Some(4);
+    /// Client → server, a round-trip probe (it travels beside the data).
+    pub const PROBE: Option<u8> = Some(8);
     /// Datagrams without the magic, or shorter than 6 bytes.
     pub const OTHER: Option<u8> = None;
 }
