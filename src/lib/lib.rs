@@ -90,8 +90,8 @@
 //!     kernel drops in datagrams and loss split by where it happened);
 //!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
 //!     code (`sys/linux.rs` with the process's calls in `sys/linux_process.rs`,
-//!     `sys/splice.rs`; in `sys/fallback.rs`, POSIX
-//!     poll(2) and a non-blocking receive), with stubs in
+//!     `sys/splice.rs`, POSIX poll(2) for every backend in `sys/poll.rs`;
+//!     in `sys/fallback.rs`, a non-blocking receive), with stubs in
 //!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;
 //!   - [`shutdown`]: the one stop flag every role polls; [`error`]: typed
 //!     failures and their exit codes.

@@ -612,36 +612,6 @@ pub fn select_readable(
     }
 }
 
-/// Waits until one of `fds` is readable, with poll(2).
-pub fn poll_readable(
-    fds: &[std::os::fd::RawFd],
-    timeout: std::time::Duration,
-    ready: &mut [bool],
-    scratch: &mut Vec<libc::pollfd>,
-) -> io::Result<usize> {
-    scratch.clear();
-    scratch.extend(fds.iter().map(|&fd| libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }));
-    // SAFETY: `scratch` holds `fds.len()` initialised pollfds.
-    let n = unsafe {
-        libc::poll(
-            scratch.as_mut_ptr(),
-            scratch.len() as libc::nfds_t,
-            timeout.as_millis() as libc::c_int,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    for (i, p) in scratch.iter().enumerate() {
-        ready[i] = p.revents & (libc::POLLIN | libc::POLLERR) != 0;
-    }
-    Ok(n as usize)
-}
-
 /// An epoll instance watching sockets for readability.
 pub struct Epoll {
     fd: std::os::fd::OwnedFd,

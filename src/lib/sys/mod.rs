@@ -30,7 +30,10 @@ pub use imp::{
 pub use imp::{drain_error_queue, recv_from_nowait};
 #[cfg(target_os = "linux")]
 pub use imp::{parse_control, ControlInfo};
-pub use imp::{poll_readable, select_readable, Epoll};
+pub use imp::{select_readable, Epoll};
+pub use poll::poll_readable;
+
+mod poll;
 
 /// The process's budget of open files (RLIMIT_NOFILE), for a run that
 /// opens many sockets.
