@@ -130,9 +130,7 @@ impl ReceiverFacts {
             coalesced_buffers: self.gro_buffers,
             coalesced_datagrams: self.gro_datagrams,
         };
-        arrivals
-            .per_buffer()
-            .map_or(drops, |per| (drops as f64 * per).round() as u64)
+        arrivals.drops_in_datagrams(drops).datagrams
     }
 
     /// The drops in words, against the loss: `1279 GRO buffers (about
