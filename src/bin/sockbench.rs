@@ -21,7 +21,8 @@ fn run() -> Result<()> {
     Format::from_flags(out.json, out.csv)?;
     let shutdown = Shutdown::on_signals()
         .map_err(|e| Error::runtime(format!("cannot install signal handlers: {e}")))?;
-    let report = netspeed::bench::run(&cli.suite, &mut CellBar::new(out.quiet), &shutdown)?;
+    let report = netspeed::bench::run(&cli.suite, &mut CellBar::new(out.quiet), &shutdown)
+        .map_err(|e| e.after_signal(shutdown.signal()))?;
     netspeed::output::bench::print(&report, out)?;
     report.complete(&shutdown)
 }

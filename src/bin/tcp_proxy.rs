@@ -55,9 +55,22 @@ fn run_bench(args: Vec<OsString>) -> Result<()> {
     let json = cfg.json;
     let rows = bench::run(&cfg, &shutdown, &mut |row| {
         output::proxy::bench_row(row, json)
-    })?;
+    })
+    .map_err(|e| e.after_signal(shutdown.signal()))?;
     if !json {
         output::proxy::bench_table(&rows);
+    }
+    // As sockbench: a partial table is not a result.
+    if let Some(signal) = shutdown.signal() {
+        return Err(Error::interrupted(
+            format!(
+                "interrupted ({} after {:.1} s) with {} rows measured: the table above is partial",
+                signal.name(),
+                shutdown.elapsed().as_secs_f64(),
+                rows.len()
+            ),
+            signal,
+        ));
     }
     let failed = rows.iter().filter(|r| r.error.is_some()).count();
     if failed > 0 {

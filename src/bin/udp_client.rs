@@ -17,31 +17,40 @@ fn main() {
 
 fn run() -> Result<i32> {
     let (cfg, shutdown) = start(ClientConfig::from_args, |cfg| cfg.sched)?;
+    // A run a signal cut short still prints its report, then ends with the
+    // signal's exit code (130, 143); so does one it stopped before a result.
+    match run_mode(&cfg, &shutdown) {
+        Ok(code) => Ok(client::exit_code_after(code, &shutdown)),
+        Err(e) => Err(e.after_signal(shutdown.signal())),
+    }
+}
+
+fn run_mode(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
     match &cfg.mode {
         ClientMode::Run => {}
         ClientMode::Sweep {
             sizes,
             clients,
             plot,
-        } => return sweep(&cfg, sizes, clients, plot.as_deref(), &shutdown),
+        } => return sweep(cfg, sizes, clients, plot.as_deref(), shutdown),
         ClientMode::FindLimit { search, plot } => {
-            return find_limit(&cfg, search, plot.as_deref(), &shutdown)
+            return find_limit(cfg, search, plot.as_deref(), shutdown)
         }
     }
-    let mut progress = Progress::new(client::planned_bytes(&cfg), !cfg.quiet && !cfg.json);
+    let mut progress = Progress::new(client::planned_bytes(cfg), !cfg.quiet && !cfg.json);
     if cfg.json_stream {
         progress = progress.with_interval_events();
-        println!("{}", report::client_start(&cfg));
+        println!("{}", report::client_start(cfg));
     } else if !cfg.json {
         progress = progress.with_intervals(cfg.clients);
     }
     if cfg.traffic.downloads() {
-        return duplex(&cfg, &shutdown, progress);
+        return duplex(cfg, shutdown, progress);
     }
     // Round-trip probes run beside the load, idle first.
     let go = |cfg: &ClientConfig| {
-        latency::probed(cfg, &shutdown, || {
-            client::run_with_progress(cfg, &shutdown, &progress)
+        latency::probed(cfg, shutdown, || {
+            client::run_with_progress(cfg, shutdown, &progress)
         })
     };
     let result = if cfg.local {
@@ -53,9 +62,9 @@ fn run() -> Result<i32> {
         };
         let shown = !cfg.json || cfg.json_stream;
         let events = shown.then_some(&show as netspeed::local::ServerEvents);
-        netspeed::local::with_local_server(&cfg, events, go)
+        netspeed::local::with_local_server(cfg, events, go)
     } else {
-        go(&cfg)
+        go(cfg)
     };
     progress.finish();
     let (mut result, probes) = result?;

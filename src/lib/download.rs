@@ -104,6 +104,9 @@ pub struct DuplexReport {
     pub upload: Option<RunReport>,
     /// Each client's reverse stream.
     pub downloads: Vec<Download>,
+    /// A signal cut the run short (absent when it ran to its end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<client::Interrupted>,
 }
 
 impl DuplexReport {
@@ -330,6 +333,7 @@ pub fn run(
         streams,
         upload,
         downloads,
+        interrupted: client::Interrupted::of(shutdown),
     })
 }
 

@@ -1,5 +1,6 @@
-//! The two kinds of failure a user can see, and their exit codes: a usage
-//! or config mistake (2) and a runtime failure (1). Both print as one line.
+//! The kinds of failure a user can see, and their exit codes: a usage or
+//! config mistake (2), a runtime failure (1), and a run a signal cut short
+//! (130 for SIGINT, 143 for SIGTERM). Each prints as one line.
 
 /// A failure that ends a run.
 #[derive(Debug, thiserror::Error)]
@@ -10,6 +11,10 @@ pub enum Error {
     /// Bind refused, host unreachable, socket failure: exit code 1.
     #[error("{0}")]
     Runtime(String),
+    /// A run that SIGINT or SIGTERM stopped before it had a result: the
+    /// signal's exit code (130, 143).
+    #[error("{message}")]
+    Interrupted { message: String, code: i32 },
     /// A system call failed: exit code 1. Prints as `context: source`.
     #[error("{context}: {source}")]
     Io {
@@ -24,6 +29,25 @@ impl Error {
         match self {
             Error::Usage(_) => 2,
             Error::Runtime(_) | Error::Io { .. } => 1,
+            Error::Interrupted { code, .. } => *code,
+        }
+    }
+
+    /// A run `signal` stopped, saying `message`.
+    pub fn interrupted(message: impl Into<String>, signal: crate::shutdown::Signal) -> Self {
+        Error::Interrupted {
+            message: message.into(),
+            code: signal.exit_code(),
+        }
+    }
+
+    /// This error, as the end of a run `signal` stopped (when one did):
+    /// the message kept, the exit code the signal's. A usage error stays
+    /// one: the run never began.
+    pub fn after_signal(self, signal: Option<crate::shutdown::Signal>) -> Self {
+        match (self, signal) {
+            (e @ Error::Usage(_), _) | (e, None) => e,
+            (e, Some(signal)) => Error::interrupted(e.to_string(), signal),
         }
     }
 
@@ -41,6 +65,10 @@ impl Error {
             Error::Io { context, source } => Error::io(format!("{what}: {context}"), source),
             Error::Usage(m) => Error::Usage(format!("{what}: {m}")),
             Error::Runtime(m) => Error::Runtime(format!("{what}: {m}")),
+            Error::Interrupted { message, code } => Error::Interrupted {
+                message: format!("{what}: {message}"),
+                code,
+            },
         }
     }
 

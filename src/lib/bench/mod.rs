@@ -40,18 +40,30 @@ pub enum Report {
 
 impl Report {
     /// Fails if the run was interrupted: a partial table is printed but is
-    /// not a result.
+    /// not a result. A signal's interruption ends with its exit code (130,
+    /// 143), and says how long the run went on.
     pub fn complete(&self, shutdown: &Shutdown) -> Result<()> {
         if !shutdown.is_triggered() {
             return Ok(());
         }
-        Err(match self {
-            Report::Udp(r) => Error::runtime(format!(
+        let what = match self {
+            Report::Udp(r) => format!(
                 "interrupted after {} of {} configurations",
                 r.rows.len(),
                 r.planned
-            )),
-            _ => Error::runtime("interrupted"),
+            ),
+            _ => "interrupted".into(),
+        };
+        Err(match shutdown.signal() {
+            Some(signal) => Error::interrupted(
+                format!(
+                    "{what} ({} after {:.1} s): the table above is partial",
+                    signal.name(),
+                    shutdown.elapsed().as_secs_f64()
+                ),
+                signal,
+            ),
+            None => Error::runtime(what),
         })
     }
 }

@@ -69,6 +69,9 @@ pub struct SweepReport {
     /// One size, several client counts (`--sweep-clients`): the fewest
     /// clients at which the server's socket dropped.
     pub first_overflow: Option<usize>,
+    /// A signal cut the sweep short: the cells are those that ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<client::Interrupted>,
 }
 
 impl SweepReport {
@@ -180,5 +183,6 @@ pub fn run(
         clients: clients.to_vec(),
         cells,
         first_overflow,
+        interrupted: client::Interrupted::of(shutdown),
     })
 }

@@ -105,5 +105,6 @@ pub fn run_with_progress(
     if let Some(e) = first_error.or(held_back) {
         return Err(e);
     }
-    Ok(summarise(cfg, clients, started))
+    let interrupted = Interrupted::of(shutdown);
+    Ok(summarise(cfg, clients, started, interrupted))
 }

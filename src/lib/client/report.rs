@@ -91,6 +91,44 @@ pub struct PacingReport {
     pub behind_seconds: f64,
 }
 
+/// A run a signal cut short: its figures cover the run until then.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interrupted {
+    /// `SIGINT` or `SIGTERM`.
+    pub signal: &'static str,
+    /// From the start of the program to its report.
+    pub after_seconds: f64,
+}
+
+impl Interrupted {
+    /// The interruption, if a signal set `shutdown` (not an in-process
+    /// stop).
+    pub fn of(shutdown: &Shutdown) -> Option<Self> {
+        shutdown.signal().map(|signal| Interrupted {
+            signal: signal.name(),
+            after_seconds: shutdown.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The note that says so, first among a report's notes.
+    pub fn note(&self) -> String {
+        format!(
+            "interrupted by {} after {:.2} s: the figures cover the run until then",
+            self.signal, self.after_seconds
+        )
+    }
+}
+
+/// The exit code of a run that ended with `code`: a run a signal cut short
+/// ends as the shell expects of one ended by that signal (130 for SIGINT,
+/// 143 for SIGTERM), unless its answer was disputed (4), which matters more.
+pub fn exit_code_after(code: i32, shutdown: &Shutdown) -> i32 {
+    match shutdown.signal() {
+        Some(signal) if code != EXIT_DISPUTED => signal.exit_code(),
+        _ => code,
+    }
+}
+
 /// What became of asking the server for its figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -188,6 +226,8 @@ pub struct RunReport {
     /// Every client that asked got its answer (or none asked: --no-server).
     pub complete: bool,
     pub clients: Vec<ClientReport>,
+    /// A signal cut the run short (absent when it ran to its end).
+    pub interrupted: Option<Interrupted>,
     /// Things the user should know about how the run went.
     pub notes: Vec<String>,
     /// What capped the run, and what to try (`docs/output.md`).

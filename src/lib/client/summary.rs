@@ -157,6 +157,7 @@ pub(super) fn summarise(
     cfg: &ClientConfig,
     clients: Vec<ClientReport>,
     started: SystemTime,
+    interrupted: Option<Interrupted>,
 ) -> RunReport {
     let sent_packets = clients.iter().map(|c| c.sent_packets).sum();
     let sent_bytes: u64 = clients.iter().map(|c| c.sent_bytes).sum();
@@ -185,7 +186,7 @@ pub(super) fn summarise(
         .collect();
     let sender_span = first.is_some().then_some(span);
     let server = (!answered.is_empty()).then(|| server_view(&answered, sender_span));
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = interrupted.iter().map(Interrupted::note).collect();
     if let Volume::Bytes(t) = cfg.volume {
         // iperf3's `-t 5` is five seconds; here it is five bytes.
         if t < 1000 {
@@ -291,6 +292,7 @@ pub(super) fn summarise(
         clients_answered: answered_count,
         complete: answered_count + count(Answer::NotAsked) == n,
         clients,
+        interrupted,
         notes,
         limited_by,
         rtt: None,

@@ -802,6 +802,9 @@ pub fn duplex_report(r: &DuplexReport, json_out: bool) -> String {
         return serde_json::to_string(r).unwrap_or_else(|_| "{}".into());
     }
     let mut out = String::new();
+    if let Some(i) = r.interrupted.as_ref().filter(|_| r.upload.is_none()) {
+        out += &format!("note: {}\n", i.note());
+    }
     if let Some(upload) = &r.upload {
         out += &client_report(upload, false);
         out += "\n\n";

@@ -235,6 +235,14 @@ impl Columns for MuxRow {
 }
 
 pub fn sweep_table(r: &SweepReport) -> String {
+    let mut table = sweep_cells(r);
+    if let Some(i) = &r.interrupted {
+        table += &format!("\nnote: {}", i.note());
+    }
+    table
+}
+
+fn sweep_cells(r: &SweepReport) -> String {
     if r.by_clients() {
         return clients_table(r);
     }
@@ -364,6 +372,7 @@ mod tests {
                 cell(1000, 2, Some(3.0)),
             ],
             first_overflow: None,
+            interrupted: None,
         };
         let t = sweep_table(&r);
         let lines: Vec<&str> = t.lines().collect();
