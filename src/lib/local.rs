@@ -39,8 +39,12 @@ pub fn with_local_server<T>(
         listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
         listen_is_default: false,
         interval: server_events.and(cfg.interval),
-        // A generous buffer, as a user tuning a real server would set.
-        recv_buffer_size: Some(4 << 20),
+        // The server a user tuning this host would run: the default
+        // buffer (the largest the system allows, up to 16 MiB), and a
+        // receive thread per client as far as the cores go once the
+        // senders have theirs.
+        recv_buffer_size: None,
+        threads: receive_threads(cfg.clients, cores()),
         ..Default::default()
     };
     let bound = crate::server::bind(&server_cfg)?;
@@ -60,4 +64,32 @@ pub fn with_local_server<T>(
         let _ = server.join();
         result
     })
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The in-process server's receive threads (SO_REUSEPORT sockets) for
+/// `clients` senders on `cores`: one per client while half the cores are
+/// left for the senders, at least one. More threads than clients would
+/// idle (the kernel spreads flows, not datagrams); more than half the cores
+/// would take them from the senders they measure.
+pub fn receive_threads(clients: usize, cores: usize) -> usize {
+    clients.min(cores / 2).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::receive_threads;
+
+    #[test]
+    fn receive_threads_leave_the_senders_half_the_cores() {
+        assert_eq!(receive_threads(1, 2), 1);
+        assert_eq!(receive_threads(4, 2), 1);
+        assert_eq!(receive_threads(4, 8), 4);
+        assert_eq!(receive_threads(16, 8), 4);
+        assert_eq!(receive_threads(1, 1), 1);
+        assert_eq!(receive_threads(3, 64), 3);
+    }
 }

@@ -341,7 +341,7 @@ fn report(
         backoff_seconds: tx.backoff_time.as_secs_f64(),
         send_path: tx.path(),
         sndbuf: opened.sndbuf.clone(),
-        cpu: cpu.map(|c| CpuCost::of(c, loop_time, bytes)),
+        cpu: cpu.map(|c| CpuCost::of(c, loop_time, bytes).on_threads(1)),
         pacing: paced.map(|p| PacingReport {
             mode: if cfg.precise_pacing {
                 "precise"

@@ -237,6 +237,9 @@ pub(super) fn summarise(
     }
     if let Some(v) = &server {
         notes.extend(server_notes(v));
+        if cfg.local && v.lost_packets > 0 {
+            notes.push(local_loss_note(v));
+        }
     }
     let answered_count = count(Answer::Answered);
     let limited_by = verdict::judge(&verdict::Facts {
@@ -297,6 +300,18 @@ pub(super) fn summarise(
         limited_by,
         rtt: None,
     }
+}
+
+/// `--local` with loss: no network lay between the ends, so the loss is
+/// what this host could not take in, and the rate received is what it can.
+fn local_loss_note(v: &ServerView) -> String {
+    let rate = v
+        .gbps
+        .map_or_else(|| "an unknown rate".into(), |g| format!("{g:.3} Gbit/s"));
+    format!(
+        "--local: no network lies between the two ends, so the {} datagrams lost ({:.3}%) were not lost on a path: this host's in-process server could not take them in (its socket buffer overflowed) while it received {rate} with the sender beside it on the same cores; that is what this host can receive; pace with --rate below it to measure without loss",
+        v.lost_packets, v.loss_percent
+    )
 }
 
 /// What the server's answer says about its own figures: where they stop

@@ -389,7 +389,7 @@ pub fn judge(f: &Facts) -> Verdict {
         return verdict(
             Cap::Unknown,
             format!(
-                "too short to tell what caps it ({:.3} s of sending): give --duration 3s or a larger -t",
+                "too short to tell what caps it ({:.3} s of sending, too short to time well): send for longer with --duration 10s or -t 1G",
                 f.seconds
             ),
         );

@@ -62,7 +62,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub end_grace: Option<Duration>,
     /// SO_RCVBUF to ask for (e.g. 4M). The size the kernel granted is printed
-    /// [default: the system's, net.core.rmem_default].
+    /// [default: 16M, forced as root, else as much as net.core.rmem_max allows].
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub recv_buffer_size: Option<u64>,
     /// Most peers tracked at once; traffic from more is counted in one

@@ -268,11 +268,14 @@ fn latency_lines(l: &Latency, label: &str) -> String {
 pub fn send_interval(session: Option<&str>, i: &SendInterval) -> String {
     let who = session.map_or_else(String::new, |s| format!("[{s}] "));
     let span = format!("{:.2}-{:.2}", i.start, i.end);
+    let rate = i.gbps.map_or_else(
+        || "rate unknown (under 1 ms)".into(),
+        |g| format!("{g:>8.3} Gbit/s"),
+    );
     format!(
-        "{who}{span:>13} s {:>10} pkts {:>11} {:>8.3} Gbit/s (sender side)",
+        "{who}{span:>13} s {:>10} pkts {:>11} {rate} (sender side)",
         i.packets,
         HumanBytes(i.bytes).to_string(),
-        i.gbps,
     )
 }
 
@@ -559,6 +562,8 @@ fn drops_in_datagrams(drops: &KernelDrops, split: &LossSplit) -> Option<String> 
         drops.kernel_drops_datagrams,
         drops.kernel_drops_basis.as_deref(),
     ) {
+        // Nothing dropped needs no estimate ("about 0 … 0 buffers × …").
+        (Some(0), _) => String::new(),
         (Some(d), Some("counted")) => format!("{d} datagrams dropped (counted)"),
         (Some(d), Some(basis)) => format!("about {d} datagrams dropped ({basis})"),
         _ => String::new(),
@@ -683,7 +688,9 @@ fn client_lines(c: &ClientReport) -> String {
             ),
         };
         out += &format!("\npacing    {mode}");
-        if pace.behind_seconds > 0.0 {
+        // Under a millisecond in all is the schedule's own jitter, and
+        // would print as "0.000 s".
+        if pace.behind_seconds >= 0.001 {
             out += &format!(
                 "; fell behind by {:.3} s in all (the rate was not held then)",
                 pace.behind_seconds

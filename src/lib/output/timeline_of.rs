@@ -25,7 +25,10 @@ fn upload_series(r: &RunReport, load_start: f64) -> TimelineSeries {
                 let s = &mut sums[i];
                 s.end = s.end.max(iv.end);
                 s.bytes += iv.bytes;
-                s.gbps += iv.gbps;
+                s.gbps = match (s.gbps, iv.gbps) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
             }
         }
     }
@@ -35,7 +38,7 @@ fn upload_series(r: &RunReport, load_start: f64) -> TimelineSeries {
             .iter()
             .map(|s| TimelinePoint {
                 t: load_start + s.end,
-                gbps: Some(s.gbps),
+                gbps: s.gbps,
                 ..TimelinePoint::default()
             })
             .collect(),

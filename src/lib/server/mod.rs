@@ -124,11 +124,10 @@ pub fn adopt(
         .ok_or_else(|| Error::runtime("cannot read the bound address"))?;
     let mut buffer = None;
     for socket in &sockets {
-        buffer = Some(sys::size_buffer(
-            socket,
-            sys::BufferSide::Receive,
-            recv_buffer_size,
-        )?);
+        buffer = Some(match recv_buffer_size {
+            Some(_) => sys::size_buffer(socket, sys::BufferSide::Receive, recv_buffer_size)?,
+            None => sys::size_default_recv_buffer(socket)?,
+        });
     }
     let (mut gro, mut gro_note) = (false, None);
     if want_gro {
@@ -571,7 +570,8 @@ pub fn run_with(
             cpu: receive_cpu.total(),
             ..Counters::default()
         },
-    );
+    )
+    .on_threads(bound.sockets.len());
     let counter = Counter {
         shared: &shared,
         cpu: &receive_cpu,
@@ -779,7 +779,7 @@ pub fn run_with(
         cpu,
         receive_cpu: receive_cpu
             .total()
-            .map(|c| CpuCost::of(c, wall, table.totals.bytes)),
+            .map(|c| CpuCost::of(c, wall, table.totals.bytes).on_threads(bound.sockets.len())),
         totals: table.totals.clone(),
         kernel_drops: table.kernel_drops().filter(|_| drops_supported),
         method: cfg.method.name(),

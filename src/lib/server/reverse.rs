@@ -503,7 +503,9 @@ impl Reverse {
         };
         let sent = &result.sent;
         let span = sent.timing.span();
-        let cpu = sent.cpu.map(|c| CpuCost::of(c, sent.loop_time, sent.bytes));
+        let cpu = sent
+            .cpu
+            .map(|c| CpuCost::of(c, sent.loop_time, sent.bytes).on_threads(1));
         let path = &result.path;
         let report = StreamReport {
             peer: key.0.to_string(),

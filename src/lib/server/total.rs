@@ -117,6 +117,8 @@ pub struct TotalMeter {
     epoch: Instant,
     intervals: bool,
     recv_buffer: u64,
+    /// Receive threads: the CPU figure is at most a core each.
+    threads: usize,
     from: Instant,
     mark: Counters,
     packets: u64,
@@ -126,6 +128,12 @@ pub struct TotalMeter {
 }
 
 impl TotalMeter {
+    /// The same meter, for `threads` receive threads (1 by default).
+    pub fn on_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
     /// A meter from `epoch` (the server's start); `intervals` when
     /// interval lines are written; `recv_buffer` as granted.
     pub fn new(epoch: Instant, intervals: bool, recv_buffer: u64, counters: Counters) -> Self {
@@ -133,6 +141,7 @@ impl TotalMeter {
             epoch,
             intervals,
             recv_buffer,
+            threads: 1,
             from: epoch,
             mark: counters,
             packets: 0,
@@ -197,7 +206,7 @@ impl TotalMeter {
         let cpu = c
             .cpu
             .zip(self.mark.cpu)
-            .map(|(n, m)| CpuCost::of(n.since(m), span, self.bytes));
+            .map(|(n, m)| CpuCost::of(n.since(m), span, self.bytes).on_threads(self.threads));
         let since = |at: Instant| at.saturating_duration_since(self.epoch).as_secs_f64();
         let report = TotalReport {
             start: since(self.from),
@@ -224,6 +233,7 @@ impl TotalMeter {
         *self = TotalMeter {
             from: now.at,
             mark: c,
+            threads: self.threads,
             ..TotalMeter::new(self.epoch, self.intervals, self.recv_buffer, c)
         };
         report

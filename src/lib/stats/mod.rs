@@ -359,6 +359,16 @@ impl CpuCost {
         }
     }
 
+    /// The same, for work done by `threads` threads: at most 100 % of a
+    /// core each. The CPU clock and the span are read at slightly
+    /// different moments, so a short span's quotient can pass that (105 %
+    /// for one thread over a last, short interval); it is capped, not shown.
+    pub fn on_threads(mut self, threads: usize) -> Self {
+        let most = 100.0 * threads.max(1) as f64;
+        self.percent_of_core = self.percent_of_core.map(|p| p.min(most));
+        self
+    }
+
     fn with_split(mut self, cpu: CpuTime) -> Self {
         self.user_seconds = Some(cpu.user.as_secs_f64());
         self.system_seconds = Some(cpu.system.as_secs_f64());
@@ -513,8 +523,10 @@ pub struct SendInterval {
     pub end: f64,
     pub packets: u64,
     pub bytes: u64,
-    /// `bytes × 8 / (end − start)`, Gbit/s; 0 for an empty span.
-    pub gbps: f64,
+    /// `bytes × 8 / (end − start)`, Gbit/s; null under [`MIN_RATE_SPAN`]
+    /// (a rate over a few microseconds is noise: 45 Gbit/s for a 1 MB
+    /// run, beside a summary that rightly says "rate unknown").
+    pub gbps: Option<f64>,
 }
 
 /// Cuts a sender's running totals into intervals. Pure: the caller gives
@@ -547,7 +559,8 @@ impl IntervalClock {
             end: at.as_secs_f64(),
             packets: packets - p0,
             bytes: sent,
-            gbps: crate::units::gbps(sent, span),
+            gbps: (at.saturating_sub(start) >= MIN_RATE_SPAN)
+                .then(|| crate::units::gbps(sent, span)),
         }
     }
 
@@ -618,8 +631,14 @@ mod tests {
         assert_eq!(seen.iter().map(|i| i.packets).sum::<u64>(), total.0);
         assert_eq!(seen.iter().map(|i| i.bytes).sum::<u64>(), total.1);
         // 4000 bytes over 1.2 s.
-        assert!((seen[0].gbps - 4000.0 * 8.0 / 1.2 / 1e9).abs() < 1e-12);
+        assert!((seen[0].gbps.unwrap() - 4000.0 * 8.0 / 1.2 / 1e9).abs() < 1e-12);
         assert_eq!(seen[0].packets, 40);
+        // A last interval under a millisecond has no rate, not a huge one.
+        let mut clock = IntervalClock::new(ms(1000));
+        let short = clock
+            .finish(Duration::from_micros(300), 200, 1_000_000)
+            .unwrap();
+        assert_eq!((short.packets, short.gbps), (200, None));
     }
 
     /// Everything a SeqSet reports, for comparing two of them.
@@ -877,6 +896,9 @@ mod tests {
         assert_eq!(c.percent_of_core, Some(25.0));
         assert_eq!(c.seconds_per_gb, Some(0.25));
         assert_eq!((c.user_seconds, c.system_seconds), (Some(0.3), Some(0.2)));
+        let skewed = CpuCost::of_total(Duration::from_millis(105), Duration::from_millis(100), 1);
+        assert_eq!(skewed.on_threads(1).percent_of_core, Some(100.0));
+        assert_eq!(skewed.on_threads(2).percent_of_core, skewed.percent_of_core);
         let none = CpuCost::of_total(Duration::from_millis(5), Duration::ZERO, 0);
         assert_eq!((none.percent_of_core, none.seconds_per_gb), (None, None));
         assert_eq!(

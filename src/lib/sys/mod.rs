@@ -295,6 +295,54 @@ pub fn size_buffer(
     })
 }
 
+/// The receive buffer a receiver asks for when the user did not choose one
+/// (16 MiB; Linux doubles it to 32 MiB of accounting). The system default
+/// (`net.core.rmem_default`, 208 KiB on Linux) holds about 40 datagrams of
+/// 5000 bytes: one unpaced client's first millisecond overflows it, and
+/// the loss looks like the network's. This holds about 1.3 ms at
+/// 100 Gbit/s, or a 10 ms pause of the receive thread at 13 Gbit/s.
+pub const DEFAULT_RECV_BUFFER: usize = 16 << 20;
+
+/// The smallest request [`size_default_recv_buffer`] steps down to where
+/// the OS refuses a larger one outright (BSD's `kern.ipc.maxsockbuf`).
+const SMALLEST_DEFAULT_RECV_BUFFER: usize = 256 << 10;
+
+/// A receiver's default buffer: asks for [`DEFAULT_RECV_BUFFER`], past the
+/// sysctl limit where the process may (SO_RCVBUFFORCE), else takes what
+/// the limit allows. When that is less, the grant's `warning` says so and
+/// names the sysctl that raises it, for the caller to print once.
+pub fn size_default_recv_buffer(socket: &socket2::Socket) -> crate::error::Result<BufferGrant> {
+    let read = || {
+        socket
+            .recv_buffer_size()
+            .map_err(|e| crate::error::Error::io("cannot read SO_RCVBUF", e))
+    };
+    // Linux caps a request at the limit; BSD refuses one above it, so
+    // step down until one is taken.
+    let mut want = DEFAULT_RECV_BUFFER;
+    while socket.set_recv_buffer_size(want).is_err() && want > SMALLEST_DEFAULT_RECV_BUFFER {
+        want /= 2;
+    }
+    let full = |want: usize| if RCVBUF_DOUBLES { want * 2 } else { want };
+    let mut granted = read()?;
+    let mut forced = false;
+    if granted < full(want) && force_recv_buffer(socket, want).is_ok() {
+        granted = read()?;
+        forced = true;
+    }
+    let warning = (granted < full(DEFAULT_RECV_BUFFER)).then(|| {
+        format!(
+            "receive buffer {granted} bytes: {RCVBUF_SYSCTL} allows no more than that of the {DEFAULT_RECV_BUFFER} bytes asked for by default, and an unpaced burst from several clients can overflow it; raise the limit with: sysctl -w {RCVBUF_SYSCTL}={DEFAULT_RECV_BUFFER} (or run as root, which uses SO_RCVBUFFORCE)"
+        )
+    });
+    Ok(BufferGrant {
+        requested: Some(want),
+        granted,
+        forced,
+        warning,
+    })
+}
+
 /// `::ffff:1.2.3.4` (a v4 peer on a dual-stack socket) as `1.2.3.4`: the
 /// same peer whichever socket family it reached.
 pub fn canonical_addr(addr: std::net::SocketAddr) -> std::net::SocketAddr {

@@ -81,6 +81,7 @@ impl PeerTable {
         events: &mut dyn FnMut(Event),
     ) {
         let flags = &self.flags;
+        let threads = self.cfg.sockets;
         let sessions = self
             .tagged
             .slots
@@ -93,7 +94,7 @@ impl PeerTable {
                 continue;
             }
             let shared = peer.shared_now(flags);
-            if let Some(report) = peer.interval(t.as_deref(), now, cpu_now, shared) {
+            if let Some(report) = peer.interval(t.as_deref(), now, cpu_now, shared, threads) {
                 events(Event::Interval(report));
                 if let Some(t) = t.as_mut() {
                     t.delay.take_interval();

@@ -212,6 +212,7 @@ impl Peer {
         t: Option<&Tagged>,
         shared: bool,
         reason: Option<DoneReason>,
+        threads: usize,
     ) -> PeerReport {
         let arrivals = match self.first {
             Some(first) => self.last.saturating_duration_since(first),
@@ -223,7 +224,8 @@ impl Peer {
         let (rate_over, rate_span) = stats::receive_span(arrivals, sender);
         let cpu = self.cpu_used().map(|c| {
             let span = self.last_seen.saturating_duration_since(self.first_seen);
-            CpuCost::of(c, span, self.total.bytes)
+            // The receive threads' CPU: at most a core each.
+            CpuCost::of(c, span, self.total.bytes).on_threads(threads)
         });
         let mut report = self.report(
             t,
@@ -253,6 +255,7 @@ impl Peer {
         end: Instant,
         cpu_now: Option<CpuTime>,
         shared: bool,
+        threads: usize,
     ) -> Option<PeerReport> {
         let first = self.first?;
         let (start, amount, after_start, cpu_from) = match self.mark {
@@ -271,9 +274,9 @@ impl Peer {
             return None;
         }
         let span = end.saturating_duration_since(start);
-        let cpu = cpu_now
-            .zip(cpu_from)
-            .map(|(now, from)| CpuCost::of(now.since(from), span, amount.bytes));
+        let cpu = cpu_now.zip(cpu_from).map(|(now, from)| {
+            CpuCost::of(now.since(from), span, amount.bytes).on_threads(threads)
+        });
         let mut report = self.report(
             t,
             amount,
@@ -296,16 +299,17 @@ impl PeerTable {
     /// sessions' records are left out: their `peer_done` was the last word.
     pub fn live_reports(&self) -> Vec<PeerReport> {
         let live = |peer: &Peer| !peer.is_finished() && peer.total.packets > 0;
+        let threads = self.cfg.sockets;
         let sessions = self
             .tagged
             .peers()
             .filter(|s| live(s))
-            .map(|s| s.summary(Some(&s.tagged), s.shared_now(&self.flags), None));
+            .map(|s| s.summary(Some(&s.tagged), s.shared_now(&self.flags), None, threads));
         let sources = self
             .untagged
             .peers()
             .filter(|p| live(p))
-            .map(|p| p.summary(None, p.shared_now(&self.flags), None));
+            .map(|p| p.summary(None, p.shared_now(&self.flags), None, threads));
         sessions.chain(sources).collect()
     }
 
@@ -319,11 +323,18 @@ impl PeerTable {
     ) {
         let shared = peer.shared_now(&self.flags);
         if self.cfg.intervals {
-            if let Some(report) = peer.interval(t, peer.last, peer.cpu_end, shared) {
+            if let Some(report) =
+                peer.interval(t, peer.last, peer.cpu_end, shared, self.cfg.sockets)
+            {
                 events(Event::Interval(report));
             }
         }
-        events(Event::Done(peer.summary(t, shared, Some(reason))));
+        events(Event::Done(peer.summary(
+            t,
+            shared,
+            Some(reason),
+            self.cfg.sockets,
+        )));
     }
 }
 
