@@ -135,6 +135,7 @@ echo "tcp_proxy: $("$BIN" --version 2>/dev/null | head -1) at $(git rev-parse --
 echo "haproxy: $(haproxy -v 2>/dev/null | sed -n 1p)"
 echo "go: $(go version); iperf3: $(iperf3 --version 2>/dev/null | sed -n 1p); wrk: $(wrk --version 2>&1 | sed -n 1p | cut -c1-40)"
 echo "date: $(date -u +%FT%TZ); tcp congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control); RLIMIT_NOFILE here: soft $(ulimit -Sn), hard $(ulimit -Hn)"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the proxy shares $(nproc) cpus with everything else running)"
 echo "settings: RATES='$RATES' CPU_SECONDS=$CPU_SECONDS CPU_ROUNDS=$CPU_ROUNDS CPS_SECONDS=$CPS_SECONDS CPS_ROUNDS=$CPS_ROUNDS CPS_CONNS=$CPS_CONNS IDLE_CONNS=$IDLE_CONNS PROXY_NOFILE=$PROXY_NOFILE RTTS=$RTTS MSG=$MSG SKIP='$SKIP'"
 
 # A free loopback port for a server to bind.
@@ -227,8 +228,8 @@ EOF
     esac
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
-    wait_port "$port"
     PROXY_ADDR=127.0.0.1:$port
+    wait_port "$port" || return 1
 }
 
 # utime + stime of process $1 (all its threads, living and dead), in ticks.
@@ -278,7 +279,11 @@ if ! skip cpu; then
             for ((i = ${#targets[@]} - 1; i >= 0; i--)); do order+=("${targets[$i]}"); done
         fi
         for t in "${order[@]}"; do
-            start_target "$t" "127.0.0.1:$iport"
+            if ! start_target "$t" "127.0.0.1:$iport"; then
+                log "cpu: $t did not start: $(head -c 300 "$PROXY_LOG")"
+                record cpu "$t" "${RATES%% *}" fail
+                continue
+            fi
             for rate in $RATES; do
                 c0=$(cpu_ticks "$PROXY_PID")
                 json=$TMP/iperf.json
@@ -305,7 +310,11 @@ if ! skip cps; then
     targets=(tcp_proxy:default "${PEERS[@]}" direct)
     for round in $(seq "$CPS_ROUNDS"); do
         for t in "${targets[@]}"; do
-            start_target "$t" "$HTTP_ADDR"
+            if ! start_target "$t" "$HTTP_ADDR"; then
+                log "cps: $t did not start: $(head -c 300 "$PROXY_LOG")"
+                record cps "$t" "$round" fail
+                continue
+            fi
             c0=$(cpu_ticks "$PROXY_PID")
             out=$TMP/wrk.out
             timeout $((CPS_SECONDS + 30)) wrk -t1 -c"$CPS_CONNS" -d"${CPS_SECONDS}s" --timeout 5s \
@@ -340,12 +349,28 @@ if ! skip idle; then
     start_server echo
     ECHO_PID=$SERVER_PID ECHO_ADDR=$SERVER_ADDR
     log "idle: $IDLE_CONNS idle connections per target, proxies under soft RLIMIT_NOFILE $PROXY_NOFILE"
+    # HAProxy refuses to start when the fds its maxconn needs (2 per
+    # connection and a few) are above the hard limit, which it cannot
+    # raise: there, it gets the largest maxconn that fits, and serves fewer.
+    HAPROXY_IDLE_MAXCONN=$((IDLE_CONNS + 64))
+    hard=$(ulimit -Hn)
+    if [ "$hard" != unlimited ] && [ $((2 * HAPROXY_IDLE_MAXCONN + 100)) -gt "$hard" ]; then
+        HAPROXY_IDLE_MAXCONN=$(((hard - 100) / 2))
+        log "idle: hard RLIMIT_NOFILE $hard: HAProxy gets maxconn $HAPROXY_IDLE_MAXCONN (no proxy with two sockets per connection holds $IDLE_CONNS here)"
+    fi
     for t in direct tcp_proxy:default "${PEERS[@]}"; do
+        started=yes
         # shellcheck disable=SC2086 # a list of flags
         case $t in
-            tcp_proxy:*) start_target "$t" "$ECHO_ADDR" $IDLE_TCP_PROXY_FLAGS ;;
-            *) HAPROXY_MAXCONN=$((IDLE_CONNS + 64)) start_target "$t" "$ECHO_ADDR" ;;
+            tcp_proxy:*) start_target "$t" "$ECHO_ADDR" $IDLE_TCP_PROXY_FLAGS || started=no ;;
+            *) HAPROXY_MAXCONN=$HAPROXY_IDLE_MAXCONN start_target "$t" "$ECHO_ADDR" || started=no ;;
         esac
+        if [ $started = no ]; then
+            log "idle: $t did not start: $(head -c 300 "$PROXY_LOG")"
+            record idle "$t" '{}' "alive=did not start|$(grep -v NOTICE "$PROXY_LOG" | head -2 | tr '\n' ' ' | cut -c1-200)"
+            [ -n "$PROXY_PID" ] && stop "$PROXY_PID"
+            continue
+        fi
         hold=$TMP/hold.json
         timeout 240 "$PEER" hold -addr "$PROXY_ADDR" -n "$IDLE_CONNS" -pid "${PROXY_PID:-0}" \
             -msg "$MSG" -rtts "$RTTS" >"$hold" 2>"$hold.err" || log "idle: hold through $t exited $?"
@@ -371,7 +396,8 @@ if ! skip pipes; then
     record pipes tcp_proxy:default "-" "$(awk 'BEGIN { ORS = "\\n" } 1' "$TMP/pipes.out")"
 fi
 
-log "done in $(($(date +%s) - T0)) s"
+log "done in $(($(date +%s) - T0)) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "== results (paste into docs/benchmarks.md)"
-python3 bench/peers/cost_report.py "$RESULTS" "$IDLE_CONNS" "$PROXY_NOFILE" "$IDLE_TCP_PROXY_FLAGS" "$(($(date +%s) - T0))"
+python3 bench/peers/cost_report.py "$RESULTS" "$IDLE_CONNS" "$PROXY_NOFILE" "$IDLE_TCP_PROXY_FLAGS" "$(($(date +%s) - T0))" \
+    "${HAPROXY_IDLE_MAXCONN:-}" "$(ulimit -Hn)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The tables of bench/proxy-cost.sh, in markdown, from its results file.
 
-  cost_report.py RESULTS IDLE_CONNS PROXY_NOFILE IDLE_FLAGS SECONDS
+  cost_report.py RESULTS IDLE_CONNS PROXY_NOFILE IDLE_FLAGS SECONDS HAPROXY_MAXCONN HARD_NOFILE
 
 RESULTS has one tab-separated row per measurement: part, target, key, value
 (see bench/proxy-cost.sh for what each part writes).
@@ -28,7 +28,7 @@ def label(t):
 
 
 def rate_name(r):
-    return "unpaced" if r in ("0", "0G") else f"{r}bit/s"
+    return "unpaced" if r in ("0", "0G") else f"{r[:-1]} {r[-1]}bit/s" if r[-1] in "KMG" else f"{r} bit/s"
 
 
 def ratio(a, b):
@@ -38,7 +38,7 @@ def ratio(a, b):
 
 
 def main():
-    path, idle_n, nofile, idle_flags, seconds = sys.argv[1:6]
+    path, idle_n, nofile, idle_flags, seconds, hap_maxconn, hard = sys.argv[1:8]
     rows = [line.rstrip("\n").split("\t", 3) for line in open(path) if line.strip()]
     goals = []
 
@@ -142,11 +142,13 @@ def main():
             notes[t] = val
     if idle:
         print(f"### {int(idle_n):,} idle connections, every proxy started under `ulimit -Sn {nofile}`\n")
-        print(f"tcp_proxy with `{idle_flags}`; HAProxy with `maxconn {int(idle_n) + 64}`. A connection is served when one "
-              "8-byte echo came back through it; latency is a 64-byte ping-pong over one more connection, opened first.\n")
-        print("| target | served | not served (why) | RSS per idle connection | fds per idle connection "
+        print(f"tcp_proxy with `{idle_flags}`; HAProxy with `maxconn {hap_maxconn}`; the hard RLIMIT_NOFILE is {hard}"
+              + (f", so no proxy with two sockets per connection can hold {int(idle_n):,} here" if hard.isdigit() and int(hard) < 2 * int(idle_n) + 20 else "")
+              + ". A connection is served when one 8-byte echo came back through it; latency is a ping-pong "
+              "over one more connection, opened first; the time is how long opening them all took.\n")
+        print("| target | served | time | not served (why) | RSS per idle connection | fds per idle connection "
               "| RTT p50 / p99, no idle | RTT p50 / p99, idle open | added p50 / p99 vs direct | proxy still running |")
-        print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+        print("|---|---:|---:|---|---:|---:|---:|---:|---:|---|")
         direct = idle.get("direct", {}).get("rtt_idle_open", {})
 
         def per(d, a, b):
@@ -171,7 +173,8 @@ def main():
             r1 = d.get("rtt_idle_open", {})
             added = (f"+{r1['p50_us'] - direct['p50_us']:.0f} / +{r1['p99_us'] - direct['p99_us']:.0f} µs"
                      if t != "direct" and r1.get("n") and direct.get("n") else "—")
-            print(f"| {label(t)} | {d.get('served', 0):,} of {d.get('target', idle_n)} | {why} | "
+            secs = f"{d['open_seconds']:.1f} s" if "open_seconds" in d else "—"
+            print(f"| {label(t)} | {d.get('served', 0):,} of {int(d.get('target', idle_n)):,} | {secs} | {why} | "
                   f"{'—' if t == 'direct' else ('%.1f KiB' % rss if rss is not None else 'n/a')} | "
                   f"{'—' if t == 'direct' else ('%.2f' % fds if fds is not None else 'n/a')} | "
                   f"{rtt(d.get('rtt_no_idle'))} | {rtt(r1)} | {added} | {alive.replace('alive=', '')} |")
@@ -184,7 +187,7 @@ def main():
             a, b = per(ours, "rss_before_kib", "rss_open_kib"), per(p, "rss_before_kib", "rss_open_kib")
             fa, fb = per(ours, "fds_before", "fds_open"), per(p, "fds_before", "fds_open")
             oa, ob = ours.get("rtt_idle_open", {}), p.get("rtt_idle_open", {})
-            rows_r.append(f"| *tcp_proxy default / {name}* | {ratio(ours.get('served'), p.get('served'))} | | "
+            rows_r.append(f"| *tcp_proxy default / {name}* | {ratio(ours.get('served'), p.get('served'))} | | | "
                           f"**{ratio(a, b)}** | {ratio(fa, fb)} | | "
                           f"{ratio(oa.get('p50_us'), ob.get('p50_us'))} / {ratio(oa.get('p99_us'), ob.get('p99_us'))} | | |")
         print("\n".join(rows_r))
