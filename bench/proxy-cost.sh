@@ -18,7 +18,8 @@
 #          (1024): how many were served (one echo each), the proxy's RSS and
 #          open fds per idle connection, and the latency added (p50, p99 of
 #          64-byte ping-pongs over one more connection) before and while
-#          they are open;
+#          they are open; tcp_proxy once more with its soft limit raised
+#          to the hard one (what it does once it raises its own);
 #   pipes  the measurement that was the ignored test
 #          default_splice_with_4000_connections in tests/proxy_resources.rs:
 #          tcp_proxy's default with PIPES_CONNS connections (or as many as
@@ -352,17 +353,32 @@ if ! skip idle; then
     # HAProxy refuses to start when the fds its maxconn needs (2 per
     # connection and a few) are above the hard limit, which it cannot
     # raise: there, it gets the largest maxconn that fits, and serves fewer.
+    # With splice-auto it counts a pipe (two fds) for every fourth
+    # connection too (maxpipes = maxconn / 4).
     HAPROXY_IDLE_MAXCONN=$((IDLE_CONNS + 64))
+    HAPROXY_SPLICE_IDLE_MAXCONN=$HAPROXY_IDLE_MAXCONN
     hard=$(ulimit -Hn)
-    if [ "$hard" != unlimited ] && [ $((2 * HAPROXY_IDLE_MAXCONN + 100)) -gt "$hard" ]; then
-        HAPROXY_IDLE_MAXCONN=$(((hard - 100) / 2))
-        log "idle: hard RLIMIT_NOFILE $hard: HAProxy gets maxconn $HAPROXY_IDLE_MAXCONN (no proxy with two sockets per connection holds $IDLE_CONNS here)"
+    if [ "$hard" != unlimited ]; then
+        if [ $((2 * HAPROXY_IDLE_MAXCONN + 100)) -gt "$hard" ]; then
+            HAPROXY_IDLE_MAXCONN=$(((hard - 100) / 2))
+        fi
+        if [ $((5 * HAPROXY_SPLICE_IDLE_MAXCONN / 2 + 100)) -gt "$hard" ]; then
+            HAPROXY_SPLICE_IDLE_MAXCONN=$(((hard - 100) * 2 / 5))
+        fi
+        if [ "$HAPROXY_SPLICE_IDLE_MAXCONN" -le "$IDLE_CONNS" ]; then
+            log "idle: hard RLIMIT_NOFILE $hard: HAProxy gets maxconn $HAPROXY_IDLE_MAXCONN, with splice-auto $HAPROXY_SPLICE_IDLE_MAXCONN"
+        fi
     fi
-    for t in direct tcp_proxy:default "${PEERS[@]}"; do
+    # tcp_proxy twice: under the soft limit like the others, and (the row
+    # "+hard") from a shell that raised it to the hard limit, what it does
+    # once it raises its own limit.
+    for t in direct tcp_proxy:default tcp_proxy:default+hard "${PEERS[@]}"; do
         started=yes
         # shellcheck disable=SC2086 # a list of flags
         case $t in
+            *+hard) PROXY_NOFILE=$(ulimit -Hn) start_target "${t%+hard}" "$ECHO_ADDR" $IDLE_TCP_PROXY_FLAGS || started=no ;;
             tcp_proxy:*) start_target "$t" "$ECHO_ADDR" $IDLE_TCP_PROXY_FLAGS || started=no ;;
+            haproxy-splice) HAPROXY_MAXCONN=$HAPROXY_SPLICE_IDLE_MAXCONN start_target "$t" "$ECHO_ADDR" || started=no ;;
             *) HAPROXY_MAXCONN=$HAPROXY_IDLE_MAXCONN start_target "$t" "$ECHO_ADDR" || started=no ;;
         esac
         if [ $started = no ]; then
@@ -378,8 +394,8 @@ if ! skip idle; then
         [ -n "$PROXY_PID" ] && ! kill -0 "$PROXY_PID" 2>/dev/null && alive=no
         # What the proxy said about connections it could not serve: lines
         # counted by kind, so that a flood of them stays one line here.
-        complaints=$(sed -E 's/^tcp_proxy: //; s/conn [0-9]+ from [0-9.:]+:? //; s/ \(os error [0-9]+\)//;
-                s/ after [0-9.]+ s.*//; s/; closed the client//; s/(from|upstream) [0-9.]+:[0-9]+/\1 ADDR/g' "$PROXY_LOG" |
+        complaints=$(sed -E 's/^tcp_proxy: //; s/^[0-9/]+ [0-9:]+ //; s/conn [0-9]+ from [0-9.:]+:? //; s/ \(os error [0-9]+\)//;
+                s/ after [0-9.]+ s.*//; s/; closed the client//; s/[0-9]+([.][0-9]+){3}:[0-9]+/ADDR/g' "$PROXY_LOG" |
             grep -v -E '^(closed|listening|\[NOTICE\])' | cut -c1-70 | sort | uniq -c | sort -rn | head -4 |
             awk '{n = $1; $1 = ""; printf "%s%dx%s", (NR > 1 ? "; " : ""), n, $0}' || true)
         record idle "$t" "$(cat "$hold" 2>/dev/null || echo '{}')" "alive=$alive|$complaints"
@@ -400,4 +416,4 @@ log "done in $(($(date +%s) - T0)) s; load average at the end: $(cut -d' ' -f1-3
 echo
 echo "== results (paste into docs/benchmarks.md)"
 python3 bench/peers/cost_report.py "$RESULTS" "$IDLE_CONNS" "$PROXY_NOFILE" "$IDLE_TCP_PROXY_FLAGS" "$(($(date +%s) - T0))" \
-    "${HAPROXY_IDLE_MAXCONN:-}" "$(ulimit -Hn)"
+    "${HAPROXY_IDLE_MAXCONN:-}, with splice-auto ${HAPROXY_SPLICE_IDLE_MAXCONN:-}" "$(ulimit -Hn)"
