@@ -32,7 +32,7 @@ const ROUNDS: usize = 3;
 /// `--buffer-size` for the test: the default.
 const BUFFER: usize = 64 * 1024;
 /// What one idle connection may cost, at most. Measured here (and in
-/// `memory_per_connection_table` below): 3-5 KiB for tokio and splice (the
+/// `memory_per_connection_in_every_mode` below): 3-5 KiB for tokio and splice (the
 /// task, its socket registrations and byte counters) and 23-25 KiB for std
 /// (two threads' stacks and per-thread state). The budgets leave room for
 /// another libc or kernel and are still far below the 128 KiB of a
