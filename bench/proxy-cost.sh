@@ -396,7 +396,7 @@ if ! skip idle; then
         # counted by kind, so that a flood of them stays one line here.
         complaints=$(sed -E 's/^tcp_proxy: //; s/^[0-9/]+ [0-9:]+ //; s/conn [0-9]+ from [0-9.:]+:? //; s/ \(os error [0-9]+\)//;
                 s/ after [0-9.]+ s.*//; s/; closed the client//; s/[0-9]+([.][0-9]+){3}:[0-9]+/ADDR/g' "$PROXY_LOG" |
-            grep -v -E '^(closed|listening|\[NOTICE\])' | cut -c1-70 | sort | uniq -c | sort -rn | head -4 |
+            grep -v -E '^(closed|listening|tcp_proxy listening|\[NOTICE\])' | cut -c1-70 | sort | uniq -c | sort -rn | head -4 |
             awk '{n = $1; $1 = ""; printf "%s%dx%s", (NR > 1 ? "; " : ""), n, $0}' || true)
         record idle "$t" "$(cat "$hold" 2>/dev/null || echo '{}')" "alive=$alive|$complaints"
         [ -n "$PROXY_PID" ] && stop "$PROXY_PID"
