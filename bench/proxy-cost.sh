@@ -31,8 +31,8 @@
 # each peer, and a summary against issue 29's goals.
 #
 # Usage: bench/proxy-cost.sh            (as root: installs what it needs)
-#        QUICK=1 bench/proxy-cost.sh    (about 3 minutes; the full run is
-#                                        about 12)
+#        QUICK=1 bench/proxy-cost.sh    (3.5 minutes here; the full run
+#                                        10, on a 2-core VM)
 # Knobs (environment; QUICK=1 changes the defaults marked *):
 #   RATES="1G 5G 10G 0"   iperf3 -b per cpu run; 0 is unpaced
 #   CPU_SECONDS=5*        seconds per iperf3 run (quick: 2)
