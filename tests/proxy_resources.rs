@@ -32,7 +32,7 @@ const ROUNDS: usize = 3;
 /// `--buffer-size` for the test: the default.
 const BUFFER: usize = 64 * 1024;
 /// What one idle connection may cost, at most. Measured here (and in
-/// `memory_per_connection_table` below): 3-5 KiB for tokio and splice (the
+/// `memory_per_connection_in_every_mode` below): 3-5 KiB for tokio and splice (the
 /// task, its socket registrations and byte counters) and 23-25 KiB for std
 /// (two threads' stacks and per-thread state). The budgets leave room for
 /// another libc or kernel and are still far below the 128 KiB of a
@@ -386,105 +386,5 @@ fn memory_per_connection_in_every_mode() {
         bin(),
         std::env::consts::OS,
         rows.join("\n")
-    );
-}
-
-/// /proc/meminfo's MemAvailable in bytes: the whole machine's, so it moves
-/// with everything else running; the figure below is a rough one.
-fn mem_available() -> usize {
-    let info = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
-    kib_field(&info, "MemAvailable:").expect("MemAvailable in /proc/meminfo") * 1024
-}
-
-/// The memory of tcp_proxy's default (splice, pipes growing to 1 MiB,
-/// `--pipe-budget` 256 MiB) with 4,000 connections open (or as many as
-/// the fd limit allows): per idle
-/// connection, the proxy's RSS and the machine's MemAvailable (sockets and
-/// pipes included); then with `BUSY` of them stalled both ways after a
-/// burst, the same per busy connection and the pipe sizes they reached
-/// (from their `conn_closed` events). Prints the figures for docs/proxy.md:
-/// `cargo test --release --test proxy_resources -- --ignored --nocapture
-/// default_splice_with_4000_connections`.
-#[cfg(target_os = "linux")]
-#[test]
-#[ignore = "a measurement: 4,000 connections, prints figures"]
-fn default_splice_with_4000_connections() {
-    // Six fds per connection in the proxy (two sockets, two pipes), which
-    // inherits this process's limit, and four here (the clients and the
-    // upstream's sockets). 4,000 connections need 24,256; where the hard
-    // limit is lower (20,000 on the VM of docs/proxy.md, without
-    // CAP_SYS_RESOURCE to raise it) as many as fit are opened, and said.
-    let (_, hard) = nofile_limits();
-    let open = 4000.min((hard.saturating_sub(256) / 6) as usize);
-    raise_soft_nofile_to(hard);
-    if open < 4000 {
-        eprintln!("RLIMIT_NOFILE {hard}: {open} connections, not 4,000 (6 fds each in the proxy)");
-    }
-    let upstream = Upstream::start();
-    let proxy = Proxy::start_with(
-        Command::new(bin()),
-        "127.0.0.1",
-        upstream.addr,
-        "splice",
-        &["--max-conns", "8192"],
-        WAIT,
-    );
-    settle();
-    let (rss0, avail0) = (rss(&proxy), mem_available());
-    let clients = open_through(&proxy, &upstream, open);
-    let (rss1, avail1) = (rss(&proxy), mem_available());
-    stall_both_ways(&clients[..BUSY]);
-    stall_both_ways(&upstream.held.lock().unwrap()[..BUSY]);
-    settle();
-    let (rss2, avail2) = (rss(&proxy), mem_available());
-    // Close the busy ones and read the pipe sizes they reached. Which
-    // upstream socket belongs to which client does not matter: closing
-    // the first BUSY of each ends BUSY connections both ways.
-    drop(clients);
-    upstream.close_all();
-    let mut sizes = Vec::new();
-    let mut closed = 0;
-    while closed < open {
-        let Some(line) = proxy.events.next_line(WAIT) else {
-            break;
-        };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if v["event"] == "conn_closed" {
-            closed += 1;
-            for key in ["pipe_client_to_upstream", "pipe_upstream_to_client"] {
-                sizes.push(v[key].as_u64().unwrap_or(0));
-            }
-        }
-    }
-    let grown = sizes.iter().filter(|&&s| s > 64 << 10).count();
-    let biggest = sizes.iter().max().copied().unwrap_or(0);
-    let total: u64 = sizes.iter().sum();
-    let refused = proxy
-        .events
-        .seen()
-        .iter()
-        .any(|l| l.contains("pipe_growth_refused"));
-    let kib = |b: usize, n: usize| b as f64 / n as f64 / 1024.0;
-    eprintln!(
-        "{open} idle connections: proxy RSS +{:.1} KiB each, MemAvailable -{:.1} KiB each\n\
-         {BUSY} of them stalled both ways after a burst: proxy RSS +{:.1} KiB each, \
-         MemAvailable -{:.1} KiB each\n\
-         pipes: {} of {} grew past 64 KiB, the largest {biggest} B, {:.1} MiB in all \
-         a refused growth: {refused}",
-        kib(rss1.saturating_sub(rss0), open),
-        kib(avail0.saturating_sub(avail1), open),
-        kib(rss2.saturating_sub(rss1), BUSY),
-        kib(avail1.saturating_sub(avail2), BUSY),
-        grown,
-        sizes.len(),
-        total as f64 / (1 << 20) as f64,
-    );
-    assert!(biggest <= 1 << 20, "a pipe above 1 MiB: {biggest}");
-    let bound = (open as u64) * (128 << 10) + (256 << 20);
-    assert!(
-        total <= bound,
-        "pipes above --max-conns × 128 KiB + --pipe-budget: {total}"
     );
 }

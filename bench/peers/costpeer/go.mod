@@ -1,0 +1,3 @@
+module netspeed/bench/peers/costpeer
+
+go 1.19
