@@ -523,7 +523,8 @@ mod tests {
         let v = judge(&f);
         assert_eq!(v.cause, Cap::ReceiverCpu);
         assert!(
-            v.text.contains("this is what the host can receive beside its own sender")
+            v.text
+                .contains("this is what the host can receive beside its own sender")
                 && !v.text.contains("--threads 2"),
             "{}",
             v.text

@@ -267,7 +267,13 @@ fn latency_lines(l: &Latency, label: &str) -> String {
 /// prefixes it when several clients run.
 pub fn send_interval(session: Option<&str>, i: &SendInterval) -> String {
     let who = session.map_or_else(String::new, |s| format!("[{s}] "));
-    let span = format!("{:.2}-{:.2}", i.start, i.end);
+    // Milliseconds where hundredths would print "0.00-0.00 s" beside a
+    // rate.
+    let span = if i.end - i.start < 0.05 {
+        format!("{:.3}-{:.3}", i.start, i.end)
+    } else {
+        format!("{:.2}-{:.2}", i.start, i.end)
+    };
     let rate = i.gbps.map_or_else(
         || "rate unknown (under 1 ms)".into(),
         |g| format!("{g:>8.3} Gbit/s"),
