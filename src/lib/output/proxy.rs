@@ -62,9 +62,20 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
         } => format!(
             "conn {id} from {client}: cannot reach upstream {upstream}: {error}; closed the client"
         ),
-        ProxyEvent::Rejected { client, max_conns } => {
-            format!("rejected {client}: --max-conns {max_conns} connections are already open")
+        ProxyEvent::Rejected {
+            client,
+            max_conns,
+            limited_by,
+        } => {
+            if *limited_by == "fd_limit" {
+                format!(
+                    "rejected {client}: {max_conns} connections are already open, the most the descriptor limit allows"
+                )
+            } else {
+                format!("rejected {client}: --max-conns {max_conns} connections are already open")
+            }
         }
+        ProxyEvent::MaxConnsCapped { message, .. } => message.clone(),
         ProxyEvent::AcceptFailed { error } => format!("accept failed: {error}"),
         ProxyEvent::Draining {
             open,
@@ -79,7 +90,7 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
 
 fn listening_text(l: &Listening) -> String {
     format!(
-        "tcp_proxy listening on {}, upstream {}, mode {}, {}, threads {}, TCP_NODELAY {}, congestion {}",
+        "tcp_proxy listening on {}, upstream {}, mode {}, {}, threads {}, TCP_NODELAY {}, congestion {}, {}",
         l.addr,
         l.upstream,
         l.mode,
@@ -96,8 +107,36 @@ fn listening_text(l: &Listening) -> String {
             (false, Some(name)) => name.clone(),
             (true, Some(name)) => format!("{name} (system default)"),
             (_, None) => "system default".to_string(),
-        }
+        },
+        capacity_text(&l.capacity)
     )
+}
+
+/// `descriptors: limit 20000 (raised from 1024), 2 per idle connection and
+/// 6 per busy one: at most 4096 connections`.
+fn capacity_text(c: &crate::proxy::Capacity) -> String {
+    let limit = match (c.fd_limit, c.fd_limit_before) {
+        (Some(now), Some(before)) if before < now => format!("limit {now} (raised from {before})"),
+        (Some(now), _) => format!("limit {now}"),
+        (None, _) => "limit unknown on this platform".to_string(),
+    };
+    let per = if c.fds_per_busy_conn > c.fds_per_conn {
+        format!(
+            "{} per idle connection and {} per busy one",
+            c.fds_per_conn, c.fds_per_busy_conn
+        )
+    } else {
+        format!("{} per connection", c.fds_per_conn)
+    };
+    let most = if c.max_conns < c.max_conns_asked {
+        format!(
+            "at most {} connections (--max-conns {} capped)",
+            c.max_conns, c.max_conns_asked
+        )
+    } else {
+        format!("at most {} connections", c.max_conns)
+    };
+    format!("descriptors: {limit}, {per}: {most}")
 }
 
 fn stopped_text(s: &Summary) -> String {
@@ -204,14 +243,18 @@ mod tests {
             nodelay: false,
             congestion: Some("bbr".into()),
             congestion_is_system_default: true,
-            max_conns: 3,
+            capacity: crate::proxy::Capacity::compute(crate::config::proxy::Mode::Tokio, 3, None)
+                .unwrap(),
             pipe_budget: None,
         };
-        assert!(listening_text(&l).ends_with("TCP_NODELAY OFF, congestion bbr (system default)"));
+        let fds = ", descriptors: limit unknown on this platform, 2 per connection: at most 3 connections";
+        assert!(listening_text(&l).ends_with(&format!(
+            "TCP_NODELAY OFF, congestion bbr (system default){fds}"
+        )));
         l.congestion_is_system_default = false;
-        assert!(listening_text(&l).ends_with("congestion bbr"));
+        assert!(listening_text(&l).ends_with(&format!("congestion bbr{fds}")));
         l.congestion = None;
-        assert!(listening_text(&l).ends_with("congestion system default"));
+        assert!(listening_text(&l).ends_with(&format!("congestion system default{fds}")));
         let json = serde_json::to_value(ProxyEvent::Listening(l)).unwrap();
         assert_eq!(json["event"], "listening");
         assert_eq!(json["addr"], "127.0.0.1:1");

@@ -93,14 +93,17 @@ pub struct Listening {
     pub congestion: Option<String>,
     /// No `--congestion` was given.
     pub congestion_is_system_default: bool,
-    pub max_conns: usize,
+    /// The descriptor limit and what it allows; its `max_conns` is the
+    /// most connections served at once (`--max-conns`, capped).
+    #[serde(flatten)]
+    pub capacity: super::Capacity,
     /// `--mode splice`: the pipes may grow by this much in all (`--pipe-budget`);
     /// `buffer_size` is then each pipe's maximum. Absent in the other modes.
     pub pipe_budget: Option<usize>,
 }
 
 impl Listening {
-    pub fn new(addr: SocketAddr, cfg: &ProxyConfig) -> Listening {
+    pub fn new(addr: SocketAddr, cfg: &ProxyConfig, capacity: &super::Capacity) -> Listening {
         Listening {
             addr,
             upstream: cfg.upstream,
@@ -110,7 +113,7 @@ impl Listening {
             nodelay: cfg.nodelay,
             congestion: crate::congestion::Congestion::effective(cfg.congestion),
             congestion_is_system_default: cfg.congestion.is_none(),
-            max_conns: cfg.max_conns,
+            capacity: capacity.clone(),
             pipe_budget: (cfg.mode == crate::config::proxy::Mode::Splice)
                 .then_some(cfg.pipe_budget),
         }
@@ -137,6 +140,20 @@ pub enum ProxyEvent {
     Rejected {
         client: SocketAddr,
         max_conns: usize,
+        /// `max_conns` (the flag) or `fd_limit` (the flag was capped to
+        /// what the descriptor limit allows).
+        limited_by: &'static str,
+    },
+    /// Sent once, after `listening`: `--max-conns` asks for more
+    /// connections than the descriptor limit allows, so the proxy serves
+    /// at most `max_conns`. `message` states the arithmetic.
+    MaxConnsCapped {
+        max_conns_asked: usize,
+        max_conns: usize,
+        fd_limit: u64,
+        /// Descriptors `max_conns_asked` connections would need.
+        fds_needed: u64,
+        message: String,
     },
     /// The first time a splice pipe could not grow: the connection goes on
     /// with the pipe at `from` bytes. Sent once per run; the summary counts

@@ -17,6 +17,8 @@
 //! - `relay`: the four modes that run on tokio (tokio, tokio-copy,
 //!   copy-bidirectional, splice).
 //! - `blocking`: the two std modes, a thread per direction.
+//! - [`capacity`]: the descriptor limit, raised at start, and how many
+//!   connections it allows (`--max-conns` is capped to it).
 //! - [`pipes`]: splice's pipes, which grow on demand under `--pipe-budget`.
 //! - [`http`]: the keep-alive HTTP/1.1 test server and client of the benchmark.
 //! - [`bench`](mod@bench): the matrix behind `tcp_proxy bench`; its latency
@@ -49,11 +51,13 @@
 
 pub mod bench;
 mod blocking;
+pub mod capacity;
 pub mod events;
 pub mod http;
 pub mod pipes;
 mod relay;
 
+pub use capacity::Capacity;
 pub use events::{ConnReport, End, EventSink, ProxyEvent, Summary};
 
 use crate::config::proxy::{Mode, ProxyConfig};
@@ -189,7 +193,10 @@ struct Started {
 
 /// State shared by the accept loop and every connection.
 pub(crate) struct Ctx {
+    /// The configuration, with `max_conns` capped to [`Capacity`].
     pub cfg: ProxyConfig,
+    /// What the descriptor limit allows.
+    capacity: Capacity,
     events: EventSink,
     /// Every accepted connection until it is closed: its size is the number
     /// open (for `--max-conns`). Sized up front, so that it does not grow
@@ -203,13 +210,18 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    fn new(cfg: &ProxyConfig, events: EventSink) -> Ctx {
+    fn new(cfg: &ProxyConfig, capacity: Capacity, events: EventSink) -> Ctx {
+        let mut cfg = cfg.clone();
+        cfg.max_conns = capacity.max_conns;
+        let table = cfg.max_conns.min(4096);
+        let pipes = pipes::PipeBudget::new(cfg.pipe_budget);
         Ctx {
-            cfg: cfg.clone(),
+            cfg,
+            capacity,
             events,
-            live: Mutex::new(HashMap::with_capacity(cfg.max_conns.min(4096))),
+            live: Mutex::new(HashMap::with_capacity(table)),
             summary: Mutex::new(Summary::default()),
-            pipes: pipes::PipeBudget::new(cfg.pipe_budget),
+            pipes,
             pipe_refusal_reported: AtomicBool::new(false),
         }
     }
@@ -377,6 +389,9 @@ pub fn run(
             cfg.mode.name()
         )));
     }
+    // Before the runtime opens its descriptors: they are in the headroom.
+    let files = crate::sys::raise_files_to_hard_limit().ok();
+    let capacity = Capacity::compute(cfg.mode, cfg.max_conns, files)?;
     let runtime = if cfg.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -390,7 +405,7 @@ pub fn run(
             .build()
     }
     .map_err(|e| Error::io("cannot start the tokio runtime", e))?;
-    let ctx = Arc::new(Ctx::new(cfg, events));
+    let ctx = Arc::new(Ctx::new(cfg, capacity, events));
     let summary = runtime.block_on(accept_loop(listener, Arc::clone(&ctx), shutdown.clone()))?;
     // Every connection has been closed and counted; what is left of their
     // tasks is dropped here.
@@ -410,8 +425,19 @@ async fn accept_loop(
         .local_addr()
         .map_err(|e| Error::io("cannot read the bound address", e))?;
     ctx.emit(ProxyEvent::Listening(events::Listening::new(
-        addr, &ctx.cfg,
+        addr,
+        &ctx.cfg,
+        &ctx.capacity,
     )));
+    if ctx.capacity.capped() {
+        ctx.emit(ProxyEvent::MaxConnsCapped {
+            max_conns_asked: ctx.capacity.max_conns_asked,
+            max_conns: ctx.capacity.max_conns,
+            fd_limit: ctx.capacity.fd_limit.unwrap_or(0),
+            fds_needed: ctx.capacity.fds_needed(ctx.capacity.max_conns_asked),
+            message: ctx.capacity.capped_text(),
+        });
+    }
     let mut next_id = 0u64;
     while !shutdown.is_triggered() {
         let accepted = tokio::select! {
@@ -435,6 +461,11 @@ async fn accept_loop(
             ctx.emit(ProxyEvent::Rejected {
                 client,
                 max_conns: ctx.cfg.max_conns,
+                limited_by: if ctx.capacity.capped() {
+                    "fd_limit"
+                } else {
+                    "max_conns"
+                },
             });
             drop(stream);
             continue;

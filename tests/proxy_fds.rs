@@ -1,0 +1,292 @@
+//! `tcp_proxy` and the descriptor limit (RLIMIT_NOFILE): the real binary
+//! on 127.0.0.1:0, started under a limit of the test's choosing with
+//! prlimit(1) (which sets the limit and execs the proxy, so only the child
+//! gets it; this process's limits are never lowered), an in-test upstream
+//! on 127.0.0.1:0 that holds every connection, and the proxy's
+//! descriptors counted in /proc/PID/fd.
+//!
+//! What is checked: the proxy raises its soft limit to the hard one and
+//! serves thousands of connections from a shell's soft 1,024; under a hard
+//! limit it states its capacity, refuses the excess with the descriptor
+//! limit as the reason, and gives every descriptor back.
+//!
+//! `NETSPEED_TCP_PROXY` overrides the binary under test.
+
+mod common;
+
+use common::proxy::{bin, timeouts, Proxy, WAIT};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+/// The soft and hard RLIMIT_NOFILE of this process, from /proc.
+fn nofile_limits() -> (u64, u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("/proc/self/limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("'Max open files' in /proc/self/limits");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let parse = |w: &str| w.parse().unwrap_or(u64::MAX);
+    (parse(words[3]), parse(words[4]))
+}
+
+/// Makes sure this process may hold `need` descriptors: raises its soft
+/// limit to its hard one (never lowers either) with prlimit(1).
+fn ensure_own_fds(need: u64) {
+    let (soft, hard) = nofile_limits();
+    if soft >= need {
+        return;
+    }
+    assert!(
+        hard >= need,
+        "cannot run: RLIMIT_NOFILE hard limit {hard} < {need}"
+    );
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={}", std::process::id()))
+        .arg(format!("--nofile={hard}:{hard}"))
+        .status()
+        .expect("cannot run: prlimit (util-linux) is needed");
+    assert!(status.success(), "prlimit failed: {status}");
+}
+
+/// The proxy binary under `prlimit --nofile=SOFT:HARD`, which execs it:
+/// the pid stays the proxy's.
+fn limited(soft: u64, hard: u64) -> Command {
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--nofile={soft}:{hard}"))
+        .arg("--")
+        .arg(bin());
+    cmd
+}
+
+/// An upstream on 127.0.0.1:0 that accepts and holds every connection.
+struct Upstream {
+    addr: SocketAddr,
+    held: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(4096).unwrap();
+        let listener: TcpListener = socket.into();
+        let addr = listener.local_addr().unwrap();
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&held);
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                keep.lock().unwrap().push(conn);
+            }
+        });
+        Upstream { addr, held }
+    }
+
+    fn count(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+
+    fn take_all(&self) -> Vec<TcpStream> {
+        std::mem::take(&mut *self.held.lock().unwrap())
+    }
+}
+
+/// Bytes each way per connection in [`exchange`].
+const EXCHANGE: usize = 4096;
+
+/// `EXCHANGE` bytes for connection `index`, direction `dir`: its index
+/// first, so the upstream can tell which client a socket belongs to.
+fn payload(index: u64, dir: u8) -> Vec<u8> {
+    let mut p = common::proxy::Pattern(index.wrapping_mul(2654435761) ^ u64::from(dir) ^ 1);
+    let mut bytes = vec![0u8; EXCHANGE];
+    p.fill(&mut bytes);
+    bytes[..8].copy_from_slice(&index.to_le_bytes());
+    bytes
+}
+
+fn read_to_end(mut s: &TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).expect("read to EOF");
+    got
+}
+
+/// Moves `EXCHANGE` bytes each way through every connection (all open at
+/// once), each half-closed after its bytes, and checks every byte at both
+/// ends. `upstream` holds the proxy's upstream legs, in any order.
+fn exchange(clients: &[TcpStream], upstream: Vec<TcpStream>) {
+    assert_eq!(clients.len(), upstream.len());
+    for (i, c) in clients.iter().enumerate() {
+        timeouts(c, WAIT);
+        let mut c: &TcpStream = c;
+        c.write_all(&payload(i as u64, 0)).unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+    }
+    for u in upstream {
+        timeouts(&u, WAIT);
+        let got = read_to_end(&u);
+        assert_eq!(got.len(), EXCHANGE, "client->upstream length");
+        let index = u64::from_le_bytes(got[..8].try_into().unwrap());
+        assert!(
+            got == payload(index, 0),
+            "conn {index}: client->upstream bytes differ"
+        );
+        (&u).write_all(&payload(index, 1)).unwrap();
+        // Dropped: a FIN after the bytes.
+    }
+    for (i, c) in clients.iter().enumerate() {
+        assert!(
+            read_to_end(c) == payload(i as u64, 1),
+            "conn {i}: upstream->client bytes differ"
+        );
+    }
+}
+
+/// Opens `n` connections through the proxy and waits until every one has
+/// reached the upstream.
+fn open_through(proxy: &Proxy, upstream: &Upstream, n: usize) -> Vec<TcpStream> {
+    let before = upstream.count();
+    let clients: Vec<TcpStream> = (0..n).map(|_| proxy.connect()).collect();
+    common::wait_until(WAIT, "every connection to reach the upstream", || {
+        upstream.count() == before + n
+    });
+    clients
+}
+
+/// Events seen so far that match `pred`.
+fn count_events(proxy: &Proxy, pred: &impl Fn(&Value) -> bool) -> usize {
+    proxy
+        .events
+        .seen()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| pred(v))
+        .count()
+}
+
+/// Reads events until `n` have matched `pred`, for up to `WAIT`.
+fn wait_events(proxy: &Proxy, n: usize, pred: impl Fn(&Value) -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while count_events(proxy, &pred) < n {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            !left.is_zero() && proxy.events.next_line(left).is_some(),
+            "{} of {n} events seen:\n{}",
+            count_events(proxy, &pred),
+            proxy.events.transcript()
+        );
+    }
+}
+
+/// SIGTERM, then the `stopped` event's totals.
+fn stop(proxy: Proxy) -> Value {
+    let Proxy { guard, events, .. } = proxy;
+    let status = guard.terminate(WAIT);
+    assert!(status.success(), "tcp_proxy exited {status}");
+    let line = events
+        .seen()
+        .into_iter()
+        .chain(events.drain(WAIT))
+        .find(|l| l.contains("\"stopped\""))
+        .expect("a stopped event");
+    serde_json::from_str(&line).unwrap()
+}
+
+/// From a shell's soft limit of 1,024, the proxy raises it to the hard
+/// limit and serves 3,000 connections open at once, every byte exact.
+/// (Before the fix it served 169 of 600 and blamed the upstream.)
+#[test]
+fn soft_limit_1024_is_raised_and_3000_connections_are_served_exactly() {
+    const CONNS: usize = 3000;
+    // The clients and the upstream's legs here, with room to spare.
+    ensure_own_fds(2 * CONNS as u64 + 512);
+    let hard = nofile_limits().1.max(20_000);
+    let upstream = Upstream::start();
+    let proxy = Proxy::start_with(
+        limited(1024, hard),
+        "127.0.0.1",
+        upstream.addr,
+        "splice",
+        &[],
+        WAIT,
+    );
+    let listening = proxy.event(|v| v["event"] == "listening");
+    assert_eq!(listening["fd_limit_before"], 1024, "{listening}");
+    assert_eq!(listening["fd_limit"], hard, "{listening}");
+    assert!(
+        listening["max_conns"].as_u64().unwrap() >= CONNS as u64,
+        "{listening}"
+    );
+    let clients = open_through(&proxy, &upstream, CONNS);
+    exchange(&clients, upstream.take_all());
+    drop(clients);
+    let stopped = stop(proxy);
+    let total = (CONNS * EXCHANGE) as u64;
+    assert_eq!(stopped["accepted"], CONNS as u64, "{stopped}");
+    assert_eq!(stopped["client_to_upstream"], total, "{stopped}");
+    assert_eq!(stopped["upstream_to_client"], total, "{stopped}");
+    assert_eq!(stopped["rejected"], 0, "{stopped}");
+    assert_eq!(stopped["upstream_failures"], 0, "{stopped}");
+}
+
+/// Under a hard limit of 256 the proxy says at start how many connections
+/// fit and why `--max-conns` was capped, serves every connection within
+/// that, refuses the excess naming the descriptor limit (counted and
+/// logged, never as an upstream failure), and its descriptors come back to
+/// where they started once the connections have closed.
+#[test]
+fn hard_limit_256_states_capacity_refuses_the_excess_and_returns_every_fd() {
+    const EXTRA: usize = 10;
+    let upstream = Upstream::start();
+    let proxy = Proxy::start_with(
+        limited(256, 256),
+        "127.0.0.1",
+        upstream.addr,
+        "splice",
+        &[],
+        WAIT,
+    );
+    let listening = proxy.event(|v| v["event"] == "listening");
+    assert_eq!(listening["fd_limit"], 256, "{listening}");
+    let capacity = listening["max_conns"].as_u64().unwrap() as usize;
+    assert!(capacity > 0 && capacity < 4096, "{listening}");
+    let capped = proxy.event(|v| v["event"] == "max_conns_capped");
+    assert_eq!(capped["max_conns"], capacity as u64, "{capped}");
+    let message = capped["message"].as_str().unwrap();
+    assert!(
+        message.contains("the limit is 256") && message.contains("--max-conns 4096"),
+        "{message}"
+    );
+    let baseline = proxy.fd_count();
+
+    let clients = open_through(&proxy, &upstream, capacity);
+    // The excess: each is accepted and closed at once (the client reads
+    // EOF), and the reason is the descriptor limit.
+    for _ in 0..EXTRA {
+        let c = proxy.connect();
+        assert!(read_to_end(&c).is_empty());
+    }
+    wait_events(&proxy, EXTRA, |v| {
+        v["event"] == "rejected" && v["limited_by"] == "fd_limit"
+    });
+    // Every connection within the capacity is served, every byte exact.
+    exchange(&clients, upstream.take_all());
+    drop(clients);
+    common::wait_until(WAIT, "the proxy's descriptors back at its baseline", || {
+        proxy.fd_count() <= baseline
+    });
+    let stopped = stop(proxy);
+    assert_eq!(stopped["accepted"], capacity as u64, "{stopped}");
+    assert_eq!(stopped["rejected"], EXTRA as u64, "{stopped}");
+    assert_eq!(stopped["upstream_failures"], 0, "{stopped}");
+    let total = (capacity * EXCHANGE) as u64;
+    assert_eq!(stopped["client_to_upstream"], total, "{stopped}");
+    assert_eq!(stopped["upstream_to_client"], total, "{stopped}");
+}
