@@ -290,3 +290,80 @@ fn hard_limit_256_states_capacity_refuses_the_excess_and_returns_every_fd() {
     assert_eq!(stopped["client_to_upstream"], total, "{stopped}");
     assert_eq!(stopped["upstream_to_client"], total, "{stopped}");
 }
+
+/// The lowest descriptor number `pid` does not use: the next one the
+/// kernel hands it, and the soft limit at which that fails with EMFILE.
+fn lowest_free_fd(pid: u32) -> u64 {
+    let used: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !used.contains(n)).unwrap()
+}
+
+/// Sets `pid`'s soft RLIMIT_NOFILE, keeping its hard limit.
+fn set_soft_limit(pid: u32, soft: u64) {
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={soft}:"))
+        .status()
+        .expect("cannot run: prlimit (util-linux) is needed");
+    assert!(status.success(), "prlimit failed: {status}");
+}
+
+/// `pid`'s CPU time so far, in clock ticks (utime + stime).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5), counted from the state (field 3).
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// When the process runs out of descriptors anyway (here: its soft limit
+/// lowered under it with prlimit), at the upstream connect or at accept:
+/// the open connection is served on, byte-exact; the refusal is said and
+/// counted as the descriptor limit (never an upstream failure); the accept
+/// loop pauses instead of spinning; and a connection that waited in the
+/// backlog is served once descriptors come free.
+#[test]
+fn out_of_descriptors_pauses_accept_serves_the_open_and_counts_the_limit() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.addr, "splice", &[]);
+    let pid = proxy.guard.id();
+    let a = open_through(&proxy, &upstream, 1);
+
+    // Room for the accepted socket, none for its upstream leg.
+    set_soft_limit(pid, lowest_free_fd(pid) + 1);
+    let b = proxy.connect();
+    assert!(read_to_end(&b).is_empty(), "b is closed at once");
+    let at_upstream = proxy.event(|v| v["event"] == "fd_limit_reached" && v["at"] == "upstream");
+    assert!(at_upstream["client"].is_string(), "{at_upstream}");
+
+    // No room at all: accept fails, c waits in the backlog.
+    set_soft_limit(pid, lowest_free_fd(pid));
+    let c = proxy.connect();
+    proxy.event(|v| v["event"] == "fd_limit_reached" && v["at"] == "accept");
+    let cpu = cpu_ticks(pid);
+    thread::sleep(std::time::Duration::from_secs(1));
+    let spent = cpu_ticks(pid) - cpu;
+    // A loop that retried accept at once would burn the whole second
+    // (100 ticks); pausing 100 ms between tries costs next to nothing.
+    assert!(
+        spent < 20,
+        "{spent} ticks in 1 s out of descriptors: a spin"
+    );
+
+    // The open connection is served while the process is at its limit.
+    exchange(&a, upstream.take_all());
+    drop(a);
+    // Its descriptors come back, and c gets them.
+    common::wait_until(WAIT, "c to reach the upstream", || upstream.count() == 1);
+    exchange(std::slice::from_ref(&c), upstream.take_all());
+    drop((b, c));
+    let stopped = stop(proxy);
+    assert_eq!(stopped["accepted"], 3, "{stopped}");
+    assert_eq!(stopped["fd_limit_refused"], 1, "{stopped}");
+    assert_eq!(stopped["upstream_failures"], 0, "{stopped}");
+    assert!(stopped["accept_paused"].as_u64().unwrap() >= 1, "{stopped}");
+}

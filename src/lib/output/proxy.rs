@@ -9,7 +9,7 @@
 //! order the proxy has always printed them in.
 
 use crate::proxy::bench::Row;
-use crate::proxy::events::{End, Listening, ProxyEvent, Summary};
+use crate::proxy::events::{End, FdLimitAt, Listening, ProxyEvent, Summary};
 use std::io::Write;
 
 /// Prints one proxy event, as text or as one NDJSON line.
@@ -77,6 +77,25 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
         }
         ProxyEvent::MaxConnsCapped { message, .. } => message.clone(),
         ProxyEvent::AcceptFailed { error } => format!("accept failed: {error}"),
+        ProxyEvent::FdLimitReached {
+            at,
+            id,
+            client,
+            error,
+            open,
+            fd_limit,
+        } => {
+            let limit = fd_limit.map_or(String::new(), |l| format!(" (RLIMIT_NOFILE {l})"));
+            let what = match (at, id, client) {
+                (FdLimitAt::Upstream, Some(id), Some(client)) => format!(
+                    "conn {id} from {client}: no descriptor for its upstream leg, closed the client"
+                ),
+                _ => "accept: connections wait in the backlog".to_string(),
+            };
+            format!(
+                "out of descriptors{limit} with {open} connections open: {what} ({error}); pausing accept for 100 ms"
+            )
+        }
         ProxyEvent::Draining {
             open,
             deadline_seconds,
@@ -141,10 +160,12 @@ fn capacity_text(c: &crate::proxy::Capacity) -> String {
 
 fn stopped_text(s: &Summary) -> String {
     format!(
-        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client",
+        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} refused at the descriptor limit (accept paused {} times), {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client",
         s.accepted,
         s.rejected,
         s.upstream_failures,
+        s.fd_limit_refused,
+        s.accept_paused,
         s.cut_at_deadline,
         s.pipe_growths_refused,
         s.client_to_upstream,

@@ -66,7 +66,16 @@ pub struct ConnReport {
 pub struct Summary {
     pub accepted: u64,
     pub rejected: u64,
+    /// Connections whose upstream refused or did not answer.
     pub upstream_failures: u64,
+    /// Connections accepted and closed because the process had no
+    /// descriptor left for their upstream leg (EMFILE, ENFILE): the local
+    /// limit, never counted as upstream failures.
+    pub fd_limit_refused: u64,
+    /// Times the accept loop paused for 100 ms because the process was out
+    /// of descriptors, at accept(2) or at an upstream connect (the
+    /// connections waiting meanwhile stay in the backlog).
+    pub accept_paused: u64,
     /// Connections still open at the drain deadline, cut by the exit. Their
     /// bytes are in the totals, as every connection's are.
     pub cut_at_deadline: usize,
@@ -170,12 +179,34 @@ pub enum ProxyEvent {
         pipe_budget: usize,
         pipes_grown: usize,
     },
-    /// accept(2) failed (EMFILE and friends); the loop backs off.
+    /// The process is out of descriptors (EMFILE, ENFILE): at `accept`
+    /// (the connection waits in the backlog) or at the `upstream` connect
+    /// of connection `id` (its client is closed). Either way the accept
+    /// loop pauses for 100 ms and the open connections are served on.
+    FdLimitReached {
+        at: FdLimitAt,
+        id: Option<u64>,
+        client: Option<SocketAddr>,
+        error: String,
+        /// Connections open at the time.
+        open: usize,
+        /// The soft RLIMIT_NOFILE, where the platform tells.
+        fd_limit: Option<u64>,
+    },
+    /// accept(2) failed for another reason; the loop backs off 50 ms.
     AcceptFailed { error: String },
     /// A signal arrived: no new connections, the open ones may finish.
     Draining { open: usize, deadline_seconds: f64 },
     /// The last event: the totals.
     Stopped(Summary),
+}
+
+/// Where the process ran out of descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FdLimitAt {
+    Accept,
+    Upstream,
 }
 
 /// Where the proxy sends its events. Called from the accept loop and from

@@ -70,6 +70,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// How long the accept loop pauses when the process is out of
+/// descriptors: connections wait in the backlog meanwhile, and a
+/// connection that closes gives its descriptors back.
+const FD_LIMIT_PAUSE: Duration = Duration::from_millis(100);
+
 /// Pending connections the kernel may queue before we accept them; large
 /// enough for a burst of 1000 clients without SYN retries.
 const BACKLOG: i32 = 1024;
@@ -207,6 +212,8 @@ pub(crate) struct Ctx {
     pub pipes: pipes::PipeBudget,
     /// The first refused pipe growth has been reported.
     pipe_refusal_reported: AtomicBool,
+    /// A connection ran out of descriptors: the accept loop pauses.
+    pause_accept: AtomicBool,
 }
 
 impl Ctx {
@@ -223,6 +230,7 @@ impl Ctx {
             summary: Mutex::new(Summary::default()),
             pipes,
             pipe_refusal_reported: AtomicBool::new(false),
+            pause_accept: AtomicBool::new(false),
         }
     }
 
@@ -279,17 +287,25 @@ impl Ctx {
     /// The one place a connection ends. It leaves the table (which frees
     /// its `--max-conns` slot before the event is sent, so whoever reads
     /// it may connect again at once), then its `conn_closed` event is sent
-    /// and its bytes are added to the totals. `None` is a connection whose
-    /// upstream never answered: it has its own `upstream_failed` event.
-    /// A second call for the same connection does nothing.
-    fn close(&self, id: u64, end: Option<End>) {
+    /// and its bytes are added to the totals. A connection that never
+    /// reached the upstream has its own event (`upstream_failed`, or
+    /// `fd_limit_reached`) and is only counted. A second call for the same
+    /// connection does nothing.
+    fn close(&self, id: u64, outcome: Outcome) {
         let Some(live) = self.live().remove(&id) else {
             return;
         };
         let mut summary = self.summary();
-        let Some(end) = end else {
-            summary.upstream_failures += 1;
-            return;
+        let end = match outcome {
+            Outcome::Relayed(end) => end,
+            Outcome::UpstreamFailed => {
+                summary.upstream_failures += 1;
+                return;
+            }
+            Outcome::OutOfFiles => {
+                summary.fd_limit_refused += 1;
+                return;
+            }
         };
         let report = match &live.started {
             Some(started) => started.meter.report(id, live.client, end),
@@ -327,6 +343,26 @@ impl Ctx {
         });
     }
 
+    /// The process is out of descriptors (EMFILE, ENFILE) at `at`: said as
+    /// what it is, the local limit, and the accept loop pauses.
+    fn out_of_files(
+        &self,
+        at: events::FdLimitAt,
+        conn: Option<(u64, SocketAddr)>,
+        error: &std::io::Error,
+    ) -> Outcome {
+        self.pause_accept.store(true, Ordering::Relaxed);
+        self.emit(ProxyEvent::FdLimitReached {
+            at,
+            id: conn.map(|c| c.0),
+            client: conn.map(|c| c.1),
+            error: error.to_string(),
+            open: self.open_count(),
+            fd_limit: self.capacity.fd_limit,
+        });
+        Outcome::OutOfFiles
+    }
+
     /// The drain deadline: tells every open connection to stop.
     fn cut_all(&self) {
         for live in self.live().values_mut() {
@@ -353,22 +389,21 @@ pub(crate) struct Conn {
     ctx: Arc<Ctx>,
     id: u64,
     meter: Arc<Meter>,
-    /// Set by [`Conn::close`]; `Some(None)` is an upstream failure.
-    end: Option<Option<End>>,
+    /// Set by [`Conn::close`].
+    end: Option<Outcome>,
 }
 
 impl Conn {
-    fn close(mut self, end: Option<End>) {
+    fn close(mut self, end: Outcome) {
         self.end = Some(end);
     }
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        let end = self
-            .end
-            .take()
-            .unwrap_or_else(|| Some(End::Error("the connection's task ended early".into())));
+        let end = self.end.take().unwrap_or_else(|| {
+            Outcome::Relayed(End::Error("the connection's task ended early".into()))
+        });
         self.ctx.close(self.id, end);
     }
 }
@@ -440,14 +475,28 @@ async fn accept_loop(
     }
     let mut next_id = 0u64;
     while !shutdown.is_triggered() {
+        if ctx.pause_accept.swap(false, Ordering::Relaxed) {
+            // Out of descriptors at accept or at an upstream connect:
+            // accepting more now would only fail or refuse them too.
+            ctx.summary().accept_paused += 1;
+            tokio::time::sleep(FD_LIMIT_PAUSE).await;
+            continue;
+        }
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = tokio::time::sleep(POLL) => continue,
         };
         let (stream, client) = match accepted {
             Ok(a) => a,
+            Err(e) if crate::sys::is_out_of_files(&e) => {
+                // The connection waits in the backlog; the ones open keep
+                // being served. Pause rather than spin on a listener that
+                // stays readable.
+                ctx.out_of_files(events::FdLimitAt::Accept, None, &e);
+                continue;
+            }
             Err(e) => {
-                // EMFILE and friends: say so, and back off instead of spinning.
+                // Anything else: say so, and back off instead of spinning.
                 ctx.emit(ProxyEvent::AcceptFailed {
                     error: e.to_string(),
                 });
@@ -487,7 +536,7 @@ async fn accept_loop(
         // had moved so far.
         let left: Vec<u64> = ctx.live().keys().copied().collect();
         for id in left {
-            ctx.close(id, Some(End::Cut));
+            ctx.close(id, Outcome::Relayed(End::Cut));
         }
     }
     let summary = ctx.summary().clone();
@@ -507,14 +556,25 @@ async fn connection(
     conn.close(end);
 }
 
-/// Connects upstream and relays; `None` if the upstream never answered.
+/// How a connection's task ended.
+pub(crate) enum Outcome {
+    /// It reached the upstream and relayed until `End`.
+    Relayed(End),
+    /// The upstream refused or did not answer.
+    UpstreamFailed,
+    /// The process had no descriptor left for the upstream leg (EMFILE,
+    /// ENFILE): the local limit, not the upstream's doing.
+    OutOfFiles,
+}
+
+/// Connects upstream and relays.
 async fn serve(
     ctx: &Ctx,
     conn: &Conn,
     mut cut: Cut,
     client: tokio::net::TcpStream,
     client_addr: SocketAddr,
-) -> Option<End> {
+) -> Outcome {
     let cfg = &ctx.cfg;
     let connect = tokio::time::timeout(
         cfg.connect_timeout,
@@ -524,13 +584,16 @@ async fn serve(
         biased;
         r = connect => match r {
             Ok(Ok(s)) => s,
+            Ok(Err(e)) if crate::sys::is_out_of_files(&e) => {
+                return ctx.out_of_files(events::FdLimitAt::Upstream, Some((conn.id, client_addr)), &e);
+            }
             Ok(Err(e)) => return upstream_failed(ctx, conn.id, client_addr, &e.to_string()),
             Err(_) => {
                 let why = format!("no answer within {:?}", cfg.connect_timeout);
                 return upstream_failed(ctx, conn.id, client_addr, &why);
             }
         },
-        _ = &mut cut => return Some(End::Cut),
+        _ = &mut cut => return Outcome::Relayed(End::Cut),
     };
     if cfg.nodelay {
         // Seed 004's 20 ms rows came from leaving these off; see docs/proxy.md.
@@ -545,25 +608,27 @@ async fn serve(
             socket2::SockRef::from(&upstream),
         ] {
             if let Err(e) = algo.apply(&leg) {
-                return Some(End::Error(format!("cannot set --congestion {algo}: {e}")));
+                return Outcome::Relayed(End::Error(format!(
+                    "cannot set --congestion {algo}: {e}"
+                )));
             }
         }
     }
-    Some(if cfg.mode.uses_runtime() {
+    Outcome::Relayed(if cfg.mode.uses_runtime() {
         relay::relay(ctx, conn.id, client, upstream, &conn.meter, cut).await
     } else {
         blocking::relay(cfg, conn.id, client, upstream, &conn.meter, cut).await
     })
 }
 
-fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) -> Option<End> {
+fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) -> Outcome {
     ctx.emit(ProxyEvent::UpstreamFailed {
         id,
         client,
         upstream: ctx.cfg.upstream,
         error: why.to_string(),
     });
-    None
+    Outcome::UpstreamFailed
 }
 
 #[cfg(test)]
