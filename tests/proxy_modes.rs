@@ -369,6 +369,40 @@ fn no_fd_leak(mode: &str) {
     assert_eq!(proxy.fd_count(), baseline, "fds leaked");
 }
 
+/// An exchange that completes, then the upstream ends it with a reset
+/// (SO_LINGER 0: iperf3's end, or any close with unread data): the proxy
+/// logs the connection as `reset`, not as an error, and the summary counts
+/// it among the resets.
+fn reset_after_complete_exchange(mode: &str) {
+    let up = upstream(|mut s| {
+        let mut ping = [0u8; 4];
+        if s.read_exact(&mut ping).is_err() || s.write_all(b"pong").is_err() {
+            return;
+        }
+        let mut bye = [0u8; 3];
+        let _ = s.read_exact(&mut bye);
+        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+    });
+    let mut proxy = Proxy::start(up, mode, &[]);
+    let mut c = proxy.connect();
+    c.write_all(b"ping").unwrap();
+    let mut pong = [0u8; 4];
+    c.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"pong");
+    c.write_all(b"bye").unwrap();
+    let closed = proxy.event(|v| v["event"] == "conn_closed");
+    assert_eq!(closed["end"], "reset", "{closed}");
+    assert_eq!(closed["client_to_upstream"], 7, "{closed}");
+    proxy.guard.signal(libc::SIGTERM);
+    exits_cleanly(&mut proxy, "after SIGTERM");
+    let stopped = proxy.event(|v| v["event"] == "stopped");
+    assert_eq!(
+        (&stopped["resets"], &stopped["errors"]),
+        (&Value::from(1), &Value::from(0)),
+        "{stopped}"
+    );
+}
+
 /// One `#[test]` per scenario above, for the mode `$mode`.
 macro_rules! scenario_tests {
     ($mode:literal; $($test:ident => $scenario:ident),* $(,)?) => {$(
@@ -393,6 +427,7 @@ macro_rules! mode_tests {
                 sigterm_cuts_at_drain_deadline => drain_deadline,
                 sigterm_deadline_counts_every_byte => drain_deadline_counts_every_byte,
                 no_fd_leak_after_100_connections => no_fd_leak,
+                reset_after_complete_exchange_is_a_reset => reset_after_complete_exchange,
             }
         }
     )*};
@@ -414,7 +449,7 @@ mode_tests! {
 #[cfg(target_os = "linux")]
 #[test]
 fn reset_by_client_is_logged_not_fatal() {
-    // A client that resets mid-stream ends its connection with an error
+    // A client that resets mid-stream ends its connection with a `reset`
     // line; the proxy keeps serving.
     let proxy = echo_proxy("splice", &[]);
     let s = proxy.connect();

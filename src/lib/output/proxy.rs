@@ -160,12 +160,14 @@ fn capacity_text(c: &crate::proxy::Capacity) -> String {
 
 fn stopped_text(s: &Summary) -> String {
     format!(
-        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} refused at the descriptor limit (accept paused {} times), {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client",
+        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} refused at the descriptor limit (accept paused {} times), {} reset by a peer, {} errors, {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client",
         s.accepted,
         s.rejected,
         s.upstream_failures,
         s.fd_limit_refused,
         s.accept_paused,
+        s.resets,
+        s.errors,
         s.cut_at_deadline,
         s.pipe_growths_refused,
         s.client_to_upstream,

@@ -19,18 +19,34 @@ pub enum End {
     Idle,
     /// Still open at the drain deadline, so the proxy cut it.
     Cut,
-    /// A socket error (reset, broken pipe, ...).
+    /// A peer reset or abandoned the connection (ECONNRESET, EPIPE,
+    /// ECONNABORTED on either leg). That is how many programs end a
+    /// connection (iperf3's end, any close with unread data, SO_LINGER 0),
+    /// and never a failure of the proxy's, so it is not an error.
+    Reset,
+    /// Any other socket error.
     Error(String),
 }
 
 impl End {
+    /// How a relay that failed with `e` ended: [`End::Reset`] or
+    /// [`End::Error`].
+    pub fn from_io(e: &std::io::Error) -> End {
+        if crate::sys::is_reset(e) {
+            End::Reset
+        } else {
+            End::Error(e.to_string())
+        }
+    }
+
     /// The word the event lines use: `closed`, `idle-timeout`,
-    /// `drain-deadline` or `error: ...`.
+    /// `drain-deadline`, `reset` or `error: ...`.
     pub fn text(&self) -> String {
         match self {
             End::Closed => "closed".into(),
             End::Idle => "idle-timeout".into(),
             End::Cut => "drain-deadline".into(),
+            End::Reset => "reset".into(),
             End::Error(e) => format!("error: {e}"),
         }
     }
@@ -76,6 +92,10 @@ pub struct Summary {
     /// of descriptors, at accept(2) or at an upstream connect (the
     /// connections waiting meanwhile stay in the backlog).
     pub accept_paused: u64,
+    /// Connections that ended with `reset`: a peer reset them.
+    pub resets: u64,
+    /// Connections that ended with `error: ...`.
+    pub errors: u64,
     /// Connections still open at the drain deadline, cut by the exit. Their
     /// bytes are in the totals, as every connection's are.
     pub cut_at_deadline: usize,

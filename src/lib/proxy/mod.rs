@@ -313,8 +313,11 @@ impl Ctx {
         };
         summary.client_to_upstream += report.client_to_upstream;
         summary.upstream_to_client += report.upstream_to_client;
-        if report.end == End::Cut {
-            summary.cut_at_deadline += 1;
+        match report.end {
+            End::Cut => summary.cut_at_deadline += 1,
+            End::Reset => summary.resets += 1,
+            End::Error(_) => summary.errors += 1,
+            End::Closed | End::Idle => {}
         }
         drop(summary);
         self.emit(ProxyEvent::ConnClosed(report));

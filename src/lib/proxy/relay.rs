@@ -77,7 +77,7 @@ pub(super) async fn relay(
         biased;
         r = work => match r {
             Ok(()) => End::Closed,
-            Err(e) => End::Error(e.to_string()),
+            Err(e) => End::from_io(&e),
         },
         () = idle_watchdog(meter, cfg.idle_timeout) => End::Idle,
         _ = cut => End::Cut,
