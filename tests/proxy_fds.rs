@@ -279,10 +279,21 @@ fn hard_limit_256_states_capacity_refuses_the_excess_and_returns_every_fd() {
     // Every connection within the capacity is served, every byte exact.
     exchange(&clients, upstream.take_all());
     drop(clients);
-    common::wait_until(WAIT, "the proxy's descriptors back at its baseline", || {
-        proxy.fd_count() <= baseline
-    });
+    wait_events(&proxy, capacity, |v| v["event"] == "conn_closed");
+    // Every socket is closed; what stays is the pool's empty pipes, two
+    // descriptors each, within its bound.
+    let kept = proxy.fd_count() - baseline;
+    let pool_max = listening["pipe_pool_max"].as_u64().unwrap() as usize;
+    assert!(
+        kept <= 2 * pool_max,
+        "{kept} descriptors kept, pool of {pool_max}"
+    );
     let stopped = stop(proxy);
+    assert_eq!(
+        stopped["pipes_pooled"].as_u64().unwrap() as usize * 2,
+        kept,
+        "{stopped}"
+    );
     assert_eq!(stopped["accepted"], capacity as u64, "{stopped}");
     assert_eq!(stopped["rejected"], EXTRA as u64, "{stopped}");
     assert_eq!(stopped["upstream_failures"], 0, "{stopped}");
@@ -366,4 +377,61 @@ fn out_of_descriptors_pauses_accept_serves_the_open_and_counts_the_limit() {
     assert_eq!(stopped["fd_limit_refused"], 1, "{stopped}");
     assert_eq!(stopped["upstream_failures"], 0, "{stopped}");
     assert!(stopped["accept_paused"].as_u64().unwrap() >= 1, "{stopped}");
+    // a's directions found no descriptor for a pipe and copied instead.
+    assert!(
+        stopped["pipes_unavailable"].as_u64().unwrap() >= 1,
+        "{stopped}"
+    );
+}
+
+/// splice takes a direction's pipe on its first byte: an idle connection
+/// holds its two sockets and nothing else (it held six before: two pipes
+/// made as it opened), and one byte each way adds its two pipes.
+#[cfg(target_os = "linux")]
+#[test]
+fn splice_idle_connection_holds_two_descriptors() {
+    const CONNS: usize = 100;
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.addr, "splice", &[]);
+    let listening = proxy.event(|v| v["event"] == "listening");
+    assert_eq!(
+        (&listening["fds_per_conn"], &listening["fds_per_busy_conn"]),
+        (&Value::from(2), &Value::from(6)),
+        "{listening}"
+    );
+    let baseline = proxy.fd_count();
+    let clients = open_through(&proxy, &upstream, CONNS);
+    common::wait_until(WAIT, "both legs of every connection", || {
+        proxy.fd_count() >= baseline + 2 * CONNS
+    });
+    thread::sleep(std::time::Duration::from_millis(200));
+    let per_conn = (proxy.fd_count() - baseline) as f64 / CONNS as f64;
+    assert_eq!(per_conn, 2.0, "descriptors per idle connection");
+    // One byte each way on one connection: its two pipes.
+    let legs = upstream.take_all();
+    (&clients[0]).write_all(b"x").unwrap();
+    let mut one = [0u8; 1];
+    let up = legs
+        .iter()
+        .find(|u| {
+            u.set_nonblocking(true).unwrap();
+            thread::sleep(std::time::Duration::from_millis(1));
+            u.peek(&mut one).is_ok()
+        })
+        .or_else(|| {
+            thread::sleep(std::time::Duration::from_millis(200));
+            legs.iter().find(|u| u.peek(&mut one).is_ok())
+        })
+        .expect("the byte reached the upstream");
+    up.set_nonblocking(false).unwrap();
+    (&*up).read_exact(&mut one).unwrap();
+    (&*up).write_all(b"y").unwrap();
+    timeouts(&clients[0], WAIT);
+    (&clients[0]).read_exact(&mut one).unwrap();
+    assert_eq!(&one, b"y");
+    assert_eq!(
+        proxy.fd_count(),
+        baseline + 2 * CONNS + 4,
+        "a busy connection's pipes"
+    );
 }

@@ -37,8 +37,11 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
             r.client_to_upstream,
             r.upstream_to_client,
             match (r.pipe_client_to_upstream, r.pipe_upstream_to_client) {
-                (Some(up), Some(down)) => format!("; pipes {up} B and {down} B"),
-                _ => String::new(),
+                (None, None) => String::new(),
+                (up, down) => {
+                    let size = |p: Option<usize>| p.map_or("none".to_string(), |p| format!("{p} B"));
+                    format!("; pipes {} and {}", size(up), size(down))
+                }
             }
         ),
         ProxyEvent::PipeGrowthRefused {
@@ -77,6 +80,18 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
         }
         ProxyEvent::MaxConnsCapped { message, .. } => message.clone(),
         ProxyEvent::AcceptFailed { error } => format!("accept failed: {error}"),
+        ProxyEvent::PipeUnavailable {
+            id,
+            direction,
+            pipes_max,
+            error,
+        } => format!(
+            "conn {id}: no pipe for {direction} ({}): it copies through a buffer instead; said once, the summary counts them all",
+            match error {
+                Some(e) => format!("the kernel refused one: {e}"),
+                None => format!("all {pipes_max} pipes the descriptor limit allows are open"),
+            }
+        ),
         ProxyEvent::FdLimitReached {
             at,
             id,
@@ -159,8 +174,16 @@ fn capacity_text(c: &crate::proxy::Capacity) -> String {
 }
 
 fn stopped_text(s: &Summary) -> String {
+    let pipes = if s.pipes_created > 0 {
+        format!(
+            "; pipes: {} made, {} reused, {} in use, {} pooled, {} times none free",
+            s.pipes_created, s.pipes_reused, s.pipes_in_use, s.pipes_pooled, s.pipes_unavailable
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} refused at the descriptor limit (accept paused {} times), {} reset by a peer, {} errors, {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client",
+        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} refused at the descriptor limit (accept paused {} times), {} reset by a peer, {} errors, {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client{pipes}",
         s.accepted,
         s.rejected,
         s.upstream_failures,

@@ -51,14 +51,25 @@ pub struct Capacity {
     pub max_conns: usize,
     /// `--max-conns` as given.
     pub max_conns_asked: usize,
+    /// `--mode splice`: the most pipes open at once, in use and pooled
+    /// (two descriptors each): the descriptors left once every connection
+    /// has its two sockets, and at most two per connection.
+    pub pipes_max: Option<usize>,
+    /// `--mode splice`: the most empty pipes kept for reuse.
+    pub pipe_pool_max: Option<usize>,
 }
+
+/// The pool keeps at most this many empty pipes, whatever the limit: an
+/// idle pipe holds two descriptors and its grown size.
+pub const POOL_MAX: usize = 1024;
 
 impl Capacity {
     /// What a connection in `mode` costs in descriptors, idle and at most.
     pub fn fds_per_conn(mode: Mode) -> (u64, u64) {
         match mode {
-            // Two sockets and two pipes, made when the connection opens.
-            Mode::Splice => (6, 6),
+            // Two sockets; a direction takes a pipe (two descriptors) on
+            // its first byte.
+            Mode::Splice => (2, 6),
             // Two sockets; the std modes' threads hold no descriptor.
             _ => (2, 2),
         }
@@ -79,8 +90,15 @@ impl Capacity {
             fds_per_busy_conn,
             max_conns: asked,
             max_conns_asked: asked,
+            pipes_max: None,
+            pipe_pool_max: None,
         };
+        let pipes = mode == Mode::Splice;
         let Some((before, files)) = files else {
+            if pipes {
+                cap.pipes_max = Some(asked.saturating_mul(2));
+                cap.pipe_pool_max = Some(asked.saturating_mul(2).min(POOL_MAX));
+            }
             return Ok(cap);
         };
         let reserved = files.open + HEADROOM;
@@ -88,7 +106,8 @@ impl Capacity {
         cap.fd_limit_before = Some(before);
         cap.fd_hard_limit = Some(files.hard);
         cap.fds_reserved = Some(reserved);
-        let fit = files.soft.saturating_sub(reserved) / fds_per_busy_conn;
+        let room = files.soft.saturating_sub(reserved);
+        let fit = room / cap.fds_planned_per_conn();
         if fit == 0 {
             return Err(Error::runtime(format!(
                 "RLIMIT_NOFILE {} leaves no room for a connection: {reserved} descriptors are \
@@ -99,7 +118,27 @@ impl Capacity {
             )));
         }
         cap.max_conns = asked.min(usize::try_from(fit).unwrap_or(usize::MAX));
+        if pipes {
+            let sockets = (cap.max_conns as u64).saturating_mul(2);
+            let left = usize::try_from((room - sockets) / 2).unwrap_or(usize::MAX);
+            let most = left.min(cap.max_conns.saturating_mul(2));
+            cap.pipes_max = Some(most);
+            cap.pipe_pool_max = Some(most.min(POOL_MAX));
+        }
         Ok(cap)
+    }
+
+    /// Descriptors planned per connection: its two sockets, and in
+    /// `splice` also one pipe (two descriptors) for every other connection,
+    /// so that half of them can move bytes one way through a pipe, or a
+    /// quarter both ways, at once. The rest copy through a buffer while
+    /// the pipes are all taken; they are not refused.
+    pub fn fds_planned_per_conn(&self) -> u64 {
+        if self.fds_per_busy_conn > self.fds_per_conn {
+            self.fds_per_conn + 1
+        } else {
+            self.fds_per_conn
+        }
     }
 
     /// `--max-conns` was more than the limit allows.
@@ -110,7 +149,7 @@ impl Capacity {
     /// Descriptors `conns` connections need at most, with the reserve.
     pub fn fds_needed(&self, conns: usize) -> u64 {
         (conns as u64)
-            .saturating_mul(self.fds_per_busy_conn)
+            .saturating_mul(self.fds_planned_per_conn())
             .saturating_add(self.fds_reserved.unwrap_or(0))
     }
 
@@ -129,7 +168,7 @@ impl Capacity {
              reserved); the limit is {limit}{hard}: serving at most {} connections; {}",
             self.max_conns_asked,
             self.fds_needed(self.max_conns_asked),
-            self.fds_per_busy_conn,
+            self.fds_planned_per_conn(),
             self.per_conn_text(),
             self.max_conns,
             RAISE
@@ -138,8 +177,8 @@ impl Capacity {
 
     /// What one connection's descriptors are, in words.
     fn per_conn_text(&self) -> &'static str {
-        if self.fds_per_busy_conn > 2 {
-            "2 sockets and 2 pipes"
+        if self.fds_per_busy_conn > self.fds_per_conn {
+            "2 sockets, and a pipe of 2 for every other connection (a busy one holds 2 pipes, 6 in all)"
         } else {
             "2 sockets"
         }
@@ -187,5 +226,30 @@ mod tests {
     fn no_room_for_one_connection_is_an_error() {
         let err = Capacity::compute(Mode::Tokio, 10, files(20, 20, 20, 5)).unwrap_err();
         assert!(err.to_string().contains("leaves no room"), "{err}");
+    }
+
+    #[test]
+    fn splice_plans_a_pipe_for_every_other_connection() {
+        // 256 - 22 = 234 descriptors: 78 connections × 3, and what is left
+        // after their sockets (78) is 39 pipes.
+        let cap = Capacity::compute(Mode::Splice, 4096, files(256, 256, 256, 6)).unwrap();
+        assert_eq!((cap.fds_per_conn, cap.fds_per_busy_conn), (2, 6));
+        assert_eq!(
+            (cap.max_conns, cap.pipes_max, cap.pipe_pool_max),
+            (78, Some(39), Some(39))
+        );
+        assert!(cap
+            .capped_text()
+            .contains("needs 12310 descriptors (3 per connection"));
+        // Plenty of descriptors: no more than two pipes per connection, and
+        // the pool within POOL_MAX.
+        let cap = Capacity::compute(Mode::Splice, 100, files(1024, 1 << 20, 1 << 20, 6)).unwrap();
+        assert_eq!(
+            (cap.max_conns, cap.pipes_max, cap.pipe_pool_max),
+            (100, Some(200), Some(200))
+        );
+        let cap = Capacity::compute(Mode::Splice, 4096, files(1024, 20000, 20000, 6)).unwrap();
+        assert_eq!((cap.max_conns, cap.pipe_pool_max), (4096, Some(POOL_MAX)));
+        assert_eq!(cap.pipes_max, Some((20000 - 22 - 2 * 4096) / 2));
     }
 }

@@ -104,6 +104,17 @@ pub struct Summary {
     /// `--mode splice`: how many times a pipe was refused a growth (by
     /// `--pipe-budget` or by the kernel) and stayed at its size.
     pub pipe_growths_refused: u64,
+    /// `--mode splice`: pipes made, and times an empty pooled pipe was
+    /// taken instead of making one.
+    pub pipes_created: u64,
+    pub pipes_reused: u64,
+    /// `--mode splice`, at exit: pipes still in use (connections cut at the
+    /// deadline), and empty pipes in the pool (each two descriptors).
+    pub pipes_in_use: usize,
+    pub pipes_pooled: usize,
+    /// `--mode splice`: directions that found no pipe (all `pipes_max`
+    /// open, or the kernel refused one) and copied through a buffer.
+    pub pipes_unavailable: u64,
 }
 
 /// The proxy is up: what it listens on and how it will relay.
@@ -212,6 +223,16 @@ pub enum ProxyEvent {
         open: usize,
         /// The soft RLIMIT_NOFILE, where the platform tells.
         fd_limit: Option<u64>,
+    },
+    /// The first time a splice direction found no pipe: all `pipes_max`
+    /// pipes were open, or the kernel refused one (`error`, e.g. EMFILE).
+    /// That direction copies through a 64 KiB buffer instead; sent once
+    /// per run, the summary counts every one (`pipes_unavailable`).
+    PipeUnavailable {
+        id: u64,
+        direction: &'static str,
+        pipes_max: usize,
+        error: Option<String>,
     },
     /// accept(2) failed for another reason; the loop backs off 50 ms.
     AcceptFailed { error: String },

@@ -209,7 +209,9 @@ pub(crate) struct Ctx {
     live: Mutex<HashMap<u64, Live>>,
     summary: Mutex<Summary>,
     /// What every connection's splice pipes may hold together.
-    pub pipes: pipes::PipeBudget,
+    pub pipes: pipes::PipePool,
+    /// The first direction that found no pipe has been reported.
+    pipe_unavailable_reported: AtomicBool,
     /// The first refused pipe growth has been reported.
     pipe_refusal_reported: AtomicBool,
     /// A connection ran out of descriptors: the accept loop pauses.
@@ -221,7 +223,11 @@ impl Ctx {
         let mut cfg = cfg.clone();
         cfg.max_conns = capacity.max_conns;
         let table = cfg.max_conns.min(4096);
-        let pipes = pipes::PipeBudget::new(cfg.pipe_budget);
+        let pipes = pipes::PipePool::new(
+            cfg.pipe_budget,
+            capacity.pipes_max.unwrap_or(0),
+            capacity.pipe_pool_max.unwrap_or(0),
+        );
         Ctx {
             cfg,
             capacity,
@@ -230,6 +236,7 @@ impl Ctx {
             summary: Mutex::new(Summary::default()),
             pipes,
             pipe_refusal_reported: AtomicBool::new(false),
+            pipe_unavailable_reported: AtomicBool::new(false),
             pause_accept: AtomicBool::new(false),
         }
     }
@@ -341,8 +348,29 @@ impl Ctx {
             from: refusal.from,
             to: refusal.to,
             refused_by: refusal.by,
-            pipe_budget: self.pipes.limit(),
-            pipes_grown: self.pipes.charged(),
+            pipe_budget: self.pipes.budget().limit(),
+            pipes_grown: self.pipes.budget().charged(),
+        });
+    }
+
+    /// A splice direction of connection `id` found no pipe (`error`: the
+    /// kernel refused one; else all `pipes_max` are open) and copies
+    /// through a buffer instead: counted, and the first one reported.
+    pub(crate) fn pipe_unavailable(
+        &self,
+        id: u64,
+        direction: &'static str,
+        error: Option<&std::io::Error>,
+    ) {
+        self.summary().pipes_unavailable += 1;
+        if self.pipe_unavailable_reported.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.emit(ProxyEvent::PipeUnavailable {
+            id,
+            direction,
+            pipes_max: self.capacity.pipes_max.unwrap_or(0),
+            error: error.map(|e| e.to_string()),
         });
     }
 
@@ -542,7 +570,13 @@ async fn accept_loop(
             ctx.close(id, Outcome::Relayed(End::Cut));
         }
     }
-    let summary = ctx.summary().clone();
+    let mut summary = ctx.summary().clone();
+    if ctx.cfg.mode == Mode::Splice {
+        summary.pipes_created = ctx.pipes.created();
+        summary.pipes_reused = ctx.pipes.reused();
+        summary.pipes_in_use = ctx.pipes.in_use();
+        summary.pipes_pooled = ctx.pipes.pooled();
+    }
     Ok(summary)
 }
 

@@ -26,12 +26,15 @@
 //! life, and that is part of what those modes measure (docs/proxy.md has
 //! the figures).
 //!
-//! `splice` holds no user-space buffer at all: a pipe per direction, which
-//! starts at the kernel's 64 KiB and grows on demand up to `--buffer-size`
-//! under the proxy's `--pipe-budget` (`super::pipes`).
+//! `splice` holds no user-space buffer at all: a pipe per direction, taken
+//! on the direction's first byte from the proxy's pool (warm, at the size
+//! it grew to) or made at the kernel's 64 KiB, growing on demand up to
+//! `--buffer-size` under `--pipe-budget`, and given back to the pool when
+//! the connection closes (`super::pipes`). A direction that finds no pipe
+//! copies like `tokio` with a 64 KiB buffer.
 
 use super::events::End;
-use super::pipes::GrowingPipe;
+use super::pipes::START_SIZE;
 use super::{Ctx, Cut, Meter};
 use crate::config::proxy::Mode;
 use std::future::poll_fn;
@@ -290,7 +293,19 @@ async fn splice_pump(
     use std::os::fd::AsFd;
     use tokio::io::Interest;
 
-    let mut pipe = GrowingPipe::new(ctx.cfg.buffer_size, &ctx.pipes)?;
+    // No pipe until the first byte (or the EOF): an idle connection holds
+    // its two sockets only. A peek, not `readable()`: a socket can be
+    // reported readable with nothing queued (a fresh connection was, for
+    // every connection), and the peek waits until a byte or the EOF is
+    // really there, consuming nothing.
+    from.peek(&mut [0u8; 1]).await?;
+    let mut pipe = match ctx.pipes.take(ctx.cfg.buffer_size) {
+        Ok(Some(pipe)) => pipe,
+        refused => {
+            ctx.pipe_unavailable(id, direction.name, refused.as_ref().err());
+            return pump(from, to, START_SIZE, direction.counter, meter).await;
+        }
+    };
     direction.size.store(pipe.capacity(), Ordering::Relaxed);
     loop {
         let chunk = pipe.capacity();
