@@ -293,12 +293,15 @@ async fn splice_pump(
     use std::os::fd::AsFd;
     use tokio::io::Interest;
 
-    // No pipe until the first byte (or the EOF): an idle connection holds
-    // its two sockets only. A peek, not `readable()`: a socket can be
-    // reported readable with nothing queued (a fresh connection was, for
-    // every connection), and the peek waits until a byte or the EOF is
-    // really there, consuming nothing.
-    from.peek(&mut [0u8; 1]).await?;
+    // No pipe until the first byte: an idle connection holds its two
+    // sockets only, and a direction that ends without a byte never takes
+    // one. A peek, not `readable()`: a socket can be reported readable
+    // with nothing queued (a fresh connection was, for every connection),
+    // and the peek waits until a byte or the EOF is really there,
+    // consuming nothing.
+    if from.peek(&mut [0u8; 1]).await? == 0 {
+        return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+    }
     let mut pipe = match ctx.pipes.take(ctx.cfg.buffer_size) {
         Ok(Some(pipe)) => pipe,
         refused => {
