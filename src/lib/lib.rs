@@ -54,8 +54,9 @@
 //!   - [`local`]: `udp_client --local`, a client and a server in one
 //!     process (above both, so neither imports the other);
 //!   - [`proxy`]: tcp_proxy's relay modes (`proxy/relay.rs`,
-//!     `proxy/blocking.rs`, splice pipes under one budget in
-//!     `proxy/pipes.rs`), its typed events ([`proxy::events`]) and its
+//!     `proxy/blocking.rs`, splice pipes pooled under one budget in
+//!     `proxy/pipes.rs`, the descriptor limit's capacity in
+//!     `proxy/capacity.rs`), its typed events ([`proxy::events`]) and its
 //!     latency benchmark ([`proxy::bench`], with its HTTP ends in
 //!     `proxy/http.rs`);
 //!   - [`bench`](mod@bench): sockbench's matrices ([`bench::udp`] with one driver
@@ -90,6 +91,7 @@
 //!     kernel drops in datagrams and loss split by where it happened);
 //!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
 //!     code (`sys/linux.rs` with the process's calls in `sys/linux_process.rs`,
+//!     RLIMIT_NOFILE for Linux and macOS in `sys/rlimit.rs`,
 //!     `sys/splice.rs`, POSIX poll(2) for every backend in `sys/poll.rs`;
 //!     in `sys/fallback.rs`, a non-blocking receive), with stubs in
 //!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;

@@ -9,7 +9,7 @@
 //! order the proxy has always printed them in.
 
 use crate::proxy::bench::Row;
-use crate::proxy::events::{End, Listening, ProxyEvent, Summary};
+use crate::proxy::events::{End, FdLimitAt, Listening, ProxyEvent, Summary};
 use std::io::Write;
 
 /// Prints one proxy event, as text or as one NDJSON line.
@@ -37,8 +37,11 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
             r.client_to_upstream,
             r.upstream_to_client,
             match (r.pipe_client_to_upstream, r.pipe_upstream_to_client) {
-                (Some(up), Some(down)) => format!("; pipes {up} B and {down} B"),
-                _ => String::new(),
+                (None, None) => String::new(),
+                (up, down) => {
+                    let size = |p: Option<usize>| p.map_or("none".to_string(), |p| format!("{p} B"));
+                    format!("; pipes {} and {}", size(up), size(down))
+                }
             }
         ),
         ProxyEvent::PipeGrowthRefused {
@@ -62,10 +65,52 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
         } => format!(
             "conn {id} from {client}: cannot reach upstream {upstream}: {error}; closed the client"
         ),
-        ProxyEvent::Rejected { client, max_conns } => {
-            format!("rejected {client}: --max-conns {max_conns} connections are already open")
+        ProxyEvent::Rejected {
+            client,
+            max_conns,
+            limited_by,
+        } => {
+            if *limited_by == "fd_limit" {
+                format!(
+                    "rejected {client}: {max_conns} connections are already open, the most the descriptor limit allows"
+                )
+            } else {
+                format!("rejected {client}: --max-conns {max_conns} connections are already open")
+            }
         }
+        ProxyEvent::MaxConnsCapped { message, .. } => message.clone(),
         ProxyEvent::AcceptFailed { error } => format!("accept failed: {error}"),
+        ProxyEvent::PipeUnavailable {
+            id,
+            direction,
+            pipes_max,
+            error,
+        } => format!(
+            "conn {id}: no pipe for {direction} ({}): it copies through a buffer instead; said once, the summary counts them all",
+            match error {
+                Some(e) => format!("the kernel refused one: {e}"),
+                None => format!("all {pipes_max} pipes the descriptor limit allows are open"),
+            }
+        ),
+        ProxyEvent::FdLimitReached {
+            at,
+            id,
+            client,
+            error,
+            open,
+            fd_limit,
+        } => {
+            let limit = fd_limit.map_or(String::new(), |l| format!(" (RLIMIT_NOFILE {l})"));
+            let what = match (at, id, client) {
+                (FdLimitAt::Upstream, Some(id), Some(client)) => format!(
+                    "conn {id} from {client}: no descriptor for its upstream leg, closed the client"
+                ),
+                _ => "accept: connections wait in the backlog".to_string(),
+            };
+            format!(
+                "out of descriptors{limit} with {open} connections open: {what} ({error}); pausing accept for 100 ms"
+            )
+        }
         ProxyEvent::Draining {
             open,
             deadline_seconds,
@@ -79,7 +124,7 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
 
 fn listening_text(l: &Listening) -> String {
     format!(
-        "tcp_proxy listening on {}, upstream {}, mode {}, {}, threads {}, TCP_NODELAY {}, congestion {}",
+        "tcp_proxy listening on {}, upstream {}, mode {}, {}, threads {}, TCP_NODELAY {}, congestion {}, {}",
         l.addr,
         l.upstream,
         l.mode,
@@ -96,16 +141,56 @@ fn listening_text(l: &Listening) -> String {
             (false, Some(name)) => name.clone(),
             (true, Some(name)) => format!("{name} (system default)"),
             (_, None) => "system default".to_string(),
-        }
+        },
+        capacity_text(&l.capacity)
     )
 }
 
+/// `descriptors: limit 20000 (raised from 1024), 2 per idle connection and
+/// 6 per busy one: at most 4096 connections`.
+fn capacity_text(c: &crate::proxy::Capacity) -> String {
+    let limit = match (c.fd_limit, c.fd_limit_before) {
+        (Some(now), Some(before)) if before < now => format!("limit {now} (raised from {before})"),
+        (Some(now), _) => format!("limit {now}"),
+        (None, _) => "limit unknown on this platform".to_string(),
+    };
+    let per = if c.fds_per_busy_conn > c.fds_per_conn {
+        format!(
+            "{} per idle connection and {} per busy one",
+            c.fds_per_conn, c.fds_per_busy_conn
+        )
+    } else {
+        format!("{} per connection", c.fds_per_conn)
+    };
+    let most = if c.max_conns < c.max_conns_asked {
+        format!(
+            "at most {} connections (--max-conns {} capped)",
+            c.max_conns, c.max_conns_asked
+        )
+    } else {
+        format!("at most {} connections", c.max_conns)
+    };
+    format!("descriptors: {limit}, {per}: {most}")
+}
+
 fn stopped_text(s: &Summary) -> String {
+    let pipes = if s.pipes_created > 0 {
+        format!(
+            "; pipes: {} made, {} reused, {} in use, {} pooled, {} times none free",
+            s.pipes_created, s.pipes_reused, s.pipes_in_use, s.pipes_pooled, s.pipes_unavailable
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client",
+        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} refused at the descriptor limit (accept paused {} times), {} reset by a peer, {} errors, {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client{pipes}",
         s.accepted,
         s.rejected,
         s.upstream_failures,
+        s.fd_limit_refused,
+        s.accept_paused,
+        s.resets,
+        s.errors,
         s.cut_at_deadline,
         s.pipe_growths_refused,
         s.client_to_upstream,
@@ -204,14 +289,18 @@ mod tests {
             nodelay: false,
             congestion: Some("bbr".into()),
             congestion_is_system_default: true,
-            max_conns: 3,
+            capacity: crate::proxy::Capacity::compute(crate::config::proxy::Mode::Tokio, 3, None)
+                .unwrap(),
             pipe_budget: None,
         };
-        assert!(listening_text(&l).ends_with("TCP_NODELAY OFF, congestion bbr (system default)"));
+        let fds = ", descriptors: limit unknown on this platform, 2 per connection: at most 3 connections";
+        assert!(listening_text(&l).ends_with(&format!(
+            "TCP_NODELAY OFF, congestion bbr (system default){fds}"
+        )));
         l.congestion_is_system_default = false;
-        assert!(listening_text(&l).ends_with("congestion bbr"));
+        assert!(listening_text(&l).ends_with(&format!("congestion bbr{fds}")));
         l.congestion = None;
-        assert!(listening_text(&l).ends_with("congestion system default"));
+        assert!(listening_text(&l).ends_with(&format!("congestion system default{fds}")));
         let json = serde_json::to_value(ProxyEvent::Listening(l)).unwrap();
         assert_eq!(json["event"], "listening");
         assert_eq!(json["addr"], "127.0.0.1:1");

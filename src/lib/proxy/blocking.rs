@@ -74,6 +74,7 @@ pub(super) async fn relay(
             let gone = || End::Error("a relay thread panicked".into());
             match (up.unwrap_or_else(|_| gone()), down.unwrap_or_else(|_| gone())) {
                 (End::Error(e), _) | (_, End::Error(e)) => End::Error(e),
+                (End::Reset, _) | (_, End::Reset) => End::Reset,
                 (End::Idle, _) | (_, End::Idle) => End::Idle,
                 _ => End::Closed,
             }
@@ -174,12 +175,12 @@ impl Direction {
                 Ok(()) => End::Closed,
                 // The peer may already be gone; that ends the connection.
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => End::Closed,
-                Err(e) => self.abort(from, to, End::Error(e.to_string())),
+                Err(e) => self.abort(from, to, End::from_io(&e)),
             },
             Err(e) if e.kind() == io::ErrorKind::TimedOut && self.idle_expired() => {
                 self.abort(from, to, End::Idle)
             }
-            Err(e) => self.abort(from, to, End::Error(e.to_string())),
+            Err(e) => self.abort(from, to, End::from_io(&e)),
         }
     }
 

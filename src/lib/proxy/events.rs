@@ -19,18 +19,34 @@ pub enum End {
     Idle,
     /// Still open at the drain deadline, so the proxy cut it.
     Cut,
-    /// A socket error (reset, broken pipe, ...).
+    /// A peer reset or abandoned the connection (ECONNRESET, EPIPE,
+    /// ECONNABORTED on either leg). That is how many programs end a
+    /// connection (iperf3's end, any close with unread data, SO_LINGER 0),
+    /// and never a failure of the proxy's, so it is not an error.
+    Reset,
+    /// Any other socket error.
     Error(String),
 }
 
 impl End {
+    /// How a relay that failed with `e` ended: [`End::Reset`] or
+    /// [`End::Error`].
+    pub fn from_io(e: &std::io::Error) -> End {
+        if crate::sys::is_reset(e) {
+            End::Reset
+        } else {
+            End::Error(e.to_string())
+        }
+    }
+
     /// The word the event lines use: `closed`, `idle-timeout`,
-    /// `drain-deadline` or `error: ...`.
+    /// `drain-deadline`, `reset` or `error: ...`.
     pub fn text(&self) -> String {
         match self {
             End::Closed => "closed".into(),
             End::Idle => "idle-timeout".into(),
             End::Cut => "drain-deadline".into(),
+            End::Reset => "reset".into(),
             End::Error(e) => format!("error: {e}"),
         }
     }
@@ -66,7 +82,20 @@ pub struct ConnReport {
 pub struct Summary {
     pub accepted: u64,
     pub rejected: u64,
+    /// Connections whose upstream refused or did not answer.
     pub upstream_failures: u64,
+    /// Connections accepted and closed because the process had no
+    /// descriptor left for their upstream leg (EMFILE, ENFILE): the local
+    /// limit, never counted as upstream failures.
+    pub fd_limit_refused: u64,
+    /// Times the accept loop paused for 100 ms because the process was out
+    /// of descriptors, at accept(2) or at an upstream connect (the
+    /// connections waiting meanwhile stay in the backlog).
+    pub accept_paused: u64,
+    /// Connections that ended with `reset`: a peer reset them.
+    pub resets: u64,
+    /// Connections that ended with `error: ...`.
+    pub errors: u64,
     /// Connections still open at the drain deadline, cut by the exit. Their
     /// bytes are in the totals, as every connection's are.
     pub cut_at_deadline: usize,
@@ -75,6 +104,17 @@ pub struct Summary {
     /// `--mode splice`: how many times a pipe was refused a growth (by
     /// `--pipe-budget` or by the kernel) and stayed at its size.
     pub pipe_growths_refused: u64,
+    /// `--mode splice`: pipes made, and times an empty pooled pipe was
+    /// taken instead of making one.
+    pub pipes_created: u64,
+    pub pipes_reused: u64,
+    /// `--mode splice`, at exit: pipes still in use (connections cut at the
+    /// deadline), and empty pipes in the pool (each two descriptors).
+    pub pipes_in_use: usize,
+    pub pipes_pooled: usize,
+    /// `--mode splice`: directions that found no pipe (all `pipes_max`
+    /// open, or the kernel refused one) and copied through a buffer.
+    pub pipes_unavailable: u64,
 }
 
 /// The proxy is up: what it listens on and how it will relay.
@@ -93,14 +133,17 @@ pub struct Listening {
     pub congestion: Option<String>,
     /// No `--congestion` was given.
     pub congestion_is_system_default: bool,
-    pub max_conns: usize,
+    /// The descriptor limit and what it allows; its `max_conns` is the
+    /// most connections served at once (`--max-conns`, capped).
+    #[serde(flatten)]
+    pub capacity: super::Capacity,
     /// `--mode splice`: the pipes may grow by this much in all (`--pipe-budget`);
     /// `buffer_size` is then each pipe's maximum. Absent in the other modes.
     pub pipe_budget: Option<usize>,
 }
 
 impl Listening {
-    pub fn new(addr: SocketAddr, cfg: &ProxyConfig) -> Listening {
+    pub fn new(addr: SocketAddr, cfg: &ProxyConfig, capacity: &super::Capacity) -> Listening {
         Listening {
             addr,
             upstream: cfg.upstream,
@@ -110,7 +153,7 @@ impl Listening {
             nodelay: cfg.nodelay,
             congestion: crate::congestion::Congestion::effective(cfg.congestion),
             congestion_is_system_default: cfg.congestion.is_none(),
-            max_conns: cfg.max_conns,
+            capacity: capacity.clone(),
             pipe_budget: (cfg.mode == crate::config::proxy::Mode::Splice)
                 .then_some(cfg.pipe_budget),
         }
@@ -137,6 +180,20 @@ pub enum ProxyEvent {
     Rejected {
         client: SocketAddr,
         max_conns: usize,
+        /// `max_conns` (the flag) or `fd_limit` (the flag was capped to
+        /// what the descriptor limit allows).
+        limited_by: &'static str,
+    },
+    /// Sent once, after `listening`: `--max-conns` asks for more
+    /// connections than the descriptor limit allows, so the proxy serves
+    /// at most `max_conns`. `message` states the arithmetic.
+    MaxConnsCapped {
+        max_conns_asked: usize,
+        max_conns: usize,
+        fd_limit: u64,
+        /// Descriptors `max_conns_asked` connections would need.
+        fds_needed: u64,
+        message: String,
     },
     /// The first time a splice pipe could not grow: the connection goes on
     /// with the pipe at `from` bytes. Sent once per run; the summary counts
@@ -153,12 +210,44 @@ pub enum ProxyEvent {
         pipe_budget: usize,
         pipes_grown: usize,
     },
-    /// accept(2) failed (EMFILE and friends); the loop backs off.
+    /// The process is out of descriptors (EMFILE, ENFILE): at `accept`
+    /// (the connection waits in the backlog) or at the `upstream` connect
+    /// of connection `id` (its client is closed). Either way the accept
+    /// loop pauses for 100 ms and the open connections are served on.
+    FdLimitReached {
+        at: FdLimitAt,
+        id: Option<u64>,
+        client: Option<SocketAddr>,
+        error: String,
+        /// Connections open at the time.
+        open: usize,
+        /// The soft RLIMIT_NOFILE, where the platform tells.
+        fd_limit: Option<u64>,
+    },
+    /// The first time a splice direction found no pipe: all `pipes_max`
+    /// pipes were open, or the kernel refused one (`error`, e.g. EMFILE).
+    /// That direction copies through a 64 KiB buffer instead; sent once
+    /// per run, the summary counts every one (`pipes_unavailable`).
+    PipeUnavailable {
+        id: u64,
+        direction: &'static str,
+        pipes_max: usize,
+        error: Option<String>,
+    },
+    /// accept(2) failed for another reason; the loop backs off 50 ms.
     AcceptFailed { error: String },
     /// A signal arrived: no new connections, the open ones may finish.
     Draining { open: usize, deadline_seconds: f64 },
     /// The last event: the totals.
     Stopped(Summary),
+}
+
+/// Where the process ran out of descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FdLimitAt {
+    Accept,
+    Upstream,
 }
 
 /// Where the proxy sends its events. Called from the accept loop and from

@@ -17,6 +17,8 @@
 //! - `relay`: the four modes that run on tokio (tokio, tokio-copy,
 //!   copy-bidirectional, splice).
 //! - `blocking`: the two std modes, a thread per direction.
+//! - [`capacity`]: the descriptor limit, raised at start, and how many
+//!   connections it allows (`--max-conns` is capped to it).
 //! - [`pipes`]: splice's pipes, which grow on demand under `--pipe-budget`.
 //! - [`http`]: the keep-alive HTTP/1.1 test server and client of the benchmark.
 //! - [`bench`](mod@bench): the matrix behind `tcp_proxy bench`; its latency
@@ -49,11 +51,13 @@
 
 pub mod bench;
 mod blocking;
+pub mod capacity;
 pub mod events;
 pub mod http;
 pub mod pipes;
 mod relay;
 
+pub use capacity::Capacity;
 pub use events::{ConnReport, End, EventSink, ProxyEvent, Summary};
 
 use crate::config::proxy::{Mode, ProxyConfig};
@@ -65,6 +69,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// How long the accept loop pauses when the process is out of
+/// descriptors: connections wait in the backlog meanwhile, and a
+/// connection that closes gives its descriptors back.
+const FD_LIMIT_PAUSE: Duration = Duration::from_millis(100);
 
 /// Pending connections the kernel may queue before we accept them; large
 /// enough for a burst of 1000 clients without SYN retries.
@@ -189,7 +198,10 @@ struct Started {
 
 /// State shared by the accept loop and every connection.
 pub(crate) struct Ctx {
+    /// The configuration, with `max_conns` capped to [`Capacity`].
     pub cfg: ProxyConfig,
+    /// What the descriptor limit allows.
+    capacity: Capacity,
     events: EventSink,
     /// Every accepted connection until it is closed: its size is the number
     /// open (for `--max-conns`). Sized up front, so that it does not grow
@@ -197,20 +209,35 @@ pub(crate) struct Ctx {
     live: Mutex<HashMap<u64, Live>>,
     summary: Mutex<Summary>,
     /// What every connection's splice pipes may hold together.
-    pub pipes: pipes::PipeBudget,
+    pub pipes: pipes::PipePool,
+    /// The first direction that found no pipe has been reported.
+    pipe_unavailable_reported: AtomicBool,
     /// The first refused pipe growth has been reported.
     pipe_refusal_reported: AtomicBool,
+    /// A connection ran out of descriptors: the accept loop pauses.
+    pause_accept: AtomicBool,
 }
 
 impl Ctx {
-    fn new(cfg: &ProxyConfig, events: EventSink) -> Ctx {
+    fn new(cfg: &ProxyConfig, capacity: Capacity, events: EventSink) -> Ctx {
+        let mut cfg = cfg.clone();
+        cfg.max_conns = capacity.max_conns;
+        let table = cfg.max_conns.min(4096);
+        let pipes = pipes::PipePool::new(
+            cfg.pipe_budget,
+            capacity.pipes_max.unwrap_or(0),
+            capacity.pipe_pool_max.unwrap_or(0),
+        );
         Ctx {
-            cfg: cfg.clone(),
+            cfg,
+            capacity,
             events,
-            live: Mutex::new(HashMap::with_capacity(cfg.max_conns.min(4096))),
+            live: Mutex::new(HashMap::with_capacity(table)),
             summary: Mutex::new(Summary::default()),
-            pipes: pipes::PipeBudget::new(cfg.pipe_budget),
+            pipes,
             pipe_refusal_reported: AtomicBool::new(false),
+            pipe_unavailable_reported: AtomicBool::new(false),
+            pause_accept: AtomicBool::new(false),
         }
     }
 
@@ -267,17 +294,25 @@ impl Ctx {
     /// The one place a connection ends. It leaves the table (which frees
     /// its `--max-conns` slot before the event is sent, so whoever reads
     /// it may connect again at once), then its `conn_closed` event is sent
-    /// and its bytes are added to the totals. `None` is a connection whose
-    /// upstream never answered: it has its own `upstream_failed` event.
-    /// A second call for the same connection does nothing.
-    fn close(&self, id: u64, end: Option<End>) {
+    /// and its bytes are added to the totals. A connection that never
+    /// reached the upstream has its own event (`upstream_failed`, or
+    /// `fd_limit_reached`) and is only counted. A second call for the same
+    /// connection does nothing.
+    fn close(&self, id: u64, outcome: Outcome) {
         let Some(live) = self.live().remove(&id) else {
             return;
         };
         let mut summary = self.summary();
-        let Some(end) = end else {
-            summary.upstream_failures += 1;
-            return;
+        let end = match outcome {
+            Outcome::Relayed(end) => end,
+            Outcome::UpstreamFailed => {
+                summary.upstream_failures += 1;
+                return;
+            }
+            Outcome::OutOfFiles => {
+                summary.fd_limit_refused += 1;
+                return;
+            }
         };
         let report = match &live.started {
             Some(started) => started.meter.report(id, live.client, end),
@@ -285,8 +320,11 @@ impl Ctx {
         };
         summary.client_to_upstream += report.client_to_upstream;
         summary.upstream_to_client += report.upstream_to_client;
-        if report.end == End::Cut {
-            summary.cut_at_deadline += 1;
+        match report.end {
+            End::Cut => summary.cut_at_deadline += 1,
+            End::Reset => summary.resets += 1,
+            End::Error(_) => summary.errors += 1,
+            End::Closed | End::Idle => {}
         }
         drop(summary);
         self.emit(ProxyEvent::ConnClosed(report));
@@ -310,9 +348,50 @@ impl Ctx {
             from: refusal.from,
             to: refusal.to,
             refused_by: refusal.by,
-            pipe_budget: self.pipes.limit(),
-            pipes_grown: self.pipes.charged(),
+            pipe_budget: self.pipes.budget().limit(),
+            pipes_grown: self.pipes.budget().charged(),
         });
+    }
+
+    /// A splice direction of connection `id` found no pipe (`error`: the
+    /// kernel refused one; else all `pipes_max` are open) and copies
+    /// through a buffer instead: counted, and the first one reported.
+    pub(crate) fn pipe_unavailable(
+        &self,
+        id: u64,
+        direction: &'static str,
+        error: Option<&std::io::Error>,
+    ) {
+        self.summary().pipes_unavailable += 1;
+        if self.pipe_unavailable_reported.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.emit(ProxyEvent::PipeUnavailable {
+            id,
+            direction,
+            pipes_max: self.capacity.pipes_max.unwrap_or(0),
+            error: error.map(|e| e.to_string()),
+        });
+    }
+
+    /// The process is out of descriptors (EMFILE, ENFILE) at `at`: said as
+    /// what it is, the local limit, and the accept loop pauses.
+    fn out_of_files(
+        &self,
+        at: events::FdLimitAt,
+        conn: Option<(u64, SocketAddr)>,
+        error: &std::io::Error,
+    ) -> Outcome {
+        self.pause_accept.store(true, Ordering::Relaxed);
+        self.emit(ProxyEvent::FdLimitReached {
+            at,
+            id: conn.map(|c| c.0),
+            client: conn.map(|c| c.1),
+            error: error.to_string(),
+            open: self.open_count(),
+            fd_limit: self.capacity.fd_limit,
+        });
+        Outcome::OutOfFiles
     }
 
     /// The drain deadline: tells every open connection to stop.
@@ -341,22 +420,21 @@ pub(crate) struct Conn {
     ctx: Arc<Ctx>,
     id: u64,
     meter: Arc<Meter>,
-    /// Set by [`Conn::close`]; `Some(None)` is an upstream failure.
-    end: Option<Option<End>>,
+    /// Set by [`Conn::close`].
+    end: Option<Outcome>,
 }
 
 impl Conn {
-    fn close(mut self, end: Option<End>) {
+    fn close(mut self, end: Outcome) {
         self.end = Some(end);
     }
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        let end = self
-            .end
-            .take()
-            .unwrap_or_else(|| Some(End::Error("the connection's task ended early".into())));
+        let end = self.end.take().unwrap_or_else(|| {
+            Outcome::Relayed(End::Error("the connection's task ended early".into()))
+        });
         self.ctx.close(self.id, end);
     }
 }
@@ -377,6 +455,9 @@ pub fn run(
             cfg.mode.name()
         )));
     }
+    // Before the runtime opens its descriptors: they are in the headroom.
+    let files = crate::sys::raise_files_to_hard_limit().ok();
+    let capacity = Capacity::compute(cfg.mode, cfg.max_conns, files)?;
     let runtime = if cfg.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -390,7 +471,7 @@ pub fn run(
             .build()
     }
     .map_err(|e| Error::io("cannot start the tokio runtime", e))?;
-    let ctx = Arc::new(Ctx::new(cfg, events));
+    let ctx = Arc::new(Ctx::new(cfg, capacity, events));
     let summary = runtime.block_on(accept_loop(listener, Arc::clone(&ctx), shutdown.clone()))?;
     // Every connection has been closed and counted; what is left of their
     // tasks is dropped here.
@@ -410,18 +491,43 @@ async fn accept_loop(
         .local_addr()
         .map_err(|e| Error::io("cannot read the bound address", e))?;
     ctx.emit(ProxyEvent::Listening(events::Listening::new(
-        addr, &ctx.cfg,
+        addr,
+        &ctx.cfg,
+        &ctx.capacity,
     )));
+    if ctx.capacity.capped() {
+        ctx.emit(ProxyEvent::MaxConnsCapped {
+            max_conns_asked: ctx.capacity.max_conns_asked,
+            max_conns: ctx.capacity.max_conns,
+            fd_limit: ctx.capacity.fd_limit.unwrap_or(0),
+            fds_needed: ctx.capacity.fds_needed(ctx.capacity.max_conns_asked),
+            message: ctx.capacity.capped_text(),
+        });
+    }
     let mut next_id = 0u64;
     while !shutdown.is_triggered() {
+        if ctx.pause_accept.swap(false, Ordering::Relaxed) {
+            // Out of descriptors at accept or at an upstream connect:
+            // accepting more now would only fail or refuse them too.
+            ctx.summary().accept_paused += 1;
+            tokio::time::sleep(FD_LIMIT_PAUSE).await;
+            continue;
+        }
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = tokio::time::sleep(POLL) => continue,
         };
         let (stream, client) = match accepted {
             Ok(a) => a,
+            Err(e) if crate::sys::is_out_of_files(&e) => {
+                // The connection waits in the backlog; the ones open keep
+                // being served. Pause rather than spin on a listener that
+                // stays readable.
+                ctx.out_of_files(events::FdLimitAt::Accept, None, &e);
+                continue;
+            }
             Err(e) => {
-                // EMFILE and friends: say so, and back off instead of spinning.
+                // Anything else: say so, and back off instead of spinning.
                 ctx.emit(ProxyEvent::AcceptFailed {
                     error: e.to_string(),
                 });
@@ -435,6 +541,11 @@ async fn accept_loop(
             ctx.emit(ProxyEvent::Rejected {
                 client,
                 max_conns: ctx.cfg.max_conns,
+                limited_by: if ctx.capacity.capped() {
+                    "fd_limit"
+                } else {
+                    "max_conns"
+                },
             });
             drop(stream);
             continue;
@@ -456,10 +567,16 @@ async fn accept_loop(
         // had moved so far.
         let left: Vec<u64> = ctx.live().keys().copied().collect();
         for id in left {
-            ctx.close(id, Some(End::Cut));
+            ctx.close(id, Outcome::Relayed(End::Cut));
         }
     }
-    let summary = ctx.summary().clone();
+    let mut summary = ctx.summary().clone();
+    if ctx.cfg.mode == Mode::Splice {
+        summary.pipes_created = ctx.pipes.created();
+        summary.pipes_reused = ctx.pipes.reused();
+        summary.pipes_in_use = ctx.pipes.in_use();
+        summary.pipes_pooled = ctx.pipes.pooled();
+    }
     Ok(summary)
 }
 
@@ -476,14 +593,25 @@ async fn connection(
     conn.close(end);
 }
 
-/// Connects upstream and relays; `None` if the upstream never answered.
+/// How a connection's task ended.
+pub(crate) enum Outcome {
+    /// It reached the upstream and relayed until `End`.
+    Relayed(End),
+    /// The upstream refused or did not answer.
+    UpstreamFailed,
+    /// The process had no descriptor left for the upstream leg (EMFILE,
+    /// ENFILE): the local limit, not the upstream's doing.
+    OutOfFiles,
+}
+
+/// Connects upstream and relays.
 async fn serve(
     ctx: &Ctx,
     conn: &Conn,
     mut cut: Cut,
     client: tokio::net::TcpStream,
     client_addr: SocketAddr,
-) -> Option<End> {
+) -> Outcome {
     let cfg = &ctx.cfg;
     let connect = tokio::time::timeout(
         cfg.connect_timeout,
@@ -493,13 +621,16 @@ async fn serve(
         biased;
         r = connect => match r {
             Ok(Ok(s)) => s,
+            Ok(Err(e)) if crate::sys::is_out_of_files(&e) => {
+                return ctx.out_of_files(events::FdLimitAt::Upstream, Some((conn.id, client_addr)), &e);
+            }
             Ok(Err(e)) => return upstream_failed(ctx, conn.id, client_addr, &e.to_string()),
             Err(_) => {
                 let why = format!("no answer within {:?}", cfg.connect_timeout);
                 return upstream_failed(ctx, conn.id, client_addr, &why);
             }
         },
-        _ = &mut cut => return Some(End::Cut),
+        _ = &mut cut => return Outcome::Relayed(End::Cut),
     };
     if cfg.nodelay {
         // Seed 004's 20 ms rows came from leaving these off; see docs/proxy.md.
@@ -514,25 +645,27 @@ async fn serve(
             socket2::SockRef::from(&upstream),
         ] {
             if let Err(e) = algo.apply(&leg) {
-                return Some(End::Error(format!("cannot set --congestion {algo}: {e}")));
+                return Outcome::Relayed(End::Error(format!(
+                    "cannot set --congestion {algo}: {e}"
+                )));
             }
         }
     }
-    Some(if cfg.mode.uses_runtime() {
+    Outcome::Relayed(if cfg.mode.uses_runtime() {
         relay::relay(ctx, conn.id, client, upstream, &conn.meter, cut).await
     } else {
         blocking::relay(cfg, conn.id, client, upstream, &conn.meter, cut).await
     })
 }
 
-fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) -> Option<End> {
+fn upstream_failed(ctx: &Ctx, id: u64, client: SocketAddr, why: &str) -> Outcome {
     ctx.emit(ProxyEvent::UpstreamFailed {
         id,
         client,
         upstream: ctx.cfg.upstream,
         error: why.to_string(),
     });
-    None
+    Outcome::UpstreamFailed
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@
 //! every pipe starts at the kernel's default, and a pipe doubles only when
 //! a fill took all of it (the sender was faster than one pipe-full), up to
 //! `--buffer-size`. A pipe never shrinks: the relay only grows a pipe it
-//! has just emptied, and keeps it until the connection closes.
+//! has just emptied, and keeps it until the connection closes; then an
+//! empty pipe goes to the [`PipePool`] at its size, for the next busy
+//! direction.
 //!
 //! Why a budget: growth is charged to one process-wide [`PipeBudget`]
 //! (`--pipe-budget`): what a pipe has grown above its starting size, held
@@ -19,8 +21,8 @@
 //! are spent, EBUSY, ENOMEM), leaves the pipe at its size: the connection
 //! carries on at that size, and that pipe does not ask again. The first
 //! refusal is reported as an event and every one is counted in the
-//! summary. The starting sizes are not charged: a connection needs its two
-//! pipes, and `--max-conns` bounds them (4,096 × 2 × 64 KiB = 512 MiB).
+//! summary. Pooled pipes keep their growth charged. The starting sizes are
+//! not charged: the pool's cap on open pipes bounds them.
 //! Charging them too was tried: 3,290 idle connections then held 411 MiB
 //! of a 256 MiB budget, and no busy connection could grow at all. So the
 //! pipes hold at most `--max-conns` × 128 KiB + `--pipe-budget`.
@@ -29,7 +31,8 @@ use crate::sys::SplicePipe;
 use serde::Serialize;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 /// The size every pipe starts at: the kernel's default pipe (16 pages).
 pub const START_SIZE: usize = 64 * 1024;
@@ -108,51 +111,195 @@ pub struct Refusal {
     pub by: RefusedBy,
 }
 
-/// One direction's pipe, charged to the budget for as long as it lives.
+/// A pipe that is not in use: kept open in the [`PipePool`], with the
+/// size it has grown to and the growth still charged to the budget.
 #[derive(Debug)]
-pub struct GrowingPipe<'a> {
+struct Idle {
     pipe: SplicePipe,
-    /// The size it may grow to: `--buffer-size`, within pipe-max-size.
-    max: usize,
-    budget: &'a PipeBudget,
-    /// What this pipe has charged to the budget: its growth.
     charged: usize,
-    /// A growth was refused once; the pipe keeps its size from then on.
-    settled: bool,
 }
 
-impl<'a> GrowingPipe<'a> {
-    /// A pipe of [`START_SIZE`] (or `max`, if smaller) that may grow to
-    /// `max` bytes. Above /proc/sys/fs/pipe-max-size the kernel would
-    /// refuse an unprivileged process, so `max` is capped there too.
-    pub fn new(max: usize, budget: &'a PipeBudget) -> io::Result<GrowingPipe<'a>> {
+/// Every splice pipe of the proxy: the ones in use, and a bounded pool of
+/// empty ones kept for reuse.
+///
+/// Why lazy, and why a pool: a pipe is two descriptors. Made when the
+/// connection opened, a splice connection held six descriptors before a
+/// byte moved. Now a direction takes a pipe on its first byte (an idle
+/// connection holds its two sockets only) and gives it back when the
+/// connection closes. An empty pipe goes into the pool, at the size it
+/// grew to, and the next busy direction takes it warm. A pipe that still
+/// holds bytes (an error mid-drain) is closed instead: nothing of one
+/// connection may reach another. The pool keeps at most `max_pooled`
+/// pipes, and in use and pooled together there are at most `max_pipes`,
+/// both sized from the descriptor limit (`super::capacity`). A direction
+/// that finds no pipe (the cap, or the kernel's EMFILE) copies through a
+/// buffer instead, and the connection goes on.
+#[derive(Debug)]
+pub struct PipePool {
+    budget: PipeBudget,
+    idle: Mutex<Vec<Idle>>,
+    max_pooled: usize,
+    max_pipes: usize,
+    /// Pipes open now: in use and pooled.
+    open: AtomicUsize,
+    in_use: AtomicUsize,
+    created: AtomicU64,
+    reused: AtomicU64,
+}
+
+impl PipePool {
+    /// A pool under `budget` bytes of growth (`--pipe-budget`, which
+    /// covers pooled pipes too), with at most `max_pipes` pipes open and
+    /// `max_pooled` of them idle.
+    pub fn new(budget: usize, max_pipes: usize, max_pooled: usize) -> PipePool {
+        PipePool {
+            budget: PipeBudget::new(budget),
+            idle: Mutex::new(Vec::new()),
+            max_pooled: max_pooled.min(max_pipes),
+            max_pipes,
+            open: AtomicUsize::new(0),
+            in_use: AtomicUsize::new(0),
+            created: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
+        }
+    }
+
+    /// The growth budget.
+    pub fn budget(&self) -> &PipeBudget {
+        &self.budget
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A pipe for one direction that may grow to `max` bytes: a pooled one
+    /// if there is one, else a new one. `Ok(None)` when `max_pipes` are
+    /// open already; an error when the kernel refuses a new pipe (EMFILE,
+    /// ENFILE, ENOMEM).
+    pub fn take(&self, max: usize) -> io::Result<Option<GrowingPipe<'_>>> {
         let max = match crate::sys::pipe_max_size() {
             Some(kernel_max) => max.min(kernel_max),
             None => max,
         };
-        let pipe = SplicePipe::new(START_SIZE.min(max))?;
-        Ok(GrowingPipe {
+        let pooled = self.idle().pop();
+        let (pipe, charged) = match pooled {
+            Some(idle) => {
+                self.reused.fetch_add(1, Ordering::Relaxed);
+                (idle.pipe, idle.charged)
+            }
+            None => {
+                let room = self
+                    .open
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        (n < self.max_pipes).then_some(n + 1)
+                    })
+                    .is_ok();
+                if !room {
+                    return Ok(None);
+                }
+                match SplicePipe::new(START_SIZE.min(max)) {
+                    Ok(pipe) => {
+                        self.created.fetch_add(1, Ordering::Relaxed);
+                        (pipe, 0)
+                    }
+                    Err(e) => {
+                        self.open.fetch_sub(1, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        self.in_use.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(GrowingPipe {
             max: max.max(pipe.capacity()),
-            pipe,
-            budget,
-            charged: 0,
+            pipe: Some(pipe),
+            pool: self,
+            charged,
             settled: false,
-        })
+            held: 0,
+        }))
+    }
+
+    /// Pipes in use now.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Empty pipes in the pool now.
+    pub fn pooled(&self) -> usize {
+        self.idle().len()
+    }
+
+    /// Pipes made so far.
+    pub fn created(&self) -> u64 {
+        self.created.load(Ordering::Relaxed)
+    }
+
+    /// Times a pooled pipe was taken instead of making one.
+    pub fn reused(&self) -> u64 {
+        self.reused.load(Ordering::Relaxed)
+    }
+
+    /// A pipe back from a direction: into the pool if it is empty and the
+    /// pool has room, else closed (its growth released).
+    fn give_back(&self, pipe: SplicePipe, charged: usize, empty: bool) {
+        self.in_use.fetch_sub(1, Ordering::Relaxed);
+        if empty {
+            let mut idle = self.idle();
+            if idle.len() < self.max_pooled {
+                idle.push(Idle { pipe, charged });
+                return;
+            }
+        }
+        self.budget.release(charged);
+        self.open.fetch_sub(1, Ordering::Relaxed);
+        drop(pipe);
+    }
+}
+
+/// One direction's pipe, taken from the [`PipePool`] and given back when
+/// it is dropped; its growth is charged to the budget for as long as the
+/// pipe is open (pooled included).
+#[derive(Debug)]
+pub struct GrowingPipe<'a> {
+    /// Always `Some` until the drop gives it back.
+    pipe: Option<SplicePipe>,
+    /// The size it may grow to: `--buffer-size`, within pipe-max-size.
+    max: usize,
+    pool: &'a PipePool,
+    /// What this pipe has charged to the budget: its growth.
+    charged: usize,
+    /// A growth was refused once; the pipe keeps its size from then on.
+    settled: bool,
+    /// Bytes in the pipe now: filled and not yet drained.
+    held: usize,
+}
+
+impl GrowingPipe<'_> {
+    fn gone() -> io::Error {
+        io::Error::other("the pipe was given back")
     }
 
     /// Bytes the pipe holds at most, now.
     pub fn capacity(&self) -> usize {
-        self.pipe.capacity()
+        self.pipe.as_ref().map_or(0, SplicePipe::capacity)
     }
 
     /// See [`SplicePipe::fill_from`].
-    pub fn fill_from(&self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
-        self.pipe.fill_from(socket, len)
+    pub fn fill_from(&mut self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+        let pipe = self.pipe.as_ref().ok_or_else(Self::gone)?;
+        let n = pipe.fill_from(socket, len)?;
+        self.held += n;
+        Ok(n)
     }
 
     /// See [`SplicePipe::drain_to`].
-    pub fn drain_to(&self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
-        self.pipe.drain_to(socket, len)
+    pub fn drain_to(&mut self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+        let pipe = self.pipe.as_ref().ok_or_else(Self::gone)?;
+        let n = pipe.drain_to(socket, len)?;
+        self.held = self.held.saturating_sub(n);
+        Ok(n)
     }
 
     /// Called with the size of a fill once the pipe is empty again: if that
@@ -166,24 +313,29 @@ impl<'a> GrowingPipe<'a> {
         }
         let to = (from * 2).min(self.max);
         let refused = |by| Some(Refusal { from, to, by });
-        if !self.budget.try_charge(to - from) {
+        let budget = &self.pool.budget;
+        if !budget.try_charge(to - from) {
             self.settled = true;
             return refused(RefusedBy::Budget);
         }
-        match self.pipe.resize(to) {
+        let resized = match self.pipe.as_mut() {
+            Some(pipe) => pipe.resize(to),
+            None => Err(Self::gone()),
+        };
+        match resized {
             Ok(granted) => {
                 // The kernel rounds up to a power-of-two number of pages;
                 // charge what it granted.
                 if granted > to {
-                    self.budget.charge(granted - to);
+                    budget.charge(granted - to);
                 } else {
-                    self.budget.release(to - granted);
+                    budget.release(to - granted);
                 }
                 self.charged = self.charged + granted - from;
                 None
             }
             Err(e) => {
-                self.budget.release(to - from);
+                budget.release(to - from);
                 self.settled = true;
                 refused(RefusedBy::Kernel(e.to_string()))
             }
@@ -193,7 +345,9 @@ impl<'a> GrowingPipe<'a> {
 
 impl Drop for GrowingPipe<'_> {
     fn drop(&mut self) {
-        self.budget.release(self.charged);
+        if let Some(pipe) = self.pipe.take() {
+            self.pool.give_back(pipe, self.charged, self.held == 0);
+        }
     }
 }
 
@@ -203,8 +357,9 @@ mod tests {
 
     #[test]
     fn grows_by_doubling_to_the_maximum_and_releases_on_drop() {
-        let budget = PipeBudget::new(8 << 20);
-        let mut pipe = GrowingPipe::new(1 << 20, &budget).unwrap();
+        let pool = PipePool::new(8 << 20, 8, 0);
+        let budget = pool.budget();
+        let mut pipe = pool.take(1 << 20).unwrap().unwrap();
         assert_eq!((pipe.capacity(), budget.charged()), (START_SIZE, 0));
         // A fill that did not take the whole pipe: no growth.
         assert_eq!(pipe.grow_if_full(START_SIZE - 1), None);
@@ -224,9 +379,10 @@ mod tests {
 
     #[test]
     fn over_budget_keeps_the_size_and_says_so_once() {
-        let budget = PipeBudget::new(START_SIZE);
-        let mut a = GrowingPipe::new(1 << 20, &budget).unwrap();
-        let mut b = GrowingPipe::new(1 << 20, &budget).unwrap();
+        let pool = PipePool::new(START_SIZE, 8, 0);
+        let budget = pool.budget();
+        let mut a = pool.take(1 << 20).unwrap().unwrap();
+        let mut b = pool.take(1 << 20).unwrap().unwrap();
         assert_eq!(a.grow_if_full(START_SIZE), None);
         assert_eq!(budget.charged(), START_SIZE);
         let refusal = b.grow_if_full(START_SIZE).unwrap();
@@ -249,9 +405,42 @@ mod tests {
 
     #[test]
     fn a_zero_budget_still_gives_every_connection_its_starting_pipes() {
-        let budget = PipeBudget::new(0);
-        let mut a = GrowingPipe::new(1 << 20, &budget).unwrap();
+        let pool = PipePool::new(0, 8, 0);
+        let budget = pool.budget();
+        let mut a = pool.take(1 << 20).unwrap().unwrap();
         assert_eq!((a.capacity(), budget.charged()), (START_SIZE, 0));
         assert_eq!(a.grow_if_full(START_SIZE).unwrap().by, RefusedBy::Budget);
+    }
+
+    #[test]
+    fn an_empty_pipe_is_pooled_warm_a_full_one_closed_and_the_cap_holds() {
+        let pool = PipePool::new(8 << 20, 2, 1);
+        let mut a = pool.take(1 << 20).unwrap().unwrap();
+        assert_eq!(a.grow_if_full(START_SIZE), None);
+        let grown = a.capacity();
+        let b = pool.take(1 << 20).unwrap().unwrap();
+        // Two open: the cap.
+        assert!(pool.take(1 << 20).unwrap().is_none());
+        assert_eq!((pool.in_use(), pool.created()), (2, 2));
+        drop(a);
+        assert_eq!((pool.in_use(), pool.pooled()), (1, 1));
+        // Its growth stays charged while it is pooled.
+        assert_eq!(pool.budget().charged(), grown - START_SIZE);
+        let again = pool.take(1 << 20).unwrap().unwrap();
+        assert_eq!((again.capacity(), pool.reused()), (grown, 1));
+        drop(again);
+        // The pool is full (1): b is closed, its descriptors freed.
+        drop(b);
+        assert_eq!((pool.in_use(), pool.pooled()), (0, 1));
+        assert!(pool.take(1 << 20).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_pipe_given_back_holding_bytes_is_closed_not_pooled() {
+        let pool = PipePool::new(8 << 20, 4, 4);
+        let mut a = pool.take(1 << 20).unwrap().unwrap();
+        a.held = 10;
+        drop(a);
+        assert_eq!((pool.in_use(), pool.pooled()), (0, 0));
     }
 }

@@ -26,12 +26,15 @@
 //! life, and that is part of what those modes measure (docs/proxy.md has
 //! the figures).
 //!
-//! `splice` holds no user-space buffer at all: a pipe per direction, which
-//! starts at the kernel's 64 KiB and grows on demand up to `--buffer-size`
-//! under the proxy's `--pipe-budget` (`super::pipes`).
+//! `splice` holds no user-space buffer at all: a pipe per direction, taken
+//! on the direction's first byte from the proxy's pool (warm, at the size
+//! it grew to) or made at the kernel's 64 KiB, growing on demand up to
+//! `--buffer-size` under `--pipe-budget`, and given back to the pool when
+//! the connection closes (`super::pipes`). A direction that finds no pipe
+//! copies like `tokio` with a 64 KiB buffer.
 
 use super::events::End;
-use super::pipes::GrowingPipe;
+use super::pipes::START_SIZE;
 use super::{Ctx, Cut, Meter};
 use crate::config::proxy::Mode;
 use std::future::poll_fn;
@@ -77,7 +80,7 @@ pub(super) async fn relay(
         biased;
         r = work => match r {
             Ok(()) => End::Closed,
-            Err(e) => End::Error(e.to_string()),
+            Err(e) => End::from_io(&e),
         },
         () = idle_watchdog(meter, cfg.idle_timeout) => End::Idle,
         _ = cut => End::Cut,
@@ -290,7 +293,22 @@ async fn splice_pump(
     use std::os::fd::AsFd;
     use tokio::io::Interest;
 
-    let mut pipe = GrowingPipe::new(ctx.cfg.buffer_size, &ctx.pipes)?;
+    // No pipe until the first byte: an idle connection holds its two
+    // sockets only, and a direction that ends without a byte never takes
+    // one. A peek, not `readable()`: a socket can be reported readable
+    // with nothing queued (a fresh connection was, for every connection),
+    // and the peek waits until a byte or the EOF is really there,
+    // consuming nothing.
+    if from.peek(&mut [0u8; 1]).await? == 0 {
+        return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+    }
+    let mut pipe = match ctx.pipes.take(ctx.cfg.buffer_size) {
+        Ok(Some(pipe)) => pipe,
+        refused => {
+            ctx.pipe_unavailable(id, direction.name, refused.as_ref().err());
+            return pump(from, to, START_SIZE, direction.counter, meter).await;
+        }
+    };
     direction.size.store(pipe.capacity(), Ordering::Relaxed);
     loop {
         let chunk = pipe.capacity();

@@ -304,17 +304,24 @@ pub fn drain_error_queue(_socket: &std::net::UdpSocket) -> usize {
     0
 }
 
+/// macOS has RLIMIT_NOFILE as Linux does (`sys/rlimit.rs`).
+#[cfg(target_os = "macos")]
+pub use super::rlimit::{file_limits, open_files, raise_file_limit};
+
 /// Not read here: the caller goes ahead without raising it.
+#[cfg(not(target_os = "macos"))]
 pub fn file_limits() -> io::Result<(u64, u64)> {
-    unsupported("RLIMIT_NOFILE is read on Linux only")
+    unsupported("RLIMIT_NOFILE is read on Linux and macOS only")
 }
 
 /// Not raised here.
+#[cfg(not(target_os = "macos"))]
 pub fn raise_file_limit() -> io::Result<u64> {
-    unsupported("RLIMIT_NOFILE is raised on Linux only")
+    unsupported("RLIMIT_NOFILE is raised on Linux and macOS only")
 }
 
 /// Not counted here.
+#[cfg(not(target_os = "macos"))]
 pub fn open_files() -> io::Result<u64> {
-    unsupported("open files are counted on Linux only")
+    unsupported("open files are counted on Linux and macOS only")
 }

@@ -12,7 +12,8 @@ use super::Received;
 
 #[path = "linux_process.rs"]
 mod process;
-pub use process::{file_limits, open_files, raise_file_limit, rusage, set_scheduler};
+pub use super::rlimit::{file_limits, open_files, raise_file_limit};
+pub use process::{rusage, set_scheduler};
 
 fn setsockopt_int(
     socket: &Socket,

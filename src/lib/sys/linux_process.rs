@@ -1,6 +1,6 @@
-//! The process on Linux: its scheduling policy, its CPU time, and its
-//! budget of open files. Part of `sys/linux.rs`'s backend, split off by
-//! concern (the sockets stay there).
+//! The process on Linux: its scheduling policy and its CPU time. Part of
+//! `sys/linux.rs`'s backend, split off by concern (the sockets stay there;
+//! the budget of open files is `sys/rlimit.rs`, shared with macOS).
 
 use std::io;
 use std::mem::zeroed;
@@ -49,41 +49,4 @@ pub fn rusage(process: bool) -> Option<crate::stats::CpuTime> {
         user: time(usage.ru_utime),
         system: time(usage.ru_stime),
     })
-}
-
-/// RLIMIT_NOFILE's soft and hard limits.
-pub fn file_limits() -> io::Result<(u64, u64)> {
-    // SAFETY: rlimit is plain old data; all-zero is valid.
-    let mut limit: libc::rlimit = unsafe { zeroed() };
-    // SAFETY: `limit` is a valid, writable rlimit for the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((limit.rlim_cur as u64, limit.rlim_max as u64))
-}
-
-/// Raises RLIMIT_NOFILE's soft limit to its hard limit (an unprivileged
-/// process may); returns the new soft limit.
-pub fn raise_file_limit() -> io::Result<u64> {
-    // SAFETY: as in `file_limits`.
-    let mut limit: libc::rlimit = unsafe { zeroed() };
-    // SAFETY: `limit` is a valid, writable rlimit for the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    limit.rlim_cur = limit.rlim_max;
-    // SAFETY: `limit` is a valid rlimit, read for the call only; raising
-    // the soft limit up to the hard one needs no privilege and touches no
-    // memory of ours.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(limit.rlim_cur as u64)
-}
-
-/// Files this process has open now (the entries of /proc/self/fd, less
-/// the one that reads it).
-pub fn open_files() -> io::Result<u64> {
-    let entries = std::fs::read_dir("/proc/self/fd")?.count() as u64;
-    Ok(entries.saturating_sub(1))
 }

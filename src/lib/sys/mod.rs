@@ -16,6 +16,10 @@ mod imp;
 #[path = "fallback.rs"]
 mod imp;
 
+/// RLIMIT_NOFILE: read, raised, and the files open counted.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod rlimit;
+
 /// splice(2) through a pipe: the zero-copy proxy path.
 #[cfg(target_os = "linux")]
 pub mod splice;
@@ -58,6 +62,41 @@ pub fn make_room_for_files(more: u64) -> io::Result<FileBudget> {
         soft = imp::raise_file_limit()?;
     }
     Ok(FileBudget { soft, hard, open })
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit, as a server that may
+/// hold thousands of sockets should (Go's runtime, nginx and HAProxy do
+/// the same), and says what the budget was before and is now. A failure
+/// to raise it is not an error: the budget then says what it still is.
+/// `Unsupported` where the platform does not tell (neither Linux nor
+/// macOS).
+pub fn raise_files_to_hard_limit() -> io::Result<(u64, FileBudget)> {
+    let (before, hard) = imp::file_limits()?;
+    let soft = if hard > before {
+        imp::raise_file_limit().unwrap_or(before)
+    } else {
+        before
+    };
+    let open = imp::open_files()?;
+    Ok((before, FileBudget { soft, hard, open }))
+}
+
+/// Whether an error is the process's (EMFILE) or the system's (ENFILE)
+/// table of open files being full: a local limit, not the peer's doing.
+pub fn is_out_of_files(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
+/// Whether an error means the peer reset or abandoned the connection
+/// (ECONNRESET, EPIPE, ECONNABORTED): how many programs end a TCP
+/// connection, not a failure of whoever relays it.
+pub fn is_reset(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
+    )
 }
 
 /// One received datagram.

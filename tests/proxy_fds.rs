@@ -1,0 +1,437 @@
+//! `tcp_proxy` and the descriptor limit (RLIMIT_NOFILE): the real binary
+//! on 127.0.0.1:0, started under a limit of the test's choosing with
+//! prlimit(1) (which sets the limit and execs the proxy, so only the child
+//! gets it; this process's limits are never lowered), an in-test upstream
+//! on 127.0.0.1:0 that holds every connection, and the proxy's
+//! descriptors counted in /proc/PID/fd.
+//!
+//! What is checked: the proxy raises its soft limit to the hard one and
+//! serves thousands of connections from a shell's soft 1,024; under a hard
+//! limit it states its capacity, refuses the excess with the descriptor
+//! limit as the reason, and gives every descriptor back.
+//!
+//! `NETSPEED_TCP_PROXY` overrides the binary under test.
+
+mod common;
+
+use common::proxy::{bin, timeouts, Proxy, WAIT};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+/// The soft and hard RLIMIT_NOFILE of this process, from /proc.
+fn nofile_limits() -> (u64, u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("/proc/self/limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("'Max open files' in /proc/self/limits");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let parse = |w: &str| w.parse().unwrap_or(u64::MAX);
+    (parse(words[3]), parse(words[4]))
+}
+
+/// Makes sure this process may hold `need` descriptors: raises its soft
+/// limit to its hard one (never lowers either) with prlimit(1).
+fn ensure_own_fds(need: u64) {
+    let (soft, hard) = nofile_limits();
+    if soft >= need {
+        return;
+    }
+    assert!(
+        hard >= need,
+        "cannot run: RLIMIT_NOFILE hard limit {hard} < {need}"
+    );
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={}", std::process::id()))
+        .arg(format!("--nofile={hard}:{hard}"))
+        .status()
+        .expect("cannot run: prlimit (util-linux) is needed");
+    assert!(status.success(), "prlimit failed: {status}");
+}
+
+/// The proxy binary under `prlimit --nofile=SOFT:HARD`, which execs it:
+/// the pid stays the proxy's.
+fn limited(soft: u64, hard: u64) -> Command {
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--nofile={soft}:{hard}"))
+        .arg("--")
+        .arg(bin());
+    cmd
+}
+
+/// An upstream on 127.0.0.1:0 that accepts and holds every connection.
+struct Upstream {
+    addr: SocketAddr,
+    held: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(4096).unwrap();
+        let listener: TcpListener = socket.into();
+        let addr = listener.local_addr().unwrap();
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&held);
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                keep.lock().unwrap().push(conn);
+            }
+        });
+        Upstream { addr, held }
+    }
+
+    fn count(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+
+    fn take_all(&self) -> Vec<TcpStream> {
+        std::mem::take(&mut *self.held.lock().unwrap())
+    }
+}
+
+/// Bytes each way per connection in [`exchange`].
+const EXCHANGE: usize = 4096;
+
+/// `EXCHANGE` bytes for connection `index`, direction `dir`: its index
+/// first, so the upstream can tell which client a socket belongs to.
+fn payload(index: u64, dir: u8) -> Vec<u8> {
+    let mut p = common::proxy::Pattern(index.wrapping_mul(2654435761) ^ u64::from(dir) ^ 1);
+    let mut bytes = vec![0u8; EXCHANGE];
+    p.fill(&mut bytes);
+    bytes[..8].copy_from_slice(&index.to_le_bytes());
+    bytes
+}
+
+fn read_to_end(mut s: &TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).expect("read to EOF");
+    got
+}
+
+/// Moves `EXCHANGE` bytes each way through every connection (all open at
+/// once), each half-closed after its bytes, and checks every byte at both
+/// ends. `upstream` holds the proxy's upstream legs, in any order.
+fn exchange(clients: &[TcpStream], upstream: Vec<TcpStream>) {
+    assert_eq!(clients.len(), upstream.len());
+    for (i, c) in clients.iter().enumerate() {
+        timeouts(c, WAIT);
+        let mut c: &TcpStream = c;
+        c.write_all(&payload(i as u64, 0)).unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+    }
+    for u in upstream {
+        timeouts(&u, WAIT);
+        let got = read_to_end(&u);
+        assert_eq!(got.len(), EXCHANGE, "client->upstream length");
+        let index = u64::from_le_bytes(got[..8].try_into().unwrap());
+        assert!(
+            got == payload(index, 0),
+            "conn {index}: client->upstream bytes differ"
+        );
+        (&u).write_all(&payload(index, 1)).unwrap();
+        // Dropped: a FIN after the bytes.
+    }
+    for (i, c) in clients.iter().enumerate() {
+        assert!(
+            read_to_end(c) == payload(i as u64, 1),
+            "conn {i}: upstream->client bytes differ"
+        );
+    }
+}
+
+/// Opens `n` connections through the proxy and waits until every one has
+/// reached the upstream.
+fn open_through(proxy: &Proxy, upstream: &Upstream, n: usize) -> Vec<TcpStream> {
+    let before = upstream.count();
+    let clients: Vec<TcpStream> = (0..n).map(|_| proxy.connect()).collect();
+    common::wait_until(WAIT, "every connection to reach the upstream", || {
+        upstream.count() == before + n
+    });
+    clients
+}
+
+/// Events seen so far that match `pred`.
+fn count_events(proxy: &Proxy, pred: &impl Fn(&Value) -> bool) -> usize {
+    proxy
+        .events
+        .seen()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| pred(v))
+        .count()
+}
+
+/// Reads events until `n` have matched `pred`, for up to `WAIT`.
+fn wait_events(proxy: &Proxy, n: usize, pred: impl Fn(&Value) -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while count_events(proxy, &pred) < n {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            !left.is_zero() && proxy.events.next_line(left).is_some(),
+            "{} of {n} events seen:\n{}",
+            count_events(proxy, &pred),
+            proxy.events.transcript()
+        );
+    }
+}
+
+/// SIGTERM, then the `stopped` event's totals.
+fn stop(proxy: Proxy) -> Value {
+    let Proxy { guard, events, .. } = proxy;
+    let status = guard.terminate(WAIT);
+    assert!(status.success(), "tcp_proxy exited {status}");
+    let line = events
+        .seen()
+        .into_iter()
+        .chain(events.drain(WAIT))
+        .find(|l| l.contains("\"stopped\""))
+        .expect("a stopped event");
+    serde_json::from_str(&line).unwrap()
+}
+
+/// From a shell's soft limit of 1,024, the proxy raises it to the hard
+/// limit and serves 3,000 connections open at once, every byte exact.
+/// (Before the fix it served 169 of 600 and blamed the upstream.)
+#[test]
+fn soft_limit_1024_is_raised_and_3000_connections_are_served_exactly() {
+    const CONNS: usize = 3000;
+    // The clients and the upstream's legs here, with room to spare.
+    ensure_own_fds(2 * CONNS as u64 + 512);
+    let hard = nofile_limits().1.max(20_000);
+    let upstream = Upstream::start();
+    let proxy = Proxy::start_with(
+        limited(1024, hard),
+        "127.0.0.1",
+        upstream.addr,
+        "splice",
+        &[],
+        WAIT,
+    );
+    let listening = proxy.event(|v| v["event"] == "listening");
+    assert_eq!(listening["fd_limit_before"], 1024, "{listening}");
+    assert_eq!(listening["fd_limit"], hard, "{listening}");
+    assert!(
+        listening["max_conns"].as_u64().unwrap() >= CONNS as u64,
+        "{listening}"
+    );
+    let clients = open_through(&proxy, &upstream, CONNS);
+    exchange(&clients, upstream.take_all());
+    drop(clients);
+    let stopped = stop(proxy);
+    let total = (CONNS * EXCHANGE) as u64;
+    assert_eq!(stopped["accepted"], CONNS as u64, "{stopped}");
+    assert_eq!(stopped["client_to_upstream"], total, "{stopped}");
+    assert_eq!(stopped["upstream_to_client"], total, "{stopped}");
+    assert_eq!(stopped["rejected"], 0, "{stopped}");
+    assert_eq!(stopped["upstream_failures"], 0, "{stopped}");
+}
+
+/// Under a hard limit of 256 the proxy says at start how many connections
+/// fit and why `--max-conns` was capped, serves every connection within
+/// that, refuses the excess naming the descriptor limit (counted and
+/// logged, never as an upstream failure), and its descriptors come back to
+/// where they started once the connections have closed.
+#[test]
+fn hard_limit_256_states_capacity_refuses_the_excess_and_returns_every_fd() {
+    const EXTRA: usize = 10;
+    let upstream = Upstream::start();
+    let proxy = Proxy::start_with(
+        limited(256, 256),
+        "127.0.0.1",
+        upstream.addr,
+        "splice",
+        &[],
+        WAIT,
+    );
+    let listening = proxy.event(|v| v["event"] == "listening");
+    assert_eq!(listening["fd_limit"], 256, "{listening}");
+    let capacity = listening["max_conns"].as_u64().unwrap() as usize;
+    assert!(capacity > 0 && capacity < 4096, "{listening}");
+    let capped = proxy.event(|v| v["event"] == "max_conns_capped");
+    assert_eq!(capped["max_conns"], capacity as u64, "{capped}");
+    let message = capped["message"].as_str().unwrap();
+    assert!(
+        message.contains("the limit is 256") && message.contains("--max-conns 4096"),
+        "{message}"
+    );
+    let baseline = proxy.fd_count();
+
+    let clients = open_through(&proxy, &upstream, capacity);
+    // The excess: each is accepted and closed at once (the client reads
+    // EOF), and the reason is the descriptor limit.
+    for _ in 0..EXTRA {
+        let c = proxy.connect();
+        assert!(read_to_end(&c).is_empty());
+    }
+    wait_events(&proxy, EXTRA, |v| {
+        v["event"] == "rejected" && v["limited_by"] == "fd_limit"
+    });
+    // Every connection within the capacity is served, every byte exact.
+    exchange(&clients, upstream.take_all());
+    drop(clients);
+    wait_events(&proxy, capacity, |v| v["event"] == "conn_closed");
+    // Every socket is closed; what stays is the pool's empty pipes, two
+    // descriptors each, within its bound.
+    let kept = proxy.fd_count() - baseline;
+    let pool_max = listening["pipe_pool_max"].as_u64().unwrap() as usize;
+    assert!(
+        kept <= 2 * pool_max,
+        "{kept} descriptors kept, pool of {pool_max}"
+    );
+    let stopped = stop(proxy);
+    assert_eq!(
+        stopped["pipes_pooled"].as_u64().unwrap() as usize * 2,
+        kept,
+        "{stopped}"
+    );
+    assert_eq!(stopped["accepted"], capacity as u64, "{stopped}");
+    assert_eq!(stopped["rejected"], EXTRA as u64, "{stopped}");
+    assert_eq!(stopped["upstream_failures"], 0, "{stopped}");
+    let total = (capacity * EXCHANGE) as u64;
+    assert_eq!(stopped["client_to_upstream"], total, "{stopped}");
+    assert_eq!(stopped["upstream_to_client"], total, "{stopped}");
+}
+
+/// The lowest descriptor number `pid` does not use: the next one the
+/// kernel hands it, and the soft limit at which that fails with EMFILE.
+fn lowest_free_fd(pid: u32) -> u64 {
+    let used: std::collections::HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !used.contains(n)).unwrap()
+}
+
+/// Sets `pid`'s soft RLIMIT_NOFILE, keeping its hard limit.
+fn set_soft_limit(pid: u32, soft: u64) {
+    let status = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={soft}:"))
+        .status()
+        .expect("cannot run: prlimit (util-linux) is needed");
+    assert!(status.success(), "prlimit failed: {status}");
+}
+
+/// `pid`'s CPU time so far, in clock ticks (utime + stime).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5), counted from the state (field 3).
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// When the process runs out of descriptors anyway (here: its soft limit
+/// lowered under it with prlimit), at the upstream connect or at accept:
+/// the open connection is served on, byte-exact; the refusal is said and
+/// counted as the descriptor limit (never an upstream failure); the accept
+/// loop pauses instead of spinning; and a connection that waited in the
+/// backlog is served once descriptors come free.
+#[test]
+fn out_of_descriptors_pauses_accept_serves_the_open_and_counts_the_limit() {
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.addr, "splice", &[]);
+    let pid = proxy.guard.id();
+    let a = open_through(&proxy, &upstream, 1);
+
+    // Room for the accepted socket, none for its upstream leg.
+    set_soft_limit(pid, lowest_free_fd(pid) + 1);
+    let b = proxy.connect();
+    assert!(read_to_end(&b).is_empty(), "b is closed at once");
+    let at_upstream = proxy.event(|v| v["event"] == "fd_limit_reached" && v["at"] == "upstream");
+    assert!(at_upstream["client"].is_string(), "{at_upstream}");
+
+    // No room at all: accept fails, c waits in the backlog.
+    set_soft_limit(pid, lowest_free_fd(pid));
+    let c = proxy.connect();
+    proxy.event(|v| v["event"] == "fd_limit_reached" && v["at"] == "accept");
+    let cpu = cpu_ticks(pid);
+    thread::sleep(std::time::Duration::from_secs(1));
+    let spent = cpu_ticks(pid) - cpu;
+    // A loop that retried accept at once would burn the whole second
+    // (100 ticks); pausing 100 ms between tries costs next to nothing.
+    assert!(
+        spent < 20,
+        "{spent} ticks in 1 s out of descriptors: a spin"
+    );
+
+    // The open connection is served while the process is at its limit.
+    exchange(&a, upstream.take_all());
+    drop(a);
+    // Its descriptors come back, and c gets them.
+    common::wait_until(WAIT, "c to reach the upstream", || upstream.count() == 1);
+    exchange(std::slice::from_ref(&c), upstream.take_all());
+    drop((b, c));
+    let stopped = stop(proxy);
+    assert_eq!(stopped["accepted"], 3, "{stopped}");
+    assert_eq!(stopped["fd_limit_refused"], 1, "{stopped}");
+    assert_eq!(stopped["upstream_failures"], 0, "{stopped}");
+    assert!(stopped["accept_paused"].as_u64().unwrap() >= 1, "{stopped}");
+    // a's directions found no descriptor for a pipe and copied instead.
+    assert!(
+        stopped["pipes_unavailable"].as_u64().unwrap() >= 1,
+        "{stopped}"
+    );
+}
+
+/// splice takes a direction's pipe on its first byte: an idle connection
+/// holds its two sockets and nothing else (it held six before: two pipes
+/// made as it opened), and one byte each way adds its two pipes.
+#[cfg(target_os = "linux")]
+#[test]
+fn splice_idle_connection_holds_two_descriptors() {
+    const CONNS: usize = 100;
+    let upstream = Upstream::start();
+    let proxy = Proxy::start(upstream.addr, "splice", &[]);
+    let listening = proxy.event(|v| v["event"] == "listening");
+    assert_eq!(
+        (&listening["fds_per_conn"], &listening["fds_per_busy_conn"]),
+        (&Value::from(2), &Value::from(6)),
+        "{listening}"
+    );
+    let baseline = proxy.fd_count();
+    let clients = open_through(&proxy, &upstream, CONNS);
+    common::wait_until(WAIT, "both legs of every connection", || {
+        proxy.fd_count() >= baseline + 2 * CONNS
+    });
+    thread::sleep(std::time::Duration::from_millis(200));
+    let per_conn = (proxy.fd_count() - baseline) as f64 / CONNS as f64;
+    assert_eq!(per_conn, 2.0, "descriptors per idle connection");
+    // One byte each way on one connection: its two pipes.
+    let legs = upstream.take_all();
+    (&clients[0]).write_all(b"x").unwrap();
+    let mut one = [0u8; 1];
+    let up = legs
+        .iter()
+        .find(|u| {
+            u.set_nonblocking(true).unwrap();
+            thread::sleep(std::time::Duration::from_millis(1));
+            u.peek(&mut one).is_ok()
+        })
+        .or_else(|| {
+            thread::sleep(std::time::Duration::from_millis(200));
+            legs.iter().find(|u| u.peek(&mut one).is_ok())
+        })
+        .expect("the byte reached the upstream");
+    up.set_nonblocking(false).unwrap();
+    (&*up).read_exact(&mut one).unwrap();
+    (&*up).write_all(b"y").unwrap();
+    timeouts(&clients[0], WAIT);
+    (&clients[0]).read_exact(&mut one).unwrap();
+    assert_eq!(&one, b"y");
+    assert_eq!(
+        proxy.fd_count(),
+        baseline + 2 * CONNS + 4,
+        "a busy connection's pipes"
+    );
+}
