@@ -14,6 +14,10 @@ use super::Received;
 mod process;
 pub use process::{file_limits, open_files, raise_file_limit, rusage, set_scheduler};
 
+#[path = "linux_qdisc.rs"]
+mod qdisc;
+pub use qdisc::{egress_device, root_qdisc, thread_sched, udp_sndbuf_errors};
+
 fn setsockopt_int(
     socket: &Socket,
     level: libc::c_int,
