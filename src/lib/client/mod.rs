@@ -16,6 +16,7 @@
 //! with the nonce of an End this client sent, so a forged or stale answer
 //! is ignored.
 
+pub mod egress;
 mod exchange;
 mod fleet;
 pub mod limit;
@@ -74,6 +75,9 @@ pub fn run_with_progress(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let shares = shares(cfg.clients, workers_for(cfg.clients, cores));
     let gate = StartGate::new(cfg.clients);
+    // The sender's own egress queue, before and after: its counters are
+    // the device's, read twice, never while sending.
+    let queue_before = egress::snapshot(cfg.server);
     let results: Vec<Result<Vec<ClientReport>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = shares
             .iter()
@@ -105,5 +109,6 @@ pub fn run_with_progress(
     if let Some(e) = first_error.or(held_back) {
         return Err(e);
     }
-    Ok(summarise(cfg, clients, started))
+    let queue = queue_before.and_then(|b| egress::again(b.device()).map(|a| (b, a)));
+    Ok(summarise(cfg, clients, started, queue))
 }

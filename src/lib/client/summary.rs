@@ -157,6 +157,7 @@ pub(super) fn summarise(
     cfg: &ClientConfig,
     clients: Vec<ClientReport>,
     started: SystemTime,
+    queue: std::result::Result<(egress::Snapshot, egress::Snapshot), String>,
 ) -> RunReport {
     let sent_packets = clients.iter().map(|c| c.sent_packets).sum();
     let sent_bytes: u64 = clients.iter().map(|c| c.sent_bytes).sum();
@@ -237,6 +238,39 @@ pub(super) fn summarise(
     if let Some(v) = &server {
         notes.extend(server_notes(v));
     }
+    let send_blocked_seconds: Option<f64> = clients.iter().map(|c| c.send_blocked_seconds).sum();
+    let shape = egress::SendShape {
+        size: cfg.buffer_size,
+        gso_datagrams: clients
+            .iter()
+            .filter_map(|c| c.send_path.gso_segments)
+            .max()
+            .map(|most| {
+                (sys::max_udp_payload(&cfg.server) / cfg.buffer_size.max(1)).clamp(1, most)
+            }),
+        paced: cfg.rate_bps.is_some(),
+        ipv6: cfg.server.is_ipv6(),
+    };
+    let sender_queue = match queue {
+        Ok((before, after)) => {
+            let mut q = egress::growth(&before, &after, &shape);
+            if let Some(v) = &server {
+                let drops = q.drops_in_datagrams_at_most(shape.gso_datagrams);
+                if v.lost_packets > 0 && drops > 0 {
+                    let rest = v.lost_packets - v.split.lost_in_socket.unwrap_or(0);
+                    q.lost_in_sender_queue_at_most = Some(drops.min(rest));
+                }
+            }
+            Some(q)
+        }
+        Err(why) => {
+            // Only where the platform could tell is its silence news.
+            if sys::LINUX_SOCKETS {
+                notes.push(format!("the sender's own queue was not read: {why}"));
+            }
+            None
+        }
+    };
     let answered_count = count(Answer::Answered);
     let limited_by = verdict::judge(&verdict::Facts {
         offered_bps: cfg.rate_bps.map(|r| r.saturating_mul(n as u64)),
@@ -252,6 +286,9 @@ pub(super) fn summarise(
         backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
         clients: n,
         gso: clients.iter().any(|c| c.send_path.gso_segments.is_some()),
+        gso_datagrams: shape.gso_datagrams,
+        send_blocked_seconds,
+        sender_queue: sender_queue.clone(),
         local: cfg.local,
         receiver: server.as_ref().map(|v| verdict::ReceiverFacts {
             recv_buffer: clients.iter().filter_map(|c| c.server_recv_buffer).max(),
@@ -274,6 +311,8 @@ pub(super) fn summarise(
         gbps: stats::rate_gbps(sent_bytes.saturating_sub(at_first), span),
         enobufs_retries: clients.iter().map(|c| c.enobufs_retries).sum(),
         backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
+        send_blocked_seconds,
+        sender_queue,
         cpu: clients
             .iter()
             .map(|c| c.cpu_used)
