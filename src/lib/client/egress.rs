@@ -10,9 +10,16 @@
 //! so, and the unit it counts in is worked out here ([`drops_unit`]),
 //! purely, from the qdisc and how the datagrams were sent.
 
+use crate::meter::send::GsoOff;
 use crate::sys::{self, EgressDevice, QdiscStats};
 use serde::Serialize;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often the GSO watch reads the qdisc: a netlink request for one
+/// device's root qdisc, on a thread of its own, never the senders'.
+pub const WATCH_EVERY: Duration = Duration::from_millis(10);
 
 /// Ethernet's header: qdiscs see frames with it (loopback's too).
 const L2_HEADER: usize = 14;
@@ -235,6 +242,48 @@ pub(super) fn growth(before: &Snapshot, after: &Snapshot, shape: &SendShape) -> 
     out.qdisc_drops_unit = Some(unit);
     out.qdisc_drops_basis = Some(basis);
     out
+}
+
+/// Whether the qdisc of `before` cuts this run's GSO buffers (a tbf whose
+/// burst is smaller than a full buffer): only then can its drops go
+/// unheard, and only then is the run watched.
+pub(super) fn cuts_gso(before: &Snapshot, shape: &SendShape) -> bool {
+    let Some(q) = &before.qdisc else {
+        return false;
+    };
+    q.tbf.is_some()
+        && shape.gso_datagrams.is_some_and(|n| n > 1)
+        && drops_unit(q, shape, before.device.mtu).0 != "gso_buffers"
+}
+
+/// Watches the qdisc of `before` until `done`: at its first drops during
+/// the run, asks the senders to turn GSO off (`off`), saying why, and
+/// stops. Bounded: it ends when the run does, or when the qdisc cannot be
+/// read, is replaced, or has dropped.
+pub(super) fn watch_gso(before: &Snapshot, off: &GsoOff, done: &AtomicBool) {
+    let Some(start) = before.qdisc.as_ref() else {
+        return;
+    };
+    let began = Instant::now();
+    while !done.load(Ordering::Acquire) {
+        std::thread::sleep(WATCH_EVERY);
+        let Ok(Some(now)) = sys::root_qdisc(before.device.ifindex) else {
+            return;
+        };
+        if now.kind != start.kind || now.packets < start.packets {
+            return;
+        }
+        let drops = now.drops.wrapping_sub(start.drops);
+        if drops > 0 {
+            off.request(format!(
+                "the {} qdisc on {} cut GSO buffers larger than its burst and dropped {drops} of their datagrams in the first {:.0} ms (device-wide count), drops the sends never hear of: GSO turned off from then on, so that each drop comes back as ENOBUFS and is sent again",
+                now.kind,
+                before.device.name,
+                began.elapsed().as_secs_f64() * 1e3
+            ));
+            return;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -165,6 +165,7 @@ pub(super) fn run_worker(
     progress: &dyn SendProgress,
     gate: &StartGate,
     count: usize,
+    gso_off: &GsoOff,
 ) -> Result<Vec<ClientReport>> {
     let ticket = Ticket {
         gate,
@@ -220,6 +221,7 @@ pub(super) fn run_worker(
                 gso,
             );
             tx.dont_fragment = cfg.dont_fragment;
+            tx.watch_gso(gso_off);
             tx
         })
         .collect();

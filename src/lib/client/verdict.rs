@@ -210,6 +210,9 @@ pub struct Facts {
     pub gso: bool,
     /// Datagrams per full GSO buffer, when GSO was on.
     pub gso_datagrams: Option<usize>,
+    /// The watch of the sender's qdisc turned GSO off during the run (its
+    /// drops of cut buffers went unheard): the report's notes say why.
+    pub gso_fell_back: bool,
     /// Time the sending threads were blocked in send calls, at least,
     /// summed over the clients; None where unknown.
     pub send_blocked_seconds: Option<f64>,
@@ -290,6 +293,10 @@ impl Facts {
         let mut fixes = Vec::new();
         if self.silent_gso_drops() {
             fixes.push("`--no-gso` into a small-burst shaper (its drops then come back to the socket as ENOBUFS and are sent again)".to_string());
+        } else if self.gso_fell_back {
+            fixes.push(
+                "`--no-gso` from the start (no datagrams lost before the fallback)".to_string(),
+            );
         }
         if q.is_some_and(|q| q.tbf_limit_bytes.is_some()) {
             fixes.push("a larger queue `limit` on the shaper".to_string());
@@ -426,6 +433,8 @@ pub fn judge(f: &Facts) -> Verdict {
                 };
                 let silent = if f.silent_gso_drops() {
                     ": with GSO, tbf cuts each buffer larger than its burst into datagrams and drops those that do not fit, and the send still succeeds"
+                } else if f.gso_fell_back {
+                    ": GSO was on until the drops began, and tbf dropped datagrams of the buffers it cut unheard; then GSO was turned off (see the notes) and later drops came back as ENOBUFS, sent again"
                 } else {
                     ""
                 };
