@@ -488,6 +488,8 @@ fn reverse_verdict(cfg: &ClientConfig, downloads: &[Download]) -> Verdict {
         local: cfg.local,
         receiver: run.receiver,
         reverse: true,
+        // The server's queue is on its host: not read from here.
+        ..verdict::Facts::default()
     })
 }
 

@@ -165,6 +165,7 @@ pub(super) fn run_worker(
     progress: &dyn SendProgress,
     gate: &StartGate,
     count: usize,
+    gso_off: &GsoOff,
 ) -> Result<Vec<ClientReport>> {
     let ticket = Ticket {
         gate,
@@ -220,6 +221,7 @@ pub(super) fn run_worker(
                 gso,
             );
             tx.dont_fragment = cfg.dont_fragment;
+            tx.watch_gso(gso_off);
             tx
         })
         .collect();
@@ -326,6 +328,7 @@ fn report(
         loop_time,
         intervals,
         paced,
+        send_blocked,
         ..
     } = sent;
     let span = timing.span();
@@ -339,6 +342,7 @@ fn report(
         gbps: stats::rate_gbps(bytes.saturating_sub(timing.first_bytes), span),
         enobufs_retries: tx.enobufs_retries,
         backoff_seconds: tx.backoff_time.as_secs_f64(),
+        send_blocked_seconds: send_blocked.map(|d| d.as_secs_f64()),
         send_path: tx.path(),
         sndbuf: opened.sndbuf.clone(),
         cpu: cpu.map(|c| CpuCost::of(c, loop_time, bytes).on_threads(1)),

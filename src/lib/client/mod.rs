@@ -16,6 +16,7 @@
 //! with the nonce of an End this client sent, so a forged or stale answer
 //! is ignored.
 
+pub mod egress;
 mod exchange;
 mod fleet;
 pub mod limit;
@@ -36,7 +37,7 @@ use summary::*;
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
 use crate::meter::plan::Volume;
-use crate::meter::send::{GsoChoice, GsoRequest, SendPath, Transmitter};
+use crate::meter::send::{GsoChoice, GsoOff, GsoRequest, SendPath, Transmitter};
 use crate::shutdown::Shutdown;
 use crate::stats::delay::{QueueFigures, RoundTripFigures, Spread};
 use crate::stats::{self, percent, CpuCost, CpuTime, KernelDrops, RateSpan, SendInterval};
@@ -74,21 +75,42 @@ pub fn run_with_progress(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let shares = shares(cfg.clients, workers_for(cfg.clients, cores));
     let gate = StartGate::new(cfg.clients);
+    // The sender's own egress queue, before and after: its counters are
+    // the device's. While the run sends, a watch reads them on a thread of
+    // its own when the qdisc cuts GSO buffers (and drops their datagrams
+    // unheard): at the first drops it turns GSO off.
+    let queue_before = egress::snapshot(cfg.server);
+    let gso_off = GsoOff::default();
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    let watched = queue_before
+        .as_ref()
+        .ok()
+        .filter(|b| egress::cuts_gso(b, &send_shape(cfg)));
     let results: Vec<Result<Vec<ClientReport>>> = std::thread::scope(|scope| {
+        let watch = watched.map(|before| {
+            let (gso_off, finished) = (&gso_off, &finished);
+            scope.spawn(move || egress::watch_gso(before, gso_off, finished))
+        });
         let handles: Vec<_> = shares
             .iter()
             .map(|&count| {
-                let gate = &gate;
-                scope.spawn(move || fleet::run_worker(cfg, shutdown, progress, gate, count))
+                let (gate, gso_off) = (&gate, &gso_off);
+                scope
+                    .spawn(move || fleet::run_worker(cfg, shutdown, progress, gate, count, gso_off))
             })
             .collect();
-        handles
+        let results = handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(Error::runtime("a client thread panicked")))
             })
-            .collect()
+            .collect();
+        finished.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(w) = watch {
+            let _ = w.join();
+        }
+        results
     });
     // The error worth showing is the one that stopped the run, not a
     // client held back because of it.
@@ -106,5 +128,13 @@ pub fn run_with_progress(
         return Err(e);
     }
     let interrupted = Interrupted::of(shutdown);
-    Ok(summarise(cfg, clients, started, interrupted))
+    let queue = queue_before.and_then(|b| egress::again(b.device()).map(|a| (b, a)));
+    Ok(summarise(
+        cfg,
+        clients,
+        started,
+        interrupted,
+        queue,
+        gso_off.why(),
+    ))
 }

@@ -164,6 +164,10 @@ pub struct ClientReport {
     pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
+    /// At least this long, the sending thread was blocked in send calls
+    /// (the socket's send buffer full: the qdisc or device held the data);
+    /// this client's share of its thread's. Absent where unknown.
+    pub send_blocked_seconds: Option<f64>,
     /// How the datagrams were really sent: batch, GSO, fallbacks.
     pub send_path: SendPath,
     /// SO_SNDBUF as granted, when --sndbuf was given.
@@ -217,6 +221,11 @@ pub struct RunReport {
     pub gbps: Option<f64>,
     pub enobufs_retries: u64,
     pub backoff_seconds: f64,
+    /// Sum over the clients of `send_blocked_seconds`; absent where unknown.
+    pub send_blocked_seconds: Option<f64>,
+    /// What the sender's own egress queue (the device's root qdisc) did
+    /// during the run; absent where it cannot be read.
+    pub sender_queue: Option<egress::SenderQueue>,
     /// All sending threads' CPU, over the run's wall time.
     pub cpu: Option<CpuCost>,
     /// Combined over the clients the server answered for; null if none did.

@@ -153,11 +153,26 @@ pub(super) fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCo
     ))
 }
 
+/// How a run means to send, before it has: GSO as the settings allow it
+/// (the send path may still refuse it).
+pub(super) fn send_shape(cfg: &ClientConfig) -> egress::SendShape {
+    let most = sys::max_udp_payload(&cfg.server) / cfg.buffer_size.max(1);
+    let gso = cfg.gso != GsoRequest::Off && !cfg.precise_pacing && sys::LINUX_SOCKETS;
+    egress::SendShape {
+        size: cfg.buffer_size,
+        gso_datagrams: (gso && most >= 2).then(|| most.min(crate::meter::send::GSO_SEGMENTS_NEW)),
+        paced: cfg.rate_bps.is_some(),
+        ipv6: cfg.server.is_ipv6(),
+    }
+}
+
 pub(super) fn summarise(
     cfg: &ClientConfig,
     clients: Vec<ClientReport>,
     started: SystemTime,
     interrupted: Option<Interrupted>,
+    queue: std::result::Result<(egress::Snapshot, egress::Snapshot), String>,
+    gso_off: Option<String>,
 ) -> RunReport {
     let sent_packets = clients.iter().map(|c| c.sent_packets).sum();
     let sent_bytes: u64 = clients.iter().map(|c| c.sent_bytes).sum();
@@ -241,6 +256,47 @@ pub(super) fn summarise(
             notes.push(local_loss_note(v));
         }
     }
+    let send_blocked_seconds: Option<f64> = clients.iter().map(|c| c.send_blocked_seconds).sum();
+    // The watch of the sender's queue turned GSO off: only if a sender
+    // really had it on to turn off.
+    let fell_back = gso_off.filter(|why| {
+        let said = format!("gso: off ({why})");
+        clients.iter().any(|c| c.send_path.notes.contains(&said))
+    });
+    if let Some(why) = &fell_back {
+        notes.push(format!("GSO fell back during the run: {why}"));
+    }
+    let shape = egress::SendShape {
+        gso_datagrams: clients
+            .iter()
+            .filter_map(|c| c.send_path.gso_segments)
+            .max()
+            .map(|most| (sys::max_udp_payload(&cfg.server) / cfg.buffer_size.max(1)).clamp(1, most))
+            // Sent in GSO buffers until it fell back: the drops then were
+            // the buffers' datagrams.
+            .or(fell_back.as_ref().and(send_shape(cfg).gso_datagrams)),
+        ..send_shape(cfg)
+    };
+    let sender_queue = match queue {
+        Ok((before, after)) => {
+            let mut q = egress::growth(&before, &after, &shape);
+            if let Some(v) = &server {
+                let drops = q.drops_in_datagrams_at_most(shape.gso_datagrams);
+                if v.lost_packets > 0 && drops > 0 {
+                    let rest = v.lost_packets - v.split.lost_in_socket.unwrap_or(0);
+                    q.lost_in_sender_queue_at_most = Some(drops.min(rest));
+                }
+            }
+            Some(q)
+        }
+        Err(why) => {
+            // Only where the platform could tell is its silence news.
+            if sys::LINUX_SOCKETS {
+                notes.push(format!("the sender's own queue was not read: {why}"));
+            }
+            None
+        }
+    };
     let answered_count = count(Answer::Answered);
     let limited_by = verdict::judge(&verdict::Facts {
         offered_bps: cfg.rate_bps.map(|r| r.saturating_mul(n as u64)),
@@ -256,6 +312,10 @@ pub(super) fn summarise(
         backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
         clients: n,
         gso: clients.iter().any(|c| c.send_path.gso_segments.is_some()),
+        gso_datagrams: shape.gso_datagrams,
+        gso_fell_back: fell_back.is_some(),
+        send_blocked_seconds,
+        sender_queue: sender_queue.clone(),
         local: cfg.local,
         receiver: server.as_ref().map(|v| verdict::ReceiverFacts {
             recv_buffer: clients.iter().filter_map(|c| c.server_recv_buffer).max(),
@@ -278,6 +338,8 @@ pub(super) fn summarise(
         gbps: stats::rate_gbps(sent_bytes.saturating_sub(at_first), span),
         enobufs_retries: clients.iter().map(|c| c.enobufs_retries).sum(),
         backoff_seconds: clients.iter().map(|c| c.backoff_seconds).sum(),
+        send_blocked_seconds,
+        sender_queue,
         cpu: clients
             .iter()
             .map(|c| c.cpu_used)

@@ -5,11 +5,13 @@
 //! A user who sees "13 Gbit/s, 16 % lost" wants to know what to change.
 //! Each place a datagram can be held up or lost has its own counter, so the
 //! cap can be named instead of guessed: the server's socket buffer (kernel
-//! drops), the sender's own queue (ENOBUFS back-offs), the path between
+//! drops), the sender's own queue (ENOBUFS back-offs, its qdisc's drops,
+//! time blocked in send calls), the path between
 //! (loss nobody else counted), or a busy core on either end. The rules are
 //! written out in `docs/output.md` ("limited_by"); they are pure, and
 //! tested here without sockets.
 
+use super::egress::SenderQueue;
 use super::{ClientReport, ServerView};
 use crate::stats;
 use serde::Serialize;
@@ -25,6 +27,9 @@ pub const SHORTEST_JUDGED_SECONDS: f64 = 0.2;
 /// Back-off time, as a share of the sending time, that makes the sender's
 /// own queue the cap of an unpaced run.
 pub const BACKOFF_SHARE: f64 = 0.05;
+/// Time blocked in send calls, as a share of the sending time, that makes
+/// the sender's own queue the cap (the queue held the data that long).
+pub const BLOCKED_SHARE: f64 = 0.05;
 
 /// What capped a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -34,7 +39,9 @@ pub enum Cap {
     Paced,
     /// The sending thread used a whole core.
     SenderCpu,
-    /// The sender's own queue (qdisc, NIC) refused datagrams: ENOBUFS.
+    /// The sender's own queue (qdisc, NIC) refused datagrams (ENOBUFS),
+    /// dropped them (its qdisc's counter), or held them so long that the
+    /// sends blocked.
     SenderQueue,
     /// The server's socket buffer overflowed while its receive thread was
     /// busy: the receiver could not keep up.
@@ -185,7 +192,7 @@ pub fn busiest_sender_percent(clients: &[ClientReport]) -> Option<f64> {
 }
 
 /// The figures a verdict is computed from.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Facts {
     /// `--rate` over all clients, bit/s.
     pub offered_bps: Option<u64>,
@@ -201,6 +208,16 @@ pub struct Facts {
     pub clients: usize,
     /// The datagrams are handed to the kernel in GSO buffers.
     pub gso: bool,
+    /// Datagrams per full GSO buffer, when GSO was on.
+    pub gso_datagrams: Option<usize>,
+    /// The watch of the sender's qdisc turned GSO off during the run (its
+    /// drops of cut buffers went unheard): the report's notes say why.
+    pub gso_fell_back: bool,
+    /// Time the sending threads were blocked in send calls, at least,
+    /// summed over the clients; None where unknown.
+    pub send_blocked_seconds: Option<f64>,
+    /// What the sender's own egress qdisc did during the run, if read.
+    pub sender_queue: Option<SenderQueue>,
     /// `--local`: the server is in-process, with settings the user cannot
     /// change; advice about the server says to run one instead.
     pub local: bool,
@@ -221,6 +238,91 @@ fn core(percent: Option<f64>) -> String {
 
 fn busy(percent: Option<f64>) -> bool {
     percent.is_some_and(|p| p >= BUSY_PERCENT)
+}
+
+/// A rate in the unit a shaper is written in.
+fn rate_words(bps: u64) -> String {
+    if bps >= 1_000_000_000 {
+        gbit(bps as f64)
+    } else {
+        format!("{:.0} Mbit/s", bps as f64 / 1e6)
+    }
+}
+
+/// `the tbf qdisc on veth0`, or the device alone.
+fn queue_name(q: &SenderQueue) -> String {
+    match &q.qdisc {
+        Some(kind) => format!("the {kind} qdisc on {}", q.device),
+        None => format!("the queue of {}", q.device),
+    }
+}
+
+/// The qdisc's drops in words, in its unit: `40210 datagrams`, or `12
+/// GSO buffers (up to 552 datagrams)`.
+fn drops_words(q: &SenderQueue, gso_datagrams: Option<usize>) -> String {
+    let drops = q.qdisc_drops.unwrap_or(0);
+    let unit = q.unit_words();
+    match q.qdisc_drops_unit {
+        Some("datagrams") => format!("{drops} {unit}"),
+        Some("gso_buffers") => format!(
+            "{drops} {unit} (up to {} datagrams)",
+            q.drops_in_datagrams_at_most(gso_datagrams)
+        ),
+        _ => format!(
+            "{drops} {unit} as it counts them ({})",
+            q.qdisc_drops_basis.as_deref().unwrap_or("its own unit")
+        ),
+    }
+}
+
+impl Facts {
+    /// The qdisc cut GSO buffers and dropped their datagrams where the
+    /// socket does not hear of it (the send succeeds when any fit).
+    fn silent_gso_drops(&self) -> bool {
+        self.gso
+            && self.sender_queue.as_ref().is_some_and(|q| {
+                q.qdisc_drops.unwrap_or(0) > 0
+                    && q.tbf_burst_bytes.is_some()
+                    && q.qdisc_drops_unit != Some("gso_buffers")
+            })
+    }
+
+    /// What to try against the sender's own queue.
+    fn queue_fix(&self) -> String {
+        let q = self.sender_queue.as_ref();
+        let mut fixes = Vec::new();
+        if self.silent_gso_drops() {
+            fixes.push("`--no-gso` into a small-burst shaper (its drops then come back to the socket as ENOBUFS and are sent again)".to_string());
+        } else if self.gso_fell_back {
+            fixes.push(
+                "`--no-gso` from the start (no datagrams lost before the fallback)".to_string(),
+            );
+        }
+        if q.is_some_and(|q| q.tbf_limit_bytes.is_some()) {
+            fixes.push("a larger queue `limit` on the shaper".to_string());
+        }
+        let rate = q.and_then(|q| q.tbf_rate_bps).map_or(String::new(), |r| {
+            format!(
+                " (it passes {} in all{})",
+                rate_words(r),
+                if self.clients > 1 {
+                    ", shared by the clients"
+                } else {
+                    ""
+                }
+            )
+        });
+        fixes.push(format!("a --rate the shaper or link allows{rate}"));
+        fixes.join(", or ")
+    }
+
+    /// The share of the sending time the threads were blocked in send.
+    fn blocked_share(&self) -> f64 {
+        match self.send_blocked_seconds {
+            Some(b) if self.seconds > 0.0 => b / (self.seconds * self.clients.max(1) as f64),
+            _ => 0.0,
+        }
+    }
 }
 
 /// The one-line verdict for a run with these figures.
@@ -315,6 +417,44 @@ pub fn judge(f: &Facts) -> Verdict {
                 )
             };
         }
+        if let Some(q) = f
+            .sender_queue
+            .as_ref()
+            .filter(|q| q.qdisc_drops.unwrap_or(0) > 0)
+        {
+            // Lost before the receiver's socket: could the queue's drops
+            // be at least half of those?
+            let before_socket = rx.lost.saturating_sub(rx.dropped_datagrams().min(rx.lost));
+            if q.drops_in_datagrams_at_most(f.gso_datagrams) * 2 >= before_socket {
+                let heard = if f.enobufs_retries > 0 {
+                    format!(
+                        "; the socket heard of some of them (ENOBUFS: {} retries, {:.3} s backing off)",
+                        f.enobufs_retries, f.backoff_seconds
+                    )
+                } else {
+                    String::new()
+                };
+                let silent = if f.silent_gso_drops() {
+                    ": with GSO, tbf cuts each buffer larger than its burst into datagrams and drops those that do not fit, and the send still succeeds"
+                } else if f.gso_fell_back {
+                    ": GSO was on until the drops began, and tbf dropped datagrams of the buffers it cut unheard; then GSO was turned off (see the notes) and later drops came back as ENOBUFS, sent again"
+                } else {
+                    ""
+                };
+                return verdict(
+                    Cap::SenderQueue,
+                    format!(
+                        "sender's queue: {} (this host's own egress) dropped {} during the run, and {} datagrams ({:.3}%) were lost: dropped before they left this host, not on the way{silent}{heard} (the qdisc's counter is the device's: other traffic on {} counts too); try {}",
+                        queue_name(q),
+                        drops_words(q, f.gso_datagrams),
+                        rx.lost,
+                        rx.loss_percent,
+                        q.device,
+                        f.queue_fix()
+                    ),
+                );
+            }
+        }
         let unknown = if rx.kernel_drops.is_none() {
             format!(
                 " ({} cannot count its kernel drops on this platform)",
@@ -334,15 +474,47 @@ pub fn judge(f: &Facts) -> Verdict {
         );
     }
     let sent = f.sent_bps.unwrap_or(0.0);
+    let blocked_share = f.blocked_share();
+    let blocked = blocked_share >= BLOCKED_SHARE;
+    // The sender's own queue, in what it did: refused, held (the sends
+    // blocked), dropped.
     let queue_full = |share: f64| {
+        let q = f.sender_queue.as_ref();
+        let mut did = Vec::new();
+        if f.enobufs_retries > 0 {
+            did.push(format!(
+                "refused {} times and it waited {:.3} s backing off ({:.0}% of the time)",
+                f.enobufs_retries,
+                f.backoff_seconds,
+                share * 100.0
+            ));
+        }
+        if blocked {
+            did.push(format!(
+                "held the data while the sends blocked for {:.3} s ({:.0}% of the sending time{}), a full socket send buffer waiting on it",
+                f.send_blocked_seconds.unwrap_or(0.0),
+                blocked_share * 100.0,
+                if f.clients > 1 { ", over all the clients" } else { "" }
+            ));
+        }
+        if let Some(q) = q.filter(|q| q.qdisc_drops.unwrap_or(0) > 0) {
+            did.push(format!(
+                "dropped {} (the device's count: other traffic on {} counts too)",
+                drops_words(q, f.gso_datagrams),
+                q.device
+            ));
+        }
+        let name = match q {
+            Some(q) if !f.reverse => format!("({})", queue_name(q)),
+            _ => "(qdisc or NIC)".to_string(),
+        };
         verdict(
             Cap::SenderQueue,
             format!(
-                "sender's queue: {sender} own queue (qdisc or NIC) refused {} times and it waited {:.3} s backing off ({:.0}% of the time): the link or a shaper on {} host is slower than the sender",
-                f.enobufs_retries,
-                f.backoff_seconds,
-                share * 100.0,
-                if f.reverse { "the server's" } else { "this" }
+                "sender's queue: {sender} own queue {name} {}: the link or a shaper on {} host is slower than the sender; try {}",
+                did.join("; "),
+                if f.reverse { "the server's" } else { "this" },
+                f.queue_fix()
             ),
         )
     };
@@ -363,7 +535,7 @@ pub fn judge(f: &Facts) -> Verdict {
             );
         }
         let short = format!("sent {} of the requested {}", gbit(sent), gbit(offered));
-        return if f.enobufs_retries > 0 {
+        return if f.enobufs_retries > 0 || blocked {
             let v = queue_full(backoff_share);
             verdict(Cap::SenderQueue, format!("{}; {short}", v.text))
         } else if busy(f.sender_cpu_percent) {
@@ -379,13 +551,17 @@ pub fn judge(f: &Facts) -> Verdict {
             verdict(
                 Cap::Unknown,
                 format!(
-                    "sender fell behind: it {short} with no full queue and {} of a core: it was descheduled (another busy process, or a VM's stolen time)",
+                    "sender fell behind: it {short} with no full queue{} and {} of a core: it was descheduled (another busy process, or a VM's stolen time)",
+                    match f.send_blocked_seconds {
+                        Some(b) => format!(" (blocked in send calls {b:.3} s)"),
+                        None => String::new(),
+                    },
                     core(f.sender_cpu_percent)
                 ),
             )
         };
     }
-    if f.enobufs_retries > 0 && backoff_share >= BACKOFF_SHARE {
+    if (f.enobufs_retries > 0 && backoff_share >= BACKOFF_SHARE) || blocked {
         return queue_full(backoff_share);
     }
     if f.seconds < SHORTEST_JUDGED_SECONDS {
@@ -610,6 +786,98 @@ mod tests {
         assert_eq!(v.cause, Cap::ReceiveBuffer);
         assert!(v.text.contains("493 GRO buffers"), "{}", v.text);
         assert!(!v.text.contains("on the way"), "{}", v.text);
+    }
+
+    fn tbf_queue(drops: u64, unit: &'static str) -> SenderQueue {
+        SenderQueue {
+            device: "veth0".into(),
+            qdisc: Some("tbf".into()),
+            qdisc_drops: Some(drops),
+            qdisc_drops_unit: Some(unit),
+            tbf_rate_bps: Some(200_000_000),
+            tbf_burst_bytes: Some(32768),
+            tbf_limit_bytes: Some(65536),
+            ..SenderQueue::default()
+        }
+    }
+
+    #[test]
+    fn drops_in_the_senders_own_qdisc_are_not_the_networks() {
+        // Issue 28: GSO into a small-burst tbf; 68 % lost, none of it
+        // heard of by the socket, none dropped by the receiver.
+        let mut f = unpaced(40.0, rx(6800, Some(0), 20.0));
+        f.gso_datagrams = Some(46);
+        f.sender_queue = Some(tbf_queue(6800, "datagrams"));
+        let v = judge(&f);
+        assert_verdict(
+            &v,
+            Cap::SenderQueue,
+            &[
+                "the tbf qdisc on veth0",
+                "dropped 6800 datagrams",
+                "6800 datagrams (68.000%) were lost",
+                "not on the way",
+                "the send still succeeds",
+                "other traffic on veth0 counts too",
+                "`--no-gso`",
+                "a larger queue `limit`",
+                "200 Mbit/s",
+            ],
+        );
+        assert!(!v.text.contains("network"), "{}", v.text);
+        // Whole GSO buffers: the unit says so, with the datagrams at most.
+        f.sender_queue = Some(tbf_queue(150, "gso_buffers"));
+        let v = judge(&f);
+        assert_verdict(
+            &v,
+            Cap::SenderQueue,
+            &["150 GSO buffers (up to 6900 datagrams)"],
+        );
+        assert!(!v.text.contains("--no-gso"), "{}", v.text);
+        // A few device-wide drops against much loss: still the network.
+        f.sender_queue = Some(tbf_queue(3, "datagrams"));
+        assert_eq!(judge(&f).cause, Cap::Network);
+        // The receiver's own drops come first.
+        let mut f = unpaced(40.0, rx(6800, Some(6800), 20.0));
+        f.sender_queue = Some(tbf_queue(6800, "datagrams"));
+        assert_eq!(judge(&f).cause, Cap::ReceiveBuffer);
+    }
+
+    #[test]
+    fn sends_blocked_on_the_queue_are_not_descheduling() {
+        // Issue 28: two clients paced at 150 Mbit/s into a 200 Mbit/s tbf.
+        let mut f = unpaced(8.0, rx(0, Some(0), 5.0));
+        f.clients = 2;
+        f.offered_bps = Some(300_000_000);
+        f.sent_bps = Some(200e6);
+        f.send_blocked_seconds = Some(4.2);
+        f.sender_queue = Some(tbf_queue(0, "packets"));
+        let v = judge(&f);
+        assert_verdict(
+            &v,
+            Cap::SenderQueue,
+            &[
+                "the tbf qdisc on veth0",
+                "blocked for 4.200 s (70% of the sending time, over all the clients)",
+                "it passes 200 Mbit/s in all, shared by the clients",
+                "sent 0.200 Gbit/s of the requested 0.300 Gbit/s",
+            ],
+        );
+        assert!(!v.text.contains("descheduled"), "{}", v.text);
+        // Nothing was dropped: GSO is not the trouble.
+        assert!(!v.text.contains("--no-gso"), "{}", v.text);
+        // Unpaced, the same.
+        f.offered_bps = None;
+        assert_eq!(judge(&f).cause, Cap::SenderQueue);
+        // Barely blocked: descheduled after all, and it says how little.
+        f.offered_bps = Some(300_000_000);
+        f.send_blocked_seconds = Some(0.01);
+        let v = judge(&f);
+        assert_verdict(
+            &v,
+            Cap::Unknown,
+            &["descheduled", "blocked in send calls 0.010 s"],
+        );
     }
 
     #[test]

@@ -142,6 +142,34 @@ pub struct Transmitter<'a> {
     /// was being sent: nothing listens there (any more).
     pub gone: bool,
     calls: u64,
+    /// Set by a watcher of the sender's own qdisc (`client::egress`): turn
+    /// GSO off before the next data message, for this reason.
+    gso_off: Option<&'a GsoOff>,
+}
+
+/// A request, from another thread, to stop using GSO: the sender's own
+/// qdisc drops datagrams of the buffers it cuts, which no send hears of.
+#[derive(Debug, Default)]
+pub struct GsoOff {
+    requested: std::sync::atomic::AtomicBool,
+    why: std::sync::Mutex<Option<String>>,
+}
+
+impl GsoOff {
+    /// Asks every transmitter watching this to turn GSO off, for `why`.
+    pub fn request(&self, why: String) {
+        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.requested
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Why, once requested.
+    pub fn why(&self) -> Option<String> {
+        if !self.requested.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// What a send is for, which decides what a refusal means.
@@ -212,7 +240,14 @@ impl<'a> Transmitter<'a> {
             refused: 0,
             gone: false,
             calls: 0,
+            gso_off: None,
         }
+    }
+
+    /// Turns GSO off before the next data message once `off` is requested
+    /// (one atomic load per send turn while GSO is on).
+    pub fn watch_gso(&mut self, off: &'a GsoOff) {
+        self.gso_off = Some(off);
     }
 
     /// A transmitter on a socket that other senders share (the server's
@@ -368,6 +403,11 @@ impl<'a> Transmitter<'a> {
     /// back-off, or when the host kept answering "port unreachable"
     /// ([`Transmitter::gone`]).
     pub fn send_all(&mut self, messages: &[&[u8]], shutdown: &Shutdown) -> Result<usize> {
+        if let (Some(off), Gso::On(_)) = (self.gso_off, &self.gso) {
+            if let Some(why) = off.why() {
+                self.disable_gso(why);
+            }
+        }
         self.send_messages(messages, shutdown, Mode::Data)
     }
 

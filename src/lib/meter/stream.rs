@@ -146,6 +146,22 @@ pub struct Sent {
     /// The sending thread's CPU over the loop, where the platform tells.
     pub cpu: Option<CpuTime>,
     pub paced: Option<Paced>,
+    /// Wall time in this stream's send turns (laying the datagrams out and
+    /// the send calls), back-off sleeps excluded.
+    pub send_time: Duration,
+    /// Of `send_time`, what the thread spent blocked in the send calls (a
+    /// full socket send buffer: the qdisc or the device holds the data), at
+    /// least: [`blocked_in_send`]. None where the platform cannot tell.
+    pub send_blocked: Option<Duration>,
+}
+
+/// The least time a thread can have spent blocked in send calls: its wall
+/// time in send turns, less all its time on a CPU and waiting on a run
+/// queue over the loop (a turn's time is one of the three, or stolen by a
+/// hypervisor, which neither counter sees). A thread that ran or was
+/// descheduled for all of it was blocked for none of it.
+pub fn blocked_in_send(turns: Duration, on_cpu: Duration, run_queue: Duration) -> Duration {
+    turns.saturating_sub(on_cpu + run_queue)
 }
 
 /// What a [`StreamSender`] says after its turn.
@@ -183,6 +199,8 @@ pub struct StreamSender {
     clock: Option<IntervalClock>,
     intervals: Vec<SendInterval>,
     done: bool,
+    /// Wall time in send turns, back-offs excluded.
+    send_time: Duration,
 }
 
 impl StreamSender {
@@ -213,6 +231,7 @@ impl StreamSender {
             clock: spec.interval.map(IntervalClock::new),
             intervals: Vec::new(),
             done: false,
+            send_time: Duration::ZERO,
         }
     }
 
@@ -265,7 +284,11 @@ impl StreamSender {
             }
             // Lay the datagrams out: message m holds datagrams
             // [m * per_message, (m + 1) * per_message), back to back.
-            let now_ns = self.start.elapsed().as_nanos() as u64;
+            // One clock read before the turn and one after it time the
+            // turn (no more per call than the headers and the rate need).
+            let turn_start = Instant::now();
+            let backoff_before = tx.backoff_time;
+            let now_ns = turn_start.saturating_duration_since(self.start).as_nanos() as u64;
             self.message_ends.clear();
             let mut tagged_misses = 0;
             for m in 0..planned.len().div_ceil(per_message) {
@@ -311,8 +334,11 @@ impl StreamSender {
             } else {
                 planned.untagged(sent)
             };
+            let now = Instant::now();
+            self.send_time += now
+                .saturating_duration_since(turn_start)
+                .saturating_sub(tx.backoff_time.saturating_sub(backoff_before));
             if sent > 0 {
-                let now = Instant::now();
                 self.timing.call(now, sent as u64, sent_bytes);
                 if let Some(iv) = self
                     .clock
@@ -365,6 +391,8 @@ impl StreamSender {
                 burst_bound: p.burst_bound(self.spec.size),
                 behind: p.forgiven(),
             }),
+            send_time: self.send_time,
+            send_blocked: None,
         }
     }
 }
@@ -420,6 +448,7 @@ pub fn send_streams(
         .map(|(tx, spec)| StreamSender::new(spec, tx))
         .collect();
     let cpu_at_start = sys::thread_cpu();
+    let sched_at_start = sys::thread_sched();
     let mut schedule = Schedule::new(precise);
     let now = Instant::now();
     for i in 0..senders.len() {
@@ -447,10 +476,44 @@ pub fn send_streams(
             }
         }
     }
-    let sent = senders.into_iter().map(|s| s.finish(progress)).collect();
+    let mut sent: Vec<Sent> = senders.into_iter().map(|s| s.finish(progress)).collect();
+    // Blocked in send: the thread's, shared by the streams as their turns'
+    // time is.
+    if let (Some(then), Some(now)) = (sched_at_start, sys::thread_sched()) {
+        let turns: Duration = sent.iter().map(|s| s.send_time).sum();
+        let blocked = blocked_in_send(
+            turns,
+            now.0.saturating_sub(then.0),
+            now.1.saturating_sub(then.1),
+        );
+        for s in &mut sent {
+            let share = if turns.is_zero() {
+                0.0
+            } else {
+                s.send_time.as_secs_f64() / turns.as_secs_f64()
+            };
+            s.send_blocked = Some(blocked.mul_f64(share));
+        }
+    }
     // The sending thread's CPU, over the send loop's wall time.
     let cpu = sys::thread_cpu()
         .zip(cpu_at_start)
         .map(|(now, then)| now.since(then));
     Ok((sent, cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_time_off_the_cpu_and_off_the_run_queue_is_blocked() {
+        let ms = Duration::from_millis;
+        // Waiting on a shaper: the turns took 900 ms, the thread ran 50.
+        assert_eq!(blocked_in_send(ms(900), ms(50), ms(10)), ms(840));
+        // CPU-bound: all of the turns' time was on a CPU.
+        assert_eq!(blocked_in_send(ms(800), ms(1000), ms(0)), ms(0));
+        // Descheduled: the rest of the turns' time was on the run queue.
+        assert_eq!(blocked_in_send(ms(800), ms(500), ms(300)), ms(0));
+    }
 }

@@ -659,6 +659,42 @@ fn cpu_line(sender: Option<&CpuCost>, server: Option<&ServerView>) -> Option<Str
     ))
 }
 
+/// `; blocked in send ≥ 1.234 s`, when known and not nothing.
+fn blocked_text(seconds: Option<f64>) -> String {
+    match seconds {
+        Some(s) if s >= 0.0005 => format!("; blocked in send calls at least {s:.3} s"),
+        _ => String::new(),
+    }
+}
+
+/// The sender's own egress queue over the run, its counts in their units.
+fn sender_queue_line(q: &crate::client::egress::SenderQueue) -> String {
+    let Some(drops) = q.qdisc_drops else {
+        return format!(
+            "\negress    {}: {}",
+            q.device,
+            q.note
+                .as_deref()
+                .unwrap_or("its qdisc's counters are unknown")
+        );
+    };
+    let mut line = format!(
+        "\negress    {} ({}, this host's egress; device-wide counts): {drops} {} dropped, {} overlimits, {} requeues during the run",
+        q.device,
+        q.qdisc.as_deref().unwrap_or("?"),
+        q.unit_words(),
+        q.qdisc_overlimits.unwrap_or(0),
+        q.qdisc_requeues.unwrap_or(0),
+    );
+    if let Some(n) = q.sndbuf_errors {
+        line += &format!("; UDP SndbufErrors +{n} (send calls)");
+    }
+    if let Some(n) = q.lost_in_sender_queue_at_most {
+        line += &format!("; at most {n} of the lost datagrams were these drops");
+    }
+    line
+}
+
 fn client_lines(c: &ClientReport) -> String {
     let mut out = sent_line(c.sent_packets, c.sent_bytes, c.seconds, c.gbps) + "\n";
     match (&c.server, c.answer) {
@@ -670,8 +706,10 @@ fn client_lines(c: &ClientReport) -> String {
         (None, _) => out += "received  unknown: the server did not answer the end-of-test message",
     }
     out += &format!(
-        "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting",
-        c.enobufs_retries, c.backoff_seconds
+        "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting{}",
+        c.enobufs_retries,
+        c.backoff_seconds,
+        blocked_text(c.send_blocked_seconds)
     );
     if let Some(cpu) = cpu_line(c.cpu.as_ref(), c.server.as_ref()) {
         out += &cpu;
@@ -916,12 +954,17 @@ pub fn client_report(r: &RunReport, json_out: bool) -> String {
             None => out += "received  unknown: the server answered for no client",
         }
         out += &format!(
-            "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting",
-            r.enobufs_retries, r.backoff_seconds
+            "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting{}",
+            r.enobufs_retries,
+            r.backoff_seconds,
+            blocked_text(r.send_blocked_seconds)
         );
         if let Some(cpu) = cpu_line(r.cpu.as_ref(), r.server.as_ref()) {
             out += &cpu;
         }
+    }
+    if let Some(q) = &r.sender_queue {
+        out += &sender_queue_line(q);
     }
     for note in &r.notes {
         out += &format!("\nnote: {note}");

@@ -931,6 +931,8 @@ mod tests {
                 intervals: Vec::new(),
                 cpu: None,
                 paced: None,
+                send_time: Duration::ZERO,
+                send_blocked: None,
             },
             path: SendPath {
                 name: "sendmmsg".into(),

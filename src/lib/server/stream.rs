@@ -240,6 +240,8 @@ fn empty() -> Sent {
         intervals: Vec::new(),
         cpu: None,
         paced: None,
+        send_time: Duration::ZERO,
+        send_blocked: None,
     }
 }
 

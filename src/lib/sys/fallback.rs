@@ -325,3 +325,23 @@ pub fn raise_file_limit() -> io::Result<u64> {
 pub fn open_files() -> io::Result<u64> {
     unsupported("open files are counted on Linux and macOS only")
 }
+
+/// The egress device: not available on this platform.
+pub fn egress_device(_dest: std::net::IpAddr) -> io::Result<super::EgressDevice> {
+    unsupported("the egress device of a route is not available on this platform")
+}
+
+/// Qdisc counters: not available on this platform.
+pub fn root_qdisc(_ifindex: u32) -> io::Result<Option<super::QdiscStats>> {
+    unsupported("qdisc counters are not available on this platform")
+}
+
+/// UDP SndbufErrors: not available on this platform.
+pub fn udp_sndbuf_errors() -> io::Result<u64> {
+    unsupported("UDP SndbufErrors are not available on this platform")
+}
+
+/// Scheduler times: not available on this platform.
+pub fn thread_sched() -> Option<(std::time::Duration, std::time::Duration)> {
+    None
+}

@@ -15,6 +15,10 @@ mod process;
 pub use super::rlimit::{file_limits, open_files, raise_file_limit};
 pub use process::{rusage, set_scheduler};
 
+#[path = "linux_qdisc.rs"]
+mod qdisc;
+pub use qdisc::{egress_device, root_qdisc, thread_sched, udp_sndbuf_errors};
+
 fn setsockopt_int(
     socket: &Socket,
     level: libc::c_int,

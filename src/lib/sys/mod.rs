@@ -32,6 +32,7 @@ pub use imp::{
     SNDBUF_SYSCTL,
 };
 pub use imp::{drain_error_queue, recv_from_nowait};
+pub use imp::{egress_device, root_qdisc, udp_sndbuf_errors};
 #[cfg(target_os = "linux")]
 pub use imp::{parse_control, ControlInfo};
 pub use imp::{select_readable, Epoll};
@@ -121,6 +122,60 @@ pub struct Received<'a> {
 }
 
 pub use crate::stats::CpuTime;
+
+/// The device datagrams to a destination leave by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressDevice {
+    pub ifindex: u32,
+    /// `eth0`, `veth1`, `lo`, ...
+    pub name: String,
+    /// Its MTU (bytes of IP packet), when the kernel tells.
+    pub mtu: Option<u32>,
+}
+
+/// A device's root qdisc and its counters, as the kernel keeps them since
+/// the qdisc was created. They count **all** the device's traffic, not one
+/// socket's: take the growth over a run, and say it is device-wide.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QdiscStats {
+    pub ifindex: u32,
+    /// `tbf`, `pfifo_fast`, `noqueue`, `mq`, ...
+    pub kind: String,
+    /// Packets and bytes it sent (a GSO buffer counts as its segments).
+    pub packets: u64,
+    pub bytes: u64,
+    /// Packets it dropped, in its own unit: each skb it refused (a GSO
+    /// buffer it did not cut counts once; tbf cuts a buffer larger than its
+    /// burst and counts each segment it drops). A u32 that wraps.
+    pub drops: u32,
+    /// Times it held a packet back over its rate (tbf: the bucket was
+    /// empty). Wraps like `drops`.
+    pub overlimits: u32,
+    /// Packets the device handed back to it (busy driver).
+    pub requeues: u32,
+    /// Packets and bytes queued in it now.
+    pub qlen: u32,
+    pub backlog_bytes: u32,
+    /// tbf's parameters, when it is one.
+    pub tbf: Option<TbfParams>,
+}
+
+/// What a tbf qdisc was configured with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TbfParams {
+    pub rate_bytes_per_s: u64,
+    /// The bucket's depth: a packet (a GSO buffer) larger than this is cut
+    /// into its segments, or dropped when it has none.
+    pub burst_bytes: u64,
+    /// Bytes it may queue before it drops.
+    pub limit_bytes: u32,
+}
+
+/// The calling thread's time on a CPU and its time waiting on a run queue
+/// so far (Linux's schedstat), or None where the platform cannot tell.
+pub fn thread_sched() -> Option<(std::time::Duration, std::time::Duration)> {
+    imp::thread_sched()
+}
 
 /// The CPU time of the calling thread so far (getrusage RUSAGE_THREAD), or
 /// None where the platform cannot tell.
