@@ -41,8 +41,9 @@
 //!     behind one start gate (`client/sender.rs`), ask for the server's
 //!     count (`client/exchange.rs`), sum the clients' reports
 //!     (`client/summary.rs` into `client/report.rs`); ask for a reverse stream
-//!     ([`client::start`]); say why
-//!     a run was not faster ([`client::verdict`]); search for the highest
+//!     ([`client::start`]); read the sender's own egress queue around a
+//!     run and watch it for GSO's unheard drops ([`client::egress`]); say
+//!     why a run was not faster ([`client::verdict`]); search for the highest
 //!     rate the path carries ([`client::limit`]);
 //!   - [`download`]: `udp_client -R` and `--bidir`, the client's start
 //!     of a reverse stream with the server's own receive engine on the
@@ -91,7 +92,9 @@
 //!     kernel drops in datagrams and loss split by where it happened);
 //!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
 //!     code (`sys/linux.rs` with the process's calls in `sys/linux_process.rs`,
-//!     RLIMIT_NOFILE for Linux and macOS in `sys/rlimit.rs`,
+//!     RLIMIT_NOFILE for Linux and macOS in `sys/rlimit.rs`, and the egress
+//!     device, its qdisc's counters over rtnetlink and SndbufErrors in
+//!     `sys/linux_qdisc.rs`,
 //!     `sys/splice.rs`, POSIX poll(2) for every backend in `sys/poll.rs`;
 //!     in `sys/fallback.rs`, a non-blocking receive), with stubs in
 //!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;
