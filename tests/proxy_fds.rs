@@ -14,12 +14,11 @@
 
 mod common;
 
-use common::proxy::{bin, timeouts, Proxy, WAIT};
+use common::proxy::{bin, timeouts, HoldingUpstream, Proxy, WAIT};
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::thread;
 
 /// The soft and hard RLIMIT_NOFILE of this process, from /proc.
@@ -61,42 +60,6 @@ fn limited(soft: u64, hard: u64) -> Command {
         .arg("--")
         .arg(bin());
     cmd
-}
-
-/// An upstream on 127.0.0.1:0 that accepts and holds every connection.
-struct Upstream {
-    addr: SocketAddr,
-    held: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Upstream {
-    fn start() -> Upstream {
-        let socket =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        socket
-            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .unwrap();
-        socket.listen(4096).unwrap();
-        let listener: TcpListener = socket.into();
-        let addr = listener.local_addr().unwrap();
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let keep = Arc::clone(&held);
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                keep.lock().unwrap().push(conn);
-            }
-        });
-        Upstream { addr, held }
-    }
-
-    fn count(&self) -> usize {
-        self.held.lock().unwrap().len()
-    }
-
-    fn take_all(&self) -> Vec<TcpStream> {
-        std::mem::take(&mut *self.held.lock().unwrap())
-    }
 }
 
 /// Bytes each way per connection in [`exchange`].
@@ -151,7 +114,7 @@ fn exchange(clients: &[TcpStream], upstream: Vec<TcpStream>) {
 
 /// Opens `n` connections through the proxy and waits until every one has
 /// reached the upstream.
-fn open_through(proxy: &Proxy, upstream: &Upstream, n: usize) -> Vec<TcpStream> {
+fn open_through(proxy: &Proxy, upstream: &HoldingUpstream, n: usize) -> Vec<TcpStream> {
     let before = upstream.count();
     let clients: Vec<TcpStream> = (0..n).map(|_| proxy.connect()).collect();
     common::wait_until(WAIT, "every connection to reach the upstream", || {
@@ -208,7 +171,7 @@ fn soft_limit_1024_is_raised_and_3000_connections_are_served_exactly() {
     // The clients and the upstream's legs here, with room to spare.
     ensure_own_fds(2 * CONNS as u64 + 512);
     let hard = nofile_limits().1.max(20_000);
-    let upstream = Upstream::start();
+    let upstream = HoldingUpstream::start();
     let proxy = Proxy::start_with(
         limited(1024, hard),
         "127.0.0.1",
@@ -244,7 +207,7 @@ fn soft_limit_1024_is_raised_and_3000_connections_are_served_exactly() {
 #[test]
 fn hard_limit_256_states_capacity_refuses_the_excess_and_returns_every_fd() {
     const EXTRA: usize = 10;
-    let upstream = Upstream::start();
+    let upstream = HoldingUpstream::start();
     let proxy = Proxy::start_with(
         limited(256, 256),
         "127.0.0.1",
@@ -339,7 +302,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 /// backlog is served once descriptors come free.
 #[test]
 fn out_of_descriptors_pauses_accept_serves_the_open_and_counts_the_limit() {
-    let upstream = Upstream::start();
+    let upstream = HoldingUpstream::start();
     let proxy = Proxy::start(upstream.addr, "splice", &[]);
     let pid = proxy.guard.id();
     let a = open_through(&proxy, &upstream, 1);
@@ -391,7 +354,7 @@ fn out_of_descriptors_pauses_accept_serves_the_open_and_counts_the_limit() {
 #[test]
 fn splice_idle_connection_holds_two_descriptors() {
     const CONNS: usize = 100;
-    let upstream = Upstream::start();
+    let upstream = HoldingUpstream::start();
     let proxy = Proxy::start(upstream.addr, "splice", &[]);
     let listening = proxy.event(|v| v["event"] == "listening");
     assert_eq!(

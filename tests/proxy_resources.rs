@@ -16,11 +16,11 @@
 
 mod common;
 
-use common::proxy::{bin, Proxy, MODES};
+use common::proxy::{bin, HoldingUpstream, Proxy, MODES};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::Once;
 use std::thread;
 use std::time::Duration;
 
@@ -112,46 +112,6 @@ fn raise_soft_nofile_to(hard: u64) {
     assert!(status.success(), "prlimit failed: {status}");
 }
 
-/// An upstream on 127.0.0.1:0 that accepts and holds every connection
-/// (reading nothing, writing nothing) until told to let them go.
-struct Upstream {
-    addr: SocketAddr,
-    held: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Upstream {
-    fn start() -> Upstream {
-        // A backlog deep enough for the proxy's burst of connects: with
-        // std's 128 the kernel drops SYNs, and a dropped SYN is retried
-        // only after 1, 3, 7, 15 s.
-        let socket =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        socket
-            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .unwrap();
-        socket.listen(4096).unwrap();
-        let listener: TcpListener = socket.into();
-        let addr = listener.local_addr().unwrap();
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let keep = Arc::clone(&held);
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                keep.lock().unwrap().push(conn);
-            }
-        });
-        Upstream { addr, held }
-    }
-
-    fn count(&self) -> usize {
-        self.held.lock().unwrap().len()
-    }
-
-    fn close_all(&self) {
-        self.held.lock().unwrap().clear();
-    }
-}
-
 /// `tcp_proxy` in `mode` with `BUFFER`-byte buffers and room for twice
 /// `CONNS` connections.
 fn start_proxy(upstream: SocketAddr, mode: &str) -> Proxy {
@@ -208,7 +168,7 @@ fn mib(bytes: usize) -> f64 {
 /// Opens `n` connections through the proxy and waits until each has
 /// reached the upstream, so that the proxy has set up both legs and its
 /// relay for each.
-fn open_through(proxy: &Proxy, upstream: &Upstream, n: usize) -> Vec<TcpStream> {
+fn open_through(proxy: &Proxy, upstream: &HoldingUpstream, n: usize) -> Vec<TcpStream> {
     let clients: Vec<TcpStream> = (0..n)
         .map(|_| TcpStream::connect_timeout(&proxy.addr, WAIT).expect("connect to the proxy"))
         .collect();
@@ -221,7 +181,12 @@ fn open_through(proxy: &Proxy, upstream: &Upstream, n: usize) -> Vec<TcpStream> 
 
 /// Closes both ends of every connection and waits until the proxy has
 /// closed its legs too.
-fn close_through(proxy: &Proxy, upstream: &Upstream, clients: Vec<TcpStream>, fds_before: usize) {
+fn close_through(
+    proxy: &Proxy,
+    upstream: &HoldingUpstream,
+    clients: Vec<TcpStream>,
+    fds_before: usize,
+) {
     drop(clients);
     upstream.close_all();
     wait_until("the proxy to close every connection", || {
@@ -232,7 +197,7 @@ fn close_through(proxy: &Proxy, upstream: &Upstream, clients: Vec<TcpStream>, fd
 
 fn idle_connections_cost_no_buffers_and_memory_returns(mode: &str) {
     ensure_fds();
-    let upstream = Upstream::start();
+    let upstream = HoldingUpstream::start();
     let proxy = start_proxy(upstream.addr, mode);
     settle();
     let fds_before = proxy.fd_count();
@@ -345,7 +310,7 @@ fn memory_per_connection_in_every_mode() {
     for mode in MODES {
         // Idle: two rounds, the figure from the second (the first can look
         // cheaper: never-touched pages), then what stays after they close.
-        let upstream = Upstream::start();
+        let upstream = HoldingUpstream::start();
         let proxy = start_proxy(upstream.addr, mode);
         settle();
         let fds_before = proxy.fd_count();
@@ -360,7 +325,7 @@ fn memory_per_connection_in_every_mode() {
         drop(proxy);
         // Busy, in a fresh proxy: what it holds while both directions of
         // every connection are stalled on a peer that does not read.
-        let upstream = Upstream::start();
+        let upstream = HoldingUpstream::start();
         let proxy = start_proxy(upstream.addr, mode);
         settle();
         let before = rss(&proxy);

@@ -192,3 +192,52 @@ pub fn receive_all(mut s: &TcpStream) -> Result<(u64, String), String> {
         }
     }
 }
+
+/// An upstream on 127.0.0.1:0 that accepts and holds every connection
+/// (reading nothing, writing nothing) until told to let them go.
+pub struct HoldingUpstream {
+    pub addr: SocketAddr,
+    pub held: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+}
+
+impl HoldingUpstream {
+    pub fn start() -> HoldingUpstream {
+        // A backlog deep enough for the proxy's burst of connects: with
+        // std's 128 the kernel drops SYNs, and a dropped SYN is retried
+        // only after 1, 3, 7, 15 s.
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(4096).unwrap();
+        let listener: std::net::TcpListener = socket.into();
+        let addr = listener.local_addr().unwrap();
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = std::sync::Arc::clone(&held);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                keep.lock().unwrap().push(conn);
+            }
+        });
+        HoldingUpstream { addr, held }
+    }
+
+    /// Connections accepted and held so far.
+    pub fn count(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+
+    /// Lets every held connection go (closes them).
+    #[allow(dead_code)]
+    pub fn close_all(&self) {
+        self.held.lock().unwrap().clear();
+    }
+
+    /// Hands over every held connection.
+    #[allow(dead_code)]
+    pub fn take_all(&self) -> Vec<TcpStream> {
+        std::mem::take(&mut *self.held.lock().unwrap())
+    }
+}
