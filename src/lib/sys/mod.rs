@@ -406,35 +406,27 @@ const SMALLEST_DEFAULT_RECV_BUFFER: usize = 256 << 10;
 /// the limit allows. When that is less, the grant's `warning` says so and
 /// names the sysctl that raises it, for the caller to print once.
 pub fn size_default_recv_buffer(socket: &socket2::Socket) -> crate::error::Result<BufferGrant> {
-    let read = || {
-        socket
-            .recv_buffer_size()
-            .map_err(|e| crate::error::Error::io("cannot read SO_RCVBUF", e))
-    };
     // Linux caps a request at the limit; BSD refuses one above it, so
-    // step down until one is taken.
+    // step down until one is taken. Then the one sizing path: set, read
+    // back, force past the limit where the process may.
     let mut want = DEFAULT_RECV_BUFFER;
     while socket.set_recv_buffer_size(want).is_err() && want > SMALLEST_DEFAULT_RECV_BUFFER {
         want /= 2;
     }
-    let full = |want: usize| if RCVBUF_DOUBLES { want * 2 } else { want };
-    let mut granted = read()?;
-    let mut forced = false;
-    if granted < full(want) && force_recv_buffer(socket, want).is_ok() {
-        granted = read()?;
-        forced = true;
-    }
-    let warning = (granted < full(DEFAULT_RECV_BUFFER)).then(|| {
+    let mut grant = size_buffer(socket, BufferSide::Receive, Some(want))?;
+    let full = if RCVBUF_DOUBLES {
+        DEFAULT_RECV_BUFFER * 2
+    } else {
+        DEFAULT_RECV_BUFFER
+    };
+    // The user asked for nothing: the warning speaks of the default.
+    grant.warning = (grant.granted < full).then(|| {
         format!(
-            "receive buffer {granted} bytes: {RCVBUF_SYSCTL} allows no more than that of the {DEFAULT_RECV_BUFFER} bytes asked for by default, and an unpaced burst from several clients can overflow it; raise the limit with: sysctl -w {RCVBUF_SYSCTL}={DEFAULT_RECV_BUFFER} (or run as root, which uses SO_RCVBUFFORCE)"
+            "receive buffer {} bytes: {RCVBUF_SYSCTL} allows no more than that of the {DEFAULT_RECV_BUFFER} bytes asked for by default, and an unpaced burst from several clients can overflow it; raise the limit with: sysctl -w {RCVBUF_SYSCTL}={DEFAULT_RECV_BUFFER} (or run as root, which uses SO_RCVBUFFORCE)",
+            grant.granted
         )
     });
-    Ok(BufferGrant {
-        requested: Some(want),
-        granted,
-        forced,
-        warning,
-    })
+    Ok(grant)
 }
 
 /// `::ffff:1.2.3.4` (a v4 peer on a dual-stack socket) as `1.2.3.4`: the
