@@ -119,7 +119,9 @@ pub fn proxy_event(event: &ProxyEvent, json: bool) {
         ),
         ProxyEvent::Stopped(s) => stopped_text(s),
     };
-    let _ = writeln!(std::io::stderr().lock(), "tcp_proxy: {line}");
+    // One write(2) per line: stderr is unbuffered, and `writeln!` would
+    // make three of them, one per piece, for every connection that closes.
+    let _ = std::io::stderr().write_all(format!("tcp_proxy: {line}\n").as_bytes());
 }
 
 fn listening_text(l: &Listening) -> String {

@@ -472,7 +472,14 @@ pub fn run(
     }
     .map_err(|e| Error::io("cannot start the tokio runtime", e))?;
     let ctx = Arc::new(Ctx::new(cfg, capacity, events));
-    let summary = runtime.block_on(accept_loop(listener, Arc::clone(&ctx), shutdown.clone()))?;
+    // The accept loop runs as a task on the runtime, not on this thread:
+    // a connection it spawns then starts on the worker that accepted it,
+    // where from this thread every connection cost a cross-thread wake
+    // (a futex and an eventfd write).
+    let accepting = accept_loop(listener, Arc::clone(&ctx), shutdown.clone());
+    let summary = runtime
+        .block_on(runtime.spawn(accepting))
+        .map_err(|e| Error::io("the accept loop failed", std::io::Error::other(e)))??;
     // Every connection has been closed and counted; what is left of their
     // tasks is dropped here.
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -505,6 +512,11 @@ async fn accept_loop(
         });
     }
     let mut next_id = 0u64;
+    // One timer for the whole loop (a new one per accept cost a timer
+    // registration per connection): it wakes the loop to look at the
+    // shutdown flag when nobody connects.
+    let mut look = tokio::time::interval(POLL);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !shutdown.is_triggered() {
         if ctx.pause_accept.swap(false, Ordering::Relaxed) {
             // Out of descriptors at accept or at an upstream connect:
@@ -515,7 +527,7 @@ async fn accept_loop(
         }
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = tokio::time::sleep(POLL) => continue,
+            _ = look.tick() => continue,
         };
         let (stream, client) = match accepted {
             Ok(a) => a,

@@ -140,6 +140,9 @@ pub struct PipePool {
     idle: Mutex<Vec<Idle>>,
     max_pooled: usize,
     max_pipes: usize,
+    /// /proc/sys/fs/pipe-max-size, read once: reading it for every pipe
+    /// taken cost five system calls per connection direction.
+    kernel_max: Option<usize>,
     /// Pipes open now: in use and pooled.
     open: AtomicUsize,
     in_use: AtomicUsize,
@@ -157,6 +160,7 @@ impl PipePool {
             idle: Mutex::new(Vec::new()),
             max_pooled: max_pooled.min(max_pipes),
             max_pipes,
+            kernel_max: crate::sys::pipe_max_size(),
             open: AtomicUsize::new(0),
             in_use: AtomicUsize::new(0),
             created: AtomicU64::new(0),
@@ -178,47 +182,59 @@ impl PipePool {
     /// open already; an error when the kernel refuses a new pipe (EMFILE,
     /// ENFILE, ENOMEM).
     pub fn take(&self, max: usize) -> io::Result<Option<GrowingPipe<'_>>> {
-        let max = match crate::sys::pipe_max_size() {
+        if let Some(pipe) = self.take_pooled(max) {
+            return Ok(Some(pipe));
+        }
+        let room = self
+            .open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_pipes).then_some(n + 1)
+            })
+            .is_ok();
+        if !room {
+            return Ok(None);
+        }
+        let max = self.cap(max);
+        match SplicePipe::new(START_SIZE.min(max)) {
+            Ok(pipe) => {
+                self.created.fetch_add(1, Ordering::Relaxed);
+                Ok(Some(self.lend(pipe, max, 0, false)))
+            }
+            Err(e) => {
+                self.open.fetch_sub(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// A pooled pipe, or `None` when the pool is empty: never a new one.
+    /// For a direction that may have nothing to read yet: trying a pooled
+    /// pipe costs no system call, and it goes straight back.
+    pub fn take_pooled(&self, max: usize) -> Option<GrowingPipe<'_>> {
+        let idle = self.idle().pop()?;
+        Some(self.lend(idle.pipe, self.cap(max), idle.charged, true))
+    }
+
+    /// `max` within /proc/sys/fs/pipe-max-size.
+    fn cap(&self, max: usize) -> usize {
+        match self.kernel_max {
             Some(kernel_max) => max.min(kernel_max),
             None => max,
-        };
-        let pooled = self.idle().pop();
-        let (pipe, charged) = match pooled {
-            Some(idle) => {
-                self.reused.fetch_add(1, Ordering::Relaxed);
-                (idle.pipe, idle.charged)
-            }
-            None => {
-                let room = self
-                    .open
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                        (n < self.max_pipes).then_some(n + 1)
-                    })
-                    .is_ok();
-                if !room {
-                    return Ok(None);
-                }
-                match SplicePipe::new(START_SIZE.min(max)) {
-                    Ok(pipe) => {
-                        self.created.fetch_add(1, Ordering::Relaxed);
-                        (pipe, 0)
-                    }
-                    Err(e) => {
-                        self.open.fetch_sub(1, Ordering::Relaxed);
-                        return Err(e);
-                    }
-                }
-            }
-        };
+        }
+    }
+
+    fn lend(&self, pipe: SplicePipe, max: usize, charged: usize, pooled: bool) -> GrowingPipe<'_> {
         self.in_use.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(GrowingPipe {
+        GrowingPipe {
             max: max.max(pipe.capacity()),
             pipe: Some(pipe),
             pool: self,
             charged,
             settled: false,
             held: 0,
-        }))
+            pooled,
+            used: false,
+        }
     }
 
     /// Pipes in use now.
@@ -236,7 +252,8 @@ impl PipePool {
         self.created.load(Ordering::Relaxed)
     }
 
-    /// Times a pooled pipe was taken instead of making one.
+    /// Times a pooled pipe was taken instead of making one, and carried
+    /// bytes.
     pub fn reused(&self) -> u64 {
         self.reused.load(Ordering::Relaxed)
     }
@@ -274,6 +291,12 @@ pub struct GrowingPipe<'a> {
     settled: bool,
     /// Bytes in the pipe now: filled and not yet drained.
     held: usize,
+    /// It came from the pool.
+    pooled: bool,
+    /// It has carried a byte: a pooled pipe counts as reused from then on
+    /// (one taken and given straight back, as nothing was queued after
+    /// all, does not).
+    used: bool,
 }
 
 impl GrowingPipe<'_> {
@@ -291,6 +314,12 @@ impl GrowingPipe<'_> {
         let pipe = self.pipe.as_ref().ok_or_else(Self::gone)?;
         let n = pipe.fill_from(socket, len)?;
         self.held += n;
+        if n > 0 && !self.used {
+            self.used = true;
+            if self.pooled {
+                self.pool.reused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         Ok(n)
     }
 
@@ -404,6 +433,18 @@ mod tests {
     }
 
     #[test]
+    fn take_pooled_never_makes_a_pipe() {
+        let pool = PipePool::new(8 << 20, 4, 4);
+        assert!(pool.take_pooled(1 << 20).is_none());
+        assert_eq!((pool.created(), pool.in_use()), (0, 0));
+        drop(pool.take(1 << 20).unwrap().unwrap());
+        let again = pool.take_pooled(1 << 20).expect("the pooled pipe");
+        assert_eq!((pool.created(), pool.in_use(), pool.pooled()), (1, 1, 0));
+        drop(again);
+        assert_eq!((pool.in_use(), pool.pooled(), pool.reused()), (0, 1, 0));
+    }
+
+    #[test]
     fn a_zero_budget_still_gives_every_connection_its_starting_pipes() {
         let pool = PipePool::new(0, 8, 0);
         let budget = pool.budget();
@@ -426,8 +467,25 @@ mod tests {
         assert_eq!((pool.in_use(), pool.pooled()), (1, 1));
         // Its growth stays charged while it is pooled.
         assert_eq!(pool.budget().charged(), grown - START_SIZE);
-        let again = pool.take(1 << 20).unwrap().unwrap();
-        assert_eq!((again.capacity(), pool.reused()), (grown, 1));
+        let mut again = pool.take(1 << 20).unwrap().unwrap();
+        // Reused once it carries a byte, not when it is only taken.
+        assert_eq!((again.capacity(), pool.reused()), (grown, 0));
+        let (mut tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut tx, b"x").unwrap();
+        assert_eq!(
+            again.fill_from(std::os::fd::AsFd::as_fd(&rx), 1).unwrap(),
+            1
+        );
+        assert_eq!(pool.reused(), 1);
+        let mut sink = [0u8; 1];
+        let (drain_tx, mut drain_rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(
+            again
+                .drain_to(std::os::fd::AsFd::as_fd(&drain_tx), 1)
+                .unwrap(),
+            1
+        );
+        std::io::Read::read_exact(&mut drain_rx, &mut sink).unwrap();
         drop(again);
         // The pool is full (1): b is closed, its descriptors freed.
         drop(b);

@@ -295,30 +295,52 @@ async fn splice_pump(
 
     // No pipe until the first byte: an idle connection holds its two
     // sockets only, and a direction that ends without a byte never takes
-    // one. A peek, not `readable()`: a socket can be reported readable
-    // with nothing queued (a fresh connection was, for every connection),
-    // and the peek waits until a byte or the EOF is really there,
-    // consuming nothing.
-    if from.peek(&mut [0u8; 1]).await? == 0 {
-        return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
-    }
-    let mut pipe = match ctx.pipes.take(ctx.cfg.buffer_size) {
-        Ok(Some(pipe)) => pipe,
-        refused => {
-            ctx.pipe_unavailable(id, direction.name, refused.as_ref().err());
-            return pump(from, to, START_SIZE, direction.counter, meter).await;
+    // one. A socket can be reported readable with nothing queued (a fresh
+    // connection was, every one), so a pipe is only tried, not kept: with
+    // a pooled pipe the first fill is tried at once and the pipe goes
+    // straight back if nothing was there (no system call spent, where a
+    // peek cost one per direction); with none pooled, a peek waits for a
+    // byte (or the EOF) to be really there before a pipe is made, so that
+    // idle connections never fill the pool.
+    let (mut pipe, first) = loop {
+        from.readable().await?;
+        let mut pipe = match ctx.pipes.take_pooled(ctx.cfg.buffer_size) {
+            Some(pipe) => pipe,
+            None => {
+                if from.peek(&mut [0u8; 1]).await? == 0 {
+                    return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+                }
+                match ctx.pipes.take(ctx.cfg.buffer_size) {
+                    Ok(Some(pipe)) => pipe,
+                    refused => {
+                        ctx.pipe_unavailable(id, direction.name, refused.as_ref().err());
+                        return pump(from, to, START_SIZE, direction.counter, meter).await;
+                    }
+                }
+            }
+        };
+        let chunk = pipe.capacity();
+        match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
+            Ok(n) => break (pipe, n),
+            // Nothing queued after all: the pipe goes back to the pool.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
         }
     };
     direction.size.store(pipe.capacity(), Ordering::Relaxed);
+    let mut first = Some(first);
     loop {
         let chunk = pipe.capacity();
-        let n = loop {
-            from.readable().await?;
-            match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
+        let n = match first.take() {
+            Some(n) => n,
+            None => loop {
+                from.readable().await?;
+                match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            },
         };
         if n == 0 {
             // Half-close: pass the EOF on; the other direction keeps going.

@@ -51,10 +51,18 @@ impl Pipe {
     pub fn new(capacity: usize) -> io::Result<Pipe> {
         let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
         let want = capacity.clamp(4096, 1 << 30) as i32;
-        let _ = fcntl(write.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(want));
-        let granted = fcntl(write.as_raw_fd(), FcntlArg::F_GETPIPE_SZ)
-            .map(|n| n as usize)
-            .unwrap_or(65536);
+        let size = |fd: &OwnedFd| {
+            fcntl(fd.as_raw_fd(), FcntlArg::F_GETPIPE_SZ)
+                .map(|n| n as usize)
+                .unwrap_or(65536)
+        };
+        // A new pipe usually has the size the proxy asks for (the default):
+        // then there is nothing to set.
+        let mut granted = size(&write);
+        if granted != want as usize {
+            let _ = fcntl(write.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(want));
+            granted = size(&write);
+        }
         Ok(Pipe {
             read,
             write,
