@@ -152,6 +152,10 @@ fn listening_text(l: &Listening) -> String {
 /// 6 per busy one: at most 4096 connections`.
 fn capacity_text(c: &crate::proxy::Capacity) -> String {
     let limit = match (c.fd_limit, c.fd_limit_before) {
+        (Some(now), Some(before)) if c.fd_hard_limit_before.is_some() => format!(
+            "limit {now} (raised from {before}, and the hard limit from {})",
+            c.fd_hard_limit_before.unwrap_or(0)
+        ),
         (Some(now), Some(before)) if before < now => format!("limit {now} (raised from {before})"),
         (Some(now), _) => format!("limit {now}"),
         (None, _) => "limit unknown on this platform".to_string(),

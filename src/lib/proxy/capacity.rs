@@ -7,7 +7,9 @@
 //! served while `--max-conns` said 4,096, and the log blamed the upstream
 //! ("cannot reach upstream ...: Too many open files"). So at start the
 //! proxy raises its soft limit to the hard one (as Go's runtime, nginx
-//! and HAProxy do), works out what that limit allows, and, when
+//! and HAProxy do), and the hard one too when `--max-conns` needs more and
+//! the process may (CAP_SYS_RESOURCE, as HAProxy and nginx do as root),
+//! works out what that limit allows, and, when
 //! `--max-conns` asks for more, says so once with the arithmetic and
 //! serves at most what fits. Connections beyond it are `rejected` like
 //! any over `--max-conns`, with the descriptor limit named as the reason.
@@ -39,6 +41,12 @@ pub struct Capacity {
     pub fd_limit_before: Option<u64>,
     /// The hard limit: the most the soft one could be raised to.
     pub fd_hard_limit: Option<u64>,
+    /// The hard limit before the proxy raised it (only when it did: it
+    /// was below what `--max-conns` needs, and the process may raise it).
+    pub fd_hard_limit_before: Option<u64>,
+    /// Why the hard limit could not be raised to what `--max-conns` needs
+    /// (no CAP_SYS_RESOURCE, mostly): the error, with the number asked.
+    pub fd_hard_limit_refused: Option<String>,
     /// Descriptors open at start plus [`HEADROOM`]: not for connections.
     pub fds_reserved: Option<u64>,
     /// Descriptors an idle connection holds: its two sockets.
@@ -63,6 +71,10 @@ pub struct Capacity {
 /// idle pipe holds two descriptors and its grown size.
 pub const POOL_MAX: usize = 1024;
 
+/// `splice` plans one pipe for every this many connections
+/// ([`Capacity::fds_planned`]).
+pub const CONNS_PER_PIPE: u64 = 4;
+
 impl Capacity {
     /// What a connection in `mode` costs in descriptors, idle and at most.
     pub fn fds_per_conn(mode: Mode) -> (u64, u64) {
@@ -75,6 +87,43 @@ impl Capacity {
         }
     }
 
+    /// What the proxy can serve, worked out at start: the soft limit is
+    /// raised to the hard one, and when `asked` (`--max-conns`) needs more
+    /// than the hard limit, the hard one too if the process may
+    /// (CAP_SYS_RESOURCE: HAProxy and nginx do the same when started as
+    /// root); a refusal is kept, to be said with the arithmetic. Then
+    /// [`Capacity::compute`].
+    pub fn at_start(mode: Mode, asked: usize) -> Result<Capacity> {
+        let Ok((before, mut files)) = crate::sys::raise_files_to_hard_limit() else {
+            return Capacity::compute(mode, asked, None);
+        };
+        let plan = Capacity::compute(mode, asked, None)?;
+        let need = plan
+            .fds_planned(asked as u64)
+            .saturating_add(files.open + HEADROOM);
+        let (mut raised_from, mut refused) = (None, None);
+        if need > files.hard {
+            match crate::sys::raise_hard_file_limit(need) {
+                Ok(now) if now > files.hard => {
+                    raised_from = Some(files.hard);
+                    files.hard = now;
+                    files.soft = now;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    refused = Some(format!(
+                        "raising the hard limit to {need} was refused ({e}; it needs \
+                         CAP_SYS_RESOURCE)"
+                    ))
+                }
+            }
+        }
+        let mut cap = Capacity::compute(mode, asked, Some((before, files)))?;
+        cap.fd_hard_limit_before = raised_from;
+        cap.fd_hard_limit_refused = refused;
+        Ok(cap)
+    }
+
     /// Caps `asked` (`--max-conns`) to what `files` allows: `before` is
     /// the soft limit before it was raised, `files` the budget after.
     /// Without `files` (a platform that does not tell) `asked` stands.
@@ -85,6 +134,8 @@ impl Capacity {
             fd_limit: None,
             fd_limit_before: None,
             fd_hard_limit: None,
+            fd_hard_limit_before: None,
+            fd_hard_limit_refused: None,
             fds_reserved: None,
             fds_per_conn,
             fds_per_busy_conn,
@@ -107,7 +158,7 @@ impl Capacity {
         cap.fd_hard_limit = Some(files.hard);
         cap.fds_reserved = Some(reserved);
         let room = files.soft.saturating_sub(reserved);
-        let fit = room / cap.fds_planned_per_conn();
+        let fit = cap.fit(room);
         if fit == 0 {
             return Err(Error::runtime(format!(
                 "RLIMIT_NOFILE {} leaves no room for a connection: {reserved} descriptors are \
@@ -128,17 +179,35 @@ impl Capacity {
         Ok(cap)
     }
 
-    /// Descriptors planned per connection: its two sockets, and in
-    /// `splice` also one pipe (two descriptors) for every other connection,
-    /// so that half of them can move bytes one way through a pipe, or a
-    /// quarter both ways, at once. The rest copy through a buffer while
-    /// the pipes are all taken; they are not refused.
-    pub fn fds_planned_per_conn(&self) -> u64 {
-        if self.fds_per_busy_conn > self.fds_per_conn {
-            self.fds_per_conn + 1
+    /// Whether the mode plans pipes on top of the sockets (`splice`).
+    fn plans_pipes(&self) -> bool {
+        self.fds_per_busy_conn > self.fds_per_conn
+    }
+
+    /// Descriptors planned for `conns` connections: their two sockets
+    /// each, and in `splice` also one pipe (two descriptors) for every
+    /// [`CONNS_PER_PIPE`] connections, HAProxy's default ratio
+    /// (`tune.maxpipes` is `maxconn / 4`). A quarter of the connections
+    /// can move bytes one way through a pipe at once, or an eighth both
+    /// ways; a busy connection beyond that copies through a buffer while
+    /// the pipes are all taken, and is not refused.
+    pub fn fds_planned(&self, conns: u64) -> u64 {
+        let sockets = conns.saturating_mul(self.fds_per_conn);
+        if self.plans_pipes() {
+            sockets.saturating_add(2 * conns.div_ceil(CONNS_PER_PIPE))
         } else {
-            self.fds_per_conn
+            sockets
         }
+    }
+
+    /// The most connections whose planned descriptors fit in `room`.
+    fn fit(&self, room: u64) -> u64 {
+        let per_group = self.fds_planned(CONNS_PER_PIPE);
+        let mut n = room / per_group * CONNS_PER_PIPE + CONNS_PER_PIPE;
+        while n > 0 && self.fds_planned(n) > room {
+            n -= 1;
+        }
+        n
     }
 
     /// `--max-conns` was more than the limit allows.
@@ -146,10 +215,10 @@ impl Capacity {
         self.max_conns < self.max_conns_asked
     }
 
-    /// Descriptors `conns` connections need at most, with the reserve.
+    /// Descriptors `conns` connections are planned to need, with the
+    /// reserve.
     pub fn fds_needed(&self, conns: usize) -> u64 {
-        (conns as u64)
-            .saturating_mul(self.fds_planned_per_conn())
+        self.fds_planned(conns as u64)
             .saturating_add(self.fds_reserved.unwrap_or(0))
     }
 
@@ -163,12 +232,15 @@ impl Capacity {
             Some(h) => format!(" (hard limit {h})"),
             None => String::new(),
         };
+        let refused = match &self.fd_hard_limit_refused {
+            Some(why) => format!("; {why}"),
+            None => String::new(),
+        };
         format!(
-            "--max-conns {} needs {} descriptors ({} per connection: {}, plus {reserved} \
-             reserved); the limit is {limit}{hard}: serving at most {} connections; {}",
+            "--max-conns {} needs {} descriptors ({}, plus {reserved} reserved); the limit is \
+             {limit}{hard}: serving at most {} connections{refused}; {}",
             self.max_conns_asked,
             self.fds_needed(self.max_conns_asked),
-            self.fds_planned_per_conn(),
             self.per_conn_text(),
             self.max_conns,
             RAISE
@@ -177,10 +249,11 @@ impl Capacity {
 
     /// What one connection's descriptors are, in words.
     fn per_conn_text(&self) -> &'static str {
-        if self.fds_per_busy_conn > self.fds_per_conn {
-            "2 sockets, and a pipe of 2 for every other connection (a busy one holds 2 pipes, 6 in all)"
+        if self.plans_pipes() {
+            "2.5 per connection: 2 sockets, and a pipe of 2 for every fourth connection (a busy \
+             one holds 2 pipes, 6 in all)"
         } else {
-            "2 sockets"
+            "2 per connection: 2 sockets"
         }
     }
 }
@@ -229,18 +302,22 @@ mod tests {
     }
 
     #[test]
-    fn splice_plans_a_pipe_for_every_other_connection() {
-        // 256 - 22 = 234 descriptors: 78 connections × 3, and what is left
-        // after their sockets (78) is 39 pipes.
+    fn splice_plans_a_pipe_for_every_fourth_connection() {
+        // 256 - 22 = 234 descriptors: 93 connections' 186 sockets and 24
+        // pipes (one for each started four) are 234; a 94th would need 236.
         let cap = Capacity::compute(Mode::Splice, 4096, files(256, 256, 256, 6)).unwrap();
         assert_eq!((cap.fds_per_conn, cap.fds_per_busy_conn), (2, 6));
         assert_eq!(
             (cap.max_conns, cap.pipes_max, cap.pipe_pool_max),
-            (78, Some(39), Some(39))
+            (93, Some(24), Some(24))
         );
-        assert!(cap
-            .capped_text()
-            .contains("needs 12310 descriptors (3 per connection"));
+        assert_eq!((cap.fds_planned(93), cap.fds_planned(94)), (234, 236));
+        // 4096 × 2 sockets + 1024 pipes × 2 + 22 reserved.
+        let text = cap.capped_text();
+        assert!(
+            text.contains("needs 10262 descriptors (2.5 per connection"),
+            "{text}"
+        );
         // Plenty of descriptors: no more than two pipes per connection, and
         // the pool within POOL_MAX.
         let cap = Capacity::compute(Mode::Splice, 100, files(1024, 1 << 20, 1 << 20, 6)).unwrap();

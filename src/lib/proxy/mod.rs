@@ -456,8 +456,7 @@ pub fn run(
         )));
     }
     // Before the runtime opens its descriptors: they are in the headroom.
-    let files = crate::sys::raise_files_to_hard_limit().ok();
-    let capacity = Capacity::compute(cfg.mode, cfg.max_conns, files)?;
+    let capacity = Capacity::at_start(cfg.mode, cfg.max_conns)?;
     let runtime = if cfg.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_io()

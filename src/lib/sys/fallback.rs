@@ -306,7 +306,9 @@ pub fn drain_error_queue(_socket: &std::net::UdpSocket) -> usize {
 
 /// macOS has RLIMIT_NOFILE as Linux does (`sys/rlimit.rs`).
 #[cfg(target_os = "macos")]
-pub use super::rlimit::{file_limits, open_files, raise_file_limit};
+pub use super::rlimit::{
+    file_limit_ceiling, file_limits, open_files, raise_file_limit, raise_hard_file_limit,
+};
 
 /// Not read here: the caller goes ahead without raising it.
 #[cfg(not(target_os = "macos"))]
@@ -318,6 +320,18 @@ pub fn file_limits() -> io::Result<(u64, u64)> {
 #[cfg(not(target_os = "macos"))]
 pub fn raise_file_limit() -> io::Result<u64> {
     unsupported("RLIMIT_NOFILE is raised on Linux and macOS only")
+}
+
+/// Not raised here.
+#[cfg(not(target_os = "macos"))]
+pub fn raise_hard_file_limit(_to: u64) -> io::Result<u64> {
+    unsupported("RLIMIT_NOFILE is raised on Linux and macOS only")
+}
+
+/// Not known here.
+#[cfg(not(target_os = "macos"))]
+pub fn file_limit_ceiling() -> Option<u64> {
+    None
 }
 
 /// Not counted here.

@@ -12,7 +12,9 @@ use super::Received;
 
 #[path = "linux_process.rs"]
 mod process;
-pub use super::rlimit::{file_limits, open_files, raise_file_limit};
+pub use super::rlimit::{
+    file_limit_ceiling, file_limits, open_files, raise_file_limit, raise_hard_file_limit,
+};
 pub use process::{rusage, set_scheduler};
 
 #[path = "linux_qdisc.rs"]

@@ -82,6 +82,15 @@ pub fn raise_files_to_hard_limit() -> io::Result<(u64, FileBudget)> {
     Ok((before, FileBudget { soft, hard, open }))
 }
 
+/// Raises the hard RLIMIT_NOFILE (and the soft one with it) to `to`, or
+/// to the system's ceiling (/proc/sys/fs/nr_open) if that is lower, and
+/// returns what it is now. Needs privilege (CAP_SYS_RESOURCE on Linux):
+/// without it, `EPERM`, and the limits stay as they were.
+pub fn raise_hard_file_limit(to: u64) -> io::Result<u64> {
+    let to = imp::file_limit_ceiling().map_or(to, |ceiling| to.min(ceiling));
+    imp::raise_hard_file_limit(to)
+}
+
 /// Whether an error is the process's (EMFILE) or the system's (ENFILE)
 /// table of open files being full: a local limit, not the peer's doing.
 pub fn is_out_of_files(err: &io::Error) -> bool {

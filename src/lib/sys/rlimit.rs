@@ -1,5 +1,6 @@
 //! The process's budget of open files (RLIMIT_NOFILE), on Linux and macOS:
-//! read it, raise the soft limit to the hard one, count the files open.
+//! read it, raise the soft limit to the hard one (and, with privilege, the
+//! hard one), count the files open.
 //!
 //! Why raise it: the soft limit is 1024 in most shells, a relic of
 //! select(2)'s FD_SETSIZE, while the hard limit is usually far higher. A
@@ -53,6 +54,37 @@ pub fn raise_file_limit() -> io::Result<u64> {
         }
     }
     Err(err)
+}
+
+/// Raises both RLIMIT_NOFILE limits to `to` and returns it. Raising a
+/// hard limit needs privilege (CAP_SYS_RESOURCE on Linux, root on macOS),
+/// and Linux refuses one above /proc/sys/fs/nr_open ([`file_limit_ceiling`]):
+/// both give `EPERM`. HAProxy and nginx do this when started as root.
+pub fn raise_hard_file_limit(to: u64) -> io::Result<u64> {
+    let limit = libc::rlimit {
+        rlim_cur: to as libc::rlim_t,
+        rlim_max: to as libc::rlim_t,
+    };
+    // SAFETY: `limit` is a valid rlimit, read for the call only; the call
+    // touches no memory of ours.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+        Ok(to)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The most any process's hard RLIMIT_NOFILE may be: /proc/sys/fs/nr_open
+/// on Linux; `None` where it is not read (macOS, or unreadable).
+pub fn file_limit_ceiling() -> Option<u64> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Files this process has open now (the entries of /proc/self/fd on
