@@ -40,7 +40,7 @@
 #   MODES="default tokio tokio-copy copy-bidirectional std std-copy"
 #                         tcp_proxy rows of the cpu part ("default": no flags)
 #   CPS_SECONDS=5*        seconds per wrk run (quick: 3)
-#   CPS_ROUNDS=2*         (quick: 1)
+#   CPS_ROUNDS=3*         (quick: 1)
 #   CPS_CONNS=16          wrk -c (connections kept busy at once)
 #   CPS_BYTES=1024        response body bytes
 #   IDLE_CONNS=10000      idle connections per proxy
@@ -65,7 +65,7 @@ CPU_SECONDS=${CPU_SECONDS:-$([ -n "$QUICK" ] && echo 2 || echo 5)}
 CPU_ROUNDS=${CPU_ROUNDS:-$([ -n "$QUICK" ] && echo 1 || echo 2)}
 MODES=${MODES:-"default tokio tokio-copy copy-bidirectional std std-copy"}
 CPS_SECONDS=${CPS_SECONDS:-$([ -n "$QUICK" ] && echo 3 || echo 5)}
-CPS_ROUNDS=${CPS_ROUNDS:-$([ -n "$QUICK" ] && echo 1 || echo 2)}
+CPS_ROUNDS=${CPS_ROUNDS:-$([ -n "$QUICK" ] && echo 1 || echo 3)}
 CPS_CONNS=${CPS_CONNS:-16}
 CPS_BYTES=${CPS_BYTES:-1024}
 IDLE_CONNS=${IDLE_CONNS:-10000}
