@@ -421,9 +421,12 @@ fn out_of_descriptors_pauses_accept_serves_the_open_and_counts_the_limit() {
     );
 }
 
-/// splice takes a direction's pipe on its first byte: an idle connection
-/// holds its two sockets and nothing else (it held six before: two pipes
-/// made as it opened), and one byte each way adds its two pipes.
+/// splice takes a direction's pipe when bytes are queued and gives it
+/// back as soon as it is empty: an idle connection holds its two sockets
+/// and nothing else (it held six before: two pipes made as it opened),
+/// and so does one that moved a byte each way and went quiet. Two such
+/// connections, one after the other, make at most two pipes between
+/// them (four if each kept its own), all waiting in the pool afterwards.
 #[cfg(target_os = "linux")]
 #[test]
 fn splice_idle_connection_holds_two_descriptors() {
@@ -444,31 +447,45 @@ fn splice_idle_connection_holds_two_descriptors() {
     thread::sleep(std::time::Duration::from_millis(200));
     let per_conn = (proxy.fd_count() - baseline) as f64 / CONNS as f64;
     assert_eq!(per_conn, 2.0, "descriptors per idle connection");
-    // One byte each way on one connection: its two pipes.
+    // One byte each way on two connections, one after the other.
     let legs = upstream.take_all();
-    (&clients[0]).write_all(b"x").unwrap();
-    let mut one = [0u8; 1];
-    let up = legs
-        .iter()
-        .find(|u| {
-            u.set_nonblocking(true).unwrap();
-            thread::sleep(std::time::Duration::from_millis(1));
-            u.peek(&mut one).is_ok()
-        })
-        .or_else(|| {
-            thread::sleep(std::time::Duration::from_millis(200));
-            legs.iter().find(|u| u.peek(&mut one).is_ok())
-        })
-        .expect("the byte reached the upstream");
-    up.set_nonblocking(false).unwrap();
-    (&*up).read_exact(&mut one).unwrap();
-    (&*up).write_all(b"y").unwrap();
-    timeouts(&clients[0], WAIT);
-    (&clients[0]).read_exact(&mut one).unwrap();
-    assert_eq!(&one, b"y");
-    assert_eq!(
-        proxy.fd_count(),
-        baseline + 2 * CONNS + 4,
-        "a busy connection's pipes"
+    for client in &clients[..2] {
+        echo_one_byte(client, &legs);
+    }
+    thread::sleep(std::time::Duration::from_millis(100));
+    let pipe_fds = proxy.fd_count() - (baseline + 2 * CONNS);
+    drop(clients);
+    let stopped = stop(proxy);
+    let created = stopped["pipes_created"].as_u64().unwrap() as usize;
+    assert!(
+        (1..=2).contains(&created),
+        "{created} pipes made for two one-byte exchanges: a quiet connection kept its pipes; {stopped}"
     );
+    assert_eq!(pipe_fds, 2 * created, "only the pooled pipes: {stopped}");
+    assert_eq!(stopped["pipes_pooled"], created as u64, "{stopped}");
+}
+
+/// Sends one byte from `client` through the proxy, answers it from the
+/// upstream leg it arrived on (one of `legs`), and reads the answer.
+fn echo_one_byte(client: &TcpStream, legs: &[TcpStream]) {
+    let mut one = [0u8; 1];
+    let mut client = client;
+    client.write_all(b"x").unwrap();
+    let arrived = |u: &TcpStream| {
+        u.set_nonblocking(true).unwrap();
+        let got = u.peek(&mut [0u8; 1]).is_ok();
+        u.set_nonblocking(false).unwrap();
+        got
+    };
+    let mut up = None;
+    common::wait_until(WAIT, "the byte to reach the upstream", || {
+        up = legs.iter().find(|u| arrived(u));
+        up.is_some()
+    });
+    let mut up = up.unwrap();
+    up.read_exact(&mut one).unwrap();
+    up.write_all(b"y").unwrap();
+    timeouts(client, WAIT);
+    client.read_exact(&mut one).unwrap();
+    assert_eq!(&one, b"y");
 }

@@ -558,10 +558,11 @@ fn splice_pipes_grow_under_bulk_and_stay_within_the_maximum() {
 /// at both ends, took about 6 s per connection on the 2-core VM.
 const BULK: u64 = 1 << 30;
 
-/// splice's pipes are taken on a direction's first byte and given back to
-/// the pool at its end: a 1 GiB transfer each way is byte-exact (sha256 at
-/// both ends), its two pipes are pooled afterwards (four descriptors, no
-/// more), and the next connection takes them warm, again byte-exact.
+/// splice's pipes are taken while bytes are queued and given back to the
+/// pool when a direction finds none: a 1 GiB transfer each way is
+/// byte-exact (sha256 at both ends), its two pipes are pooled afterwards
+/// (four descriptors, no more), and the next connection takes them warm,
+/// again byte-exact, and makes none.
 #[cfg(target_os = "linux")]
 #[test]
 fn splice_pooled_pipes_carry_bulk_exactly_and_are_reused() {
@@ -582,15 +583,19 @@ fn splice_pooled_pipes_carry_bulk_exactly_and_are_reused() {
     proxy.event(|v| v["event"] == "conn_closed" && v["id"] == 2);
     proxy.guard.signal(libc::SIGTERM);
     let stopped = proxy.event(|v| v["event"] == "stopped");
+    // The second connection made no pipe: it took the pooled ones, again
+    // and again (a pipe goes back whenever its direction finds nothing
+    // queued).
     assert_eq!(stopped["pipes_created"], 2, "{stopped}");
-    assert_eq!(stopped["pipes_reused"], 2, "{stopped}");
+    assert!(stopped["pipes_reused"].as_u64().unwrap() >= 2, "{stopped}");
     assert_eq!(stopped["pipes_in_use"], 0, "{stopped}");
     assert_eq!(stopped["pipes_pooled"], 2, "{stopped}");
 }
 
 /// With `--pipe-budget 128KiB` (two doublings from 64 KiB) and 8 pipes
-/// that all want to grow to 1 MiB, growth runs out: the pipes together grow
-/// by no more than the budget, the first refusal is one event, every
+/// that all want to grow to 1 MiB, growth runs out: no pipe grows past
+/// 128 KiB (a second doubling would take more than the budget), the first
+/// refusal is one event, every
 /// refusal is counted in the summary, and every byte still gets through
 /// exactly. The connections are all open before
 /// any sends, so that none can close and hand its budget to another.
@@ -617,17 +622,17 @@ fn splice_pipe_budget_refuses_growth_says_so_once_and_forwards_exactly() {
         runs.into_iter().map(|r| r.join().unwrap()).collect()
     });
     assert_exact(&clients, &from_upstream, total);
-    let mut grown = 0;
     for closed in closed_events(&proxy, CONNS) {
         assert_eq!(closed["end"], "closed", "{closed}");
         for key in ["pipe_client_to_upstream", "pipe_upstream_to_client"] {
+            // The size of the last pipe the direction held: directions take
+            // pipes from one pool while bytes are queued, so two may report
+            // the same pipe. No pipe can pass 128 KiB: its next doubling
+            // would take 192 KiB of growth, more than the budget.
             let size = closed[key].as_u64().unwrap();
-            assert!(size >= 64 << 10, "{closed}");
-            grown += size - (64 << 10);
+            assert!((64 << 10..=128 << 10).contains(&size), "{closed}");
         }
     }
-    // All were open together, so their final sizes were held at once.
-    assert!(grown <= 128 << 10, "pipes grew by {grown} B");
     proxy.guard.signal(libc::SIGTERM);
     exits_cleanly(&mut proxy, "after SIGTERM");
     let stopped = proxy.event(|v| v["event"] == "stopped");

@@ -79,8 +79,8 @@ impl Capacity {
     /// What a connection in `mode` costs in descriptors, idle and at most.
     pub fn fds_per_conn(mode: Mode) -> (u64, u64) {
         match mode {
-            // Two sockets; a direction takes a pipe (two descriptors) on
-            // its first byte.
+            // Two sockets; a direction holds a pipe (two descriptors)
+            // while bytes are queued.
             Mode::Splice => (2, 6),
             // Two sockets; the std modes' threads hold no descriptor.
             _ => (2, 2),

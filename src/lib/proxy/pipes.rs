@@ -10,8 +10,8 @@
 //! every pipe starts at the kernel's default, and a pipe doubles only when
 //! a fill took all of it (the sender was faster than one pipe-full), up to
 //! `--buffer-size`. A pipe never shrinks: the relay only grows a pipe it
-//! has just emptied, and keeps it until the connection closes; then an
-//! empty pipe goes to the [`PipePool`] at its size, for the next busy
+//! has just emptied, and keeps it while bytes are queued; then the empty
+//! pipe goes to the [`PipePool`] at its size, for the next busy
 //! direction.
 //!
 //! Why a budget: growth is charged to one process-wide [`PipeBudget`]
@@ -117,6 +117,8 @@ pub struct Refusal {
 struct Idle {
     pipe: SplicePipe,
     charged: usize,
+    /// A growth was refused: the pipe keeps its size wherever it goes next.
+    settled: bool,
 }
 
 /// Every splice pipe of the proxy: the ones in use, and a bounded pool of
@@ -124,9 +126,9 @@ struct Idle {
 ///
 /// Why lazy, and why a pool: a pipe is two descriptors. Made when the
 /// connection opened, a splice connection held six descriptors before a
-/// byte moved. Now a direction takes a pipe on its first byte (an idle
-/// connection holds its two sockets only) and gives it back when the
-/// connection closes. An empty pipe goes into the pool, at the size it
+/// byte moved. Now a direction takes a pipe when bytes are queued (an idle
+/// connection holds its two sockets only) and gives it back as soon as a
+/// fill finds nothing queued, or the direction ends. An empty pipe goes into the pool, at the size it
 /// grew to, and the next busy direction takes it warm. A pipe that still
 /// holds bytes (an error mid-drain) is closed instead: nothing of one
 /// connection may reach another. The pool keeps at most `max_pooled`
@@ -212,7 +214,9 @@ impl PipePool {
     /// pipe costs no system call, and it goes straight back.
     pub fn take_pooled(&self, max: usize) -> Option<GrowingPipe<'_>> {
         let idle = self.idle().pop()?;
-        Some(self.lend(idle.pipe, self.cap(max), idle.charged, true))
+        let mut pipe = self.lend(idle.pipe, self.cap(max), idle.charged, true);
+        pipe.settled = idle.settled;
+        Some(pipe)
     }
 
     /// `max` within /proc/sys/fs/pipe-max-size.
@@ -260,12 +264,16 @@ impl PipePool {
 
     /// A pipe back from a direction: into the pool if it is empty and the
     /// pool has room, else closed (its growth released).
-    fn give_back(&self, pipe: SplicePipe, charged: usize, empty: bool) {
+    fn give_back(&self, pipe: SplicePipe, charged: usize, settled: bool, empty: bool) {
         self.in_use.fetch_sub(1, Ordering::Relaxed);
         if empty {
             let mut idle = self.idle();
             if idle.len() < self.max_pooled {
-                idle.push(Idle { pipe, charged });
+                idle.push(Idle {
+                    pipe,
+                    charged,
+                    settled,
+                });
                 return;
             }
         }
@@ -375,7 +383,8 @@ impl GrowingPipe<'_> {
 impl Drop for GrowingPipe<'_> {
     fn drop(&mut self) {
         if let Some(pipe) = self.pipe.take() {
-            self.pool.give_back(pipe, self.charged, self.held == 0);
+            self.pool
+                .give_back(pipe, self.charged, self.settled, self.held == 0);
         }
     }
 }

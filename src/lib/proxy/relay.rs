@@ -26,15 +26,15 @@
 //! life, and that is part of what those modes measure (docs/proxy.md has
 //! the figures).
 //!
-//! `splice` holds no user-space buffer at all: a pipe per direction, taken
-//! on the direction's first byte from the proxy's pool (warm, at the size
-//! it grew to) or made at the kernel's 64 KiB, growing on demand up to
-//! `--buffer-size` under `--pipe-budget`, and given back to the pool when
-//! the connection closes (`super::pipes`). A direction that finds no pipe
-//! copies like `tokio` with a 64 KiB buffer.
+//! `splice` holds no user-space buffer at all: a pipe per direction while
+//! bytes are queued, taken from the proxy's pool (warm, at the size it
+//! grew to) or made at the kernel's 64 KiB, growing on demand up to
+//! `--buffer-size` under `--pipe-budget`, and given back to the pool as
+//! soon as a fill finds nothing queued (`super::pipes`). A direction that
+//! finds no pipe copies like `tokio` with a 64 KiB buffer.
 
 use super::events::End;
-use super::pipes::START_SIZE;
+use super::pipes::{GrowingPipe, START_SIZE};
 use super::{Ctx, Cut, Meter};
 use crate::config::proxy::Mode;
 use std::future::poll_fn;
@@ -282,6 +282,14 @@ struct SpliceDirection<'a> {
 /// Once empty, a pipe that the last fill filled completely doubles (see
 /// `super::pipes`); a refused growth is reported and the pipe keeps its
 /// size.
+///
+/// A pipe is held only while bytes are queued: when a fill finds nothing,
+/// the empty pipe goes back to the pool and the direction waits for its
+/// next byte holding two sockets, like HAProxy, which releases a pipe as
+/// soon as it is empty. A connection that exchanged a few bytes and then
+/// sat idle used to keep its pipes to the end: 7,990 idle connections that
+/// had each echoed 8 bytes held all 1,998 pipes the descriptor limit
+/// allowed, and the next busy connection had to copy.
 async fn splice_pump(
     from: &TcpStream,
     to: &TcpStream,
@@ -293,75 +301,95 @@ async fn splice_pump(
     use std::os::fd::AsFd;
     use tokio::io::Interest;
 
-    // No pipe until the first byte: an idle connection holds its two
-    // sockets only, and a direction that ends without a byte never takes
-    // one. A socket can be reported readable with nothing queued (a fresh
-    // connection was, every one), so a pipe is only tried, not kept: with
-    // a pooled pipe the first fill is tried at once and the pipe goes
-    // straight back if nothing was there (no system call spent, where a
-    // peek cost one per direction); with none pooled, a peek waits for a
-    // byte (or the EOF) to be really there before a pipe is made, so that
-    // idle connections never fill the pool.
-    let (mut pipe, first) = loop {
+    loop {
+        let (mut pipe, mut n) = match take_pipe_for_bytes(from, ctx).await? {
+            Taken::Pipe(pipe, n) => (pipe, n),
+            Taken::Eof => {
+                return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+            }
+            Taken::Refused(refused) => {
+                ctx.pipe_unavailable(id, direction.name, refused.as_ref());
+                return pump(from, to, START_SIZE, direction.counter, meter).await;
+            }
+        };
+        direction.size.store(pipe.capacity(), Ordering::Relaxed);
+        loop {
+            if n == 0 {
+                // Half-close: pass the EOF on; the other direction keeps going.
+                return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+            }
+            let mut left = n;
+            while left > 0 {
+                to.writable().await?;
+                match to.try_io(Interest::WRITABLE, || pipe.drain_to(to.as_fd(), left)) {
+                    Ok(0) => return Err(io::Error::other("splice moved 0 bytes from a full pipe")),
+                    Ok(m) => {
+                        left -= m;
+                        meter.add(direction.counter, m);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            if let Some(refusal) = pipe.grow_if_full(n) {
+                ctx.pipe_growth_refused(id, direction.name, refusal);
+            }
+            direction.size.store(pipe.capacity(), Ordering::Relaxed);
+            // More queued? Fill again; if nothing is, the empty pipe goes
+            // back to the pool (dropped at the end of this loop).
+            let chunk = pipe.capacity();
+            match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
+                Ok(m) => n = m,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// What [`take_pipe_for_bytes`] found.
+enum Taken<'a> {
+    /// A pipe, and what its first fill moved (0: the EOF).
+    Pipe(GrowingPipe<'a>, usize),
+    /// The EOF, before any byte (no pipe was made for it).
+    Eof,
+    /// No pipe: all `pipes_max` are out (`None`), or the kernel refused
+    /// one (EMFILE, ENOMEM).
+    Refused(Option<io::Error>),
+}
+
+/// Waits until bytes are queued on `from` and moves them into a pipe. A
+/// socket can be reported readable with nothing queued (a fresh connection
+/// was, every one), so a pipe is only tried, not kept: with a pooled pipe
+/// the fill is tried at once and the pipe goes straight back if nothing
+/// was there (no system call spent, where a peek costs one); with none
+/// pooled, a peek waits for a byte (or the EOF) to be really there before
+/// a pipe is made, so that idle connections never fill the pool.
+async fn take_pipe_for_bytes<'a>(from: &TcpStream, ctx: &'a Ctx) -> io::Result<Taken<'a>> {
+    use std::os::fd::AsFd;
+    use tokio::io::Interest;
+
+    loop {
         from.readable().await?;
         let mut pipe = match ctx.pipes.take_pooled(ctx.cfg.buffer_size) {
             Some(pipe) => pipe,
             None => {
                 if from.peek(&mut [0u8; 1]).await? == 0 {
-                    return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+                    return Ok(Taken::Eof);
                 }
                 match ctx.pipes.take(ctx.cfg.buffer_size) {
                     Ok(Some(pipe)) => pipe,
-                    refused => {
-                        ctx.pipe_unavailable(id, direction.name, refused.as_ref().err());
-                        return pump(from, to, START_SIZE, direction.counter, meter).await;
-                    }
+                    Ok(None) => return Ok(Taken::Refused(None)),
+                    Err(e) => return Ok(Taken::Refused(Some(e))),
                 }
             }
         };
         let chunk = pipe.capacity();
         match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
-            Ok(n) => break (pipe, n),
+            Ok(n) => return Ok(Taken::Pipe(pipe, n)),
             // Nothing queued after all: the pipe goes back to the pool.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }
-    };
-    direction.size.store(pipe.capacity(), Ordering::Relaxed);
-    let mut first = Some(first);
-    loop {
-        let chunk = pipe.capacity();
-        let n = match first.take() {
-            Some(n) => n,
-            None => loop {
-                from.readable().await?;
-                match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Err(e),
-                }
-            },
-        };
-        if n == 0 {
-            // Half-close: pass the EOF on; the other direction keeps going.
-            return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
-        }
-        let mut left = n;
-        while left > 0 {
-            to.writable().await?;
-            match to.try_io(Interest::WRITABLE, || pipe.drain_to(to.as_fd(), left)) {
-                Ok(0) => return Err(io::Error::other("splice moved 0 bytes from a full pipe")),
-                Ok(m) => {
-                    left -= m;
-                    meter.add(direction.counter, m);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        if let Some(refusal) = pipe.grow_if_full(n) {
-            ctx.pipe_growth_refused(id, direction.name, refusal);
-        }
-        direction.size.store(pipe.capacity(), Ordering::Relaxed);
     }
 }
