@@ -76,22 +76,30 @@ pub(super) async fn relay(
             Mode::Std | Mode::StdCopy => Err(io::Error::other("not a tokio mode")),
         }
     };
+    // Boxed, and only with --idle-timeout: its timer's room would be in
+    // every connection's task otherwise, set or not.
+    let watchdog = cfg
+        .idle_timeout
+        .map(|idle| Box::pin(idle_watchdog(meter, idle)));
+    let idle = async {
+        match watchdog {
+            Some(watchdog) => watchdog.await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         biased;
         r = work => match r {
             Ok(()) => End::Closed,
             Err(e) => End::from_io(&e),
         },
-        () = idle_watchdog(meter, cfg.idle_timeout) => End::Idle,
+        () = idle => End::Idle,
         _ = cut => End::Cut,
     }
 }
 
-/// Resolves once no byte has moved either way for `idle`; never without one.
-async fn idle_watchdog(meter: &Meter, idle: Option<Duration>) {
-    let Some(idle) = idle else {
-        return std::future::pending().await;
-    };
+/// Resolves once no byte has moved either way for `idle`.
+async fn idle_watchdog(meter: &Meter, idle: Duration) {
     loop {
         let quiet = meter.idle_for();
         if quiet >= idle {
@@ -374,7 +382,15 @@ async fn take_pipe_for_bytes<'a>(from: &TcpStream, ctx: &'a Ctx) -> io::Result<T
         let mut pipe = match ctx.pipes.take_pooled(ctx.cfg.buffer_size) {
             Some(pipe) => pipe,
             None => {
-                if from.peek(&mut [0u8; 1]).await? == 0 {
+                // poll_peek, not peek(): that future's waiter is 232 bytes
+                // of every connection's task.
+                let peeked = poll_fn(|cx| {
+                    let mut one = [0u8; 1];
+                    let mut buf = ReadBuf::new(&mut one);
+                    from.poll_peek(cx, &mut buf)
+                })
+                .await?;
+                if peeked == 0 {
                     return Ok(Taken::Eof);
                 }
                 match ctx.pipes.take(ctx.cfg.buffer_size) {
