@@ -12,7 +12,8 @@
 #   cps    connections per second: wrk -H 'Connection: close' (a new
 #          connection per request, ~1 KiB response) against a small Go
 #          net/http server (bench/peers/costpeer) behind each proxy, and the
-#          proxy's CPU per 1,000 connections;
+#          proxy's CPU per 1,000 connections; once with each proxy pinned
+#          to CPU 0 and the load on the other CPUs, once all sharing them;
 #   idle   IDLE_CONNS idle connections through each proxy, every proxy
 #          started from a shell whose soft RLIMIT_NOFILE is PROXY_NOFILE
 #          (1024): how many were served (one echo each), the proxy's RSS and
@@ -43,6 +44,9 @@
 #   CPS_ROUNDS=3*         (quick: 1)
 #   CPS_CONNS=16          wrk -c (connections kept busy at once)
 #   CPS_BYTES=1024        response body bytes
+#   CPS_LAYOUTS="pinned shared"  pinned: each proxy on CPU 0 and wrk with its
+#                         server on the others (taskset); shared: nobody
+#                         pinned (only "shared" on one CPU)
 #   IDLE_CONNS=10000      idle connections per proxy
 #   PROXY_NOFILE=1024     soft RLIMIT_NOFILE every proxy is started with
 #                         (every part); the hard limit is left as it is
@@ -68,6 +72,8 @@ CPS_SECONDS=${CPS_SECONDS:-$([ -n "$QUICK" ] && echo 3 || echo 5)}
 CPS_ROUNDS=${CPS_ROUNDS:-$([ -n "$QUICK" ] && echo 1 || echo 3)}
 CPS_CONNS=${CPS_CONNS:-16}
 CPS_BYTES=${CPS_BYTES:-1024}
+NCPU=$(nproc)
+CPS_LAYOUTS=${CPS_LAYOUTS:-$([ "$NCPU" -ge 2 ] && echo "pinned shared" || echo shared)}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 PROXY_NOFILE=${PROXY_NOFILE:-1024}
 IDLE_TCP_PROXY_FLAGS=${IDLE_TCP_PROXY_FLAGS:-"--max-conns $((IDLE_CONNS + 64))"}
@@ -81,6 +87,10 @@ TMP=$(mktemp -d /tmp/proxy-cost.XXXXXX)
 RESULTS=$TMP/results.tsv
 : >"$RESULTS"
 PIDS=()
+# Commands put before a proxy and before the load (wrk, its server) in the
+# cps part's "pinned" layout: empty everywhere else.
+PROXY_PREFIX=()
+LOAD_PREFIX=()
 cleanup() {
     for p in "${PIDS[@]}"; do
         kill "$p" 2>/dev/null || true
@@ -137,7 +147,7 @@ echo "haproxy: $(haproxy -v 2>/dev/null | sed -n 1p)"
 echo "go: $(go version); iperf3: $(iperf3 --version 2>/dev/null | sed -n 1p); wrk: $(wrk --version 2>&1 | sed -n 1p | cut -c1-40)"
 echo "date: $(date -u +%FT%TZ); tcp congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control); RLIMIT_NOFILE here: soft $(ulimit -Sn), hard $(ulimit -Hn)"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the proxy shares $(nproc) cpus with everything else running)"
-echo "settings: RATES='$RATES' CPU_SECONDS=$CPU_SECONDS CPU_ROUNDS=$CPU_ROUNDS CPS_SECONDS=$CPS_SECONDS CPS_ROUNDS=$CPS_ROUNDS CPS_CONNS=$CPS_CONNS IDLE_CONNS=$IDLE_CONNS PROXY_NOFILE=$PROXY_NOFILE RTTS=$RTTS MSG=$MSG SKIP='$SKIP'"
+echo "settings: RATES='$RATES' CPU_SECONDS=$CPU_SECONDS CPU_ROUNDS=$CPU_ROUNDS CPS_SECONDS=$CPS_SECONDS CPS_ROUNDS=$CPS_ROUNDS CPS_CONNS=$CPS_CONNS CPS_LAYOUTS='$CPS_LAYOUTS' IDLE_CONNS=$IDLE_CONNS PROXY_NOFILE=$PROXY_NOFILE RTTS=$RTTS MSG=$MSG SKIP='$SKIP'"
 
 # A free loopback port for a server to bind.
 free_port() {
@@ -176,7 +186,7 @@ stop() {
 # A peer server from bench/peers/costpeer: sets SERVER_ADDR, SERVER_PID.
 start_server() {
     local out=$TMP/server-$1-$RANDOM.out
-    "$PEER" "$@" >"$out" 2>&1 &
+    ${LOAD_PREFIX[@]+"${LOAD_PREFIX[@]}"} "$PEER" "$@" >"$out" 2>&1 &
     SERVER_PID=$!
     PIDS+=("$SERVER_PID")
     SERVER_ADDR=$(wait_line "$out" 'listening on' | awk '{print $3}')
@@ -200,7 +210,7 @@ start_target() {
         tcp_proxy:*)
             local mode=${kind#tcp_proxy:}
             [ "$mode" = default ] && mode=""
-            (ulimit -Sn "$PROXY_NOFILE" && exec "$BIN" --listen "127.0.0.1:$port" --upstream "$up" \
+            (ulimit -Sn "$PROXY_NOFILE" && exec ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} "$BIN" --listen "127.0.0.1:$port" --upstream "$up" \
                 ${mode:+--mode "$mode"} "$@") >"$PROXY_LOG" 2>&1 &
             ;;
         haproxy | haproxy-splice)
@@ -220,10 +230,10 @@ listen bench
 $([ "$kind" = haproxy-splice ] && echo "    option splice-auto")
     server upstream $up
 EOF
-            (ulimit -Sn "$PROXY_NOFILE" && exec haproxy -db -f "$cfg") >"$PROXY_LOG" 2>&1 &
+            (ulimit -Sn "$PROXY_NOFILE" && exec ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} haproxy -db -f "$cfg") >"$PROXY_LOG" 2>&1 &
             ;;
         go)
-            (ulimit -Sn "$PROXY_NOFILE" && exec "$GO_PROXY" -listen "127.0.0.1:$port" -upstream "$up") >"$PROXY_LOG" 2>&1 &
+            (ulimit -Sn "$PROXY_NOFILE" && exec ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} "$GO_PROXY" -listen "127.0.0.1:$port" -upstream "$up") >"$PROXY_LOG" 2>&1 &
             ;;
         *) echo "unknown target $kind" >&2; return 1 ;;
     esac
@@ -304,24 +314,35 @@ if ! skip cpu; then
 fi
 
 # ------------------------------------------------------------------ cps
+# Two layouts: "pinned", every proxy on CPU 0 and wrk with its server on
+# the other CPUs (taskset), so that what the proxy costs is not a race
+# with the load for the same cores; and "shared", nobody pinned, what a
+# user sees who runs everything on one small machine.
 if ! skip cps; then
+  for layout in $CPS_LAYOUTS; do
+    part=cps
+    PROXY_PREFIX=() LOAD_PREFIX=()
+    if [ "$layout" = pinned ]; then
+        part=cps-pinned
+        PROXY_PREFIX=(taskset -c 0) LOAD_PREFIX=(taskset -c "1-$((NCPU - 1))")
+    fi
     start_server http -size "$CPS_BYTES"
     HTTP_PID=$SERVER_PID HTTP_ADDR=$SERVER_ADDR
-    log "cps: wrk -t1 -c$CPS_CONNS -d${CPS_SECONDS}s -H 'Connection: close', $CPS_ROUNDS rounds"
+    log "cps ($layout): wrk -t1 -c$CPS_CONNS -d${CPS_SECONDS}s -H 'Connection: close', $CPS_ROUNDS rounds"
     targets=(tcp_proxy:default "${PEERS[@]}" direct)
     for round in $(seq "$CPS_ROUNDS"); do
         for t in "${targets[@]}"; do
             if ! start_target "$t" "$HTTP_ADDR"; then
                 log "cps: $t did not start: $(head -c 300 "$PROXY_LOG")"
-                record cps "$t" "$round" fail
+                record "$part" "$t" "$round" fail
                 continue
             fi
             c0=$(cpu_ticks "$PROXY_PID")
             out=$TMP/wrk.out
-            timeout $((CPS_SECONDS + 30)) wrk -t1 -c"$CPS_CONNS" -d"${CPS_SECONDS}s" --timeout 5s \
+            timeout $((CPS_SECONDS + 30)) ${LOAD_PREFIX[@]+"${LOAD_PREFIX[@]}"} wrk -t1 -c"$CPS_CONNS" -d"${CPS_SECONDS}s" --timeout 5s \
                 -H 'Connection: close' "http://$PROXY_ADDR/" >"$out" 2>&1 || true
             c1=$(cpu_ticks "$PROXY_PID")
-            record cps "$t" "$round" "$(python3 - "$out" $((c1 - c0)) "$TICK" <<'EOF'
+            record "$part" "$t" "$round" "$(python3 - "$out" $((c1 - c0)) "$TICK" <<'EOF'
 import re, sys
 text = open(sys.argv[1]).read()
 m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", text)
@@ -343,6 +364,7 @@ EOF
         done
     done
     stop "$HTTP_PID"
+  done
 fi
 
 # ------------------------------------------------------------------ idle
