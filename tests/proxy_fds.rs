@@ -58,17 +58,30 @@ fn ensure_own_fds(need: u64) {
 /// with the capability it would raise the hard limit itself
 /// ([`hard_limit_raised_when_the_process_may_else_the_refusal_said`]).
 fn limited(soft: u64, hard: u64) -> Command {
+    let inner = prlimited(soft, hard);
     let mut cmd = Command::new(setpriv());
     cmd.args([
         "--inh-caps=-sys_resource",
         "--bounding-set=-sys_resource",
         "--",
     ]);
-    cmd.arg("prlimit")
-        .arg(format!("--nofile={soft}:{hard}"))
+    cmd.arg(inner.get_program()).args(inner.get_args());
+    cmd
+}
+
+/// The proxy binary under `prlimit --nofile=SOFT:HARD` alone, with the
+/// capabilities of whoever runs the tests.
+fn prlimited(soft: u64, hard: u64) -> Command {
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--nofile={soft}:{hard}"))
         .arg("--")
         .arg(bin());
     cmd
+}
+
+/// A splice proxy to `upstream`, started by `cmd` (one of the above).
+fn start_splice(cmd: Command, upstream: &HoldingUpstream) -> Proxy {
+    Proxy::start_with(cmd, "127.0.0.1", upstream.addr, "splice", &[], WAIT)
 }
 
 /// setpriv (util-linux), which .ci/run installs.
@@ -203,14 +216,7 @@ fn soft_limit_1024_is_raised_and_3000_connections_are_served_exactly() {
     ensure_own_fds(2 * CONNS as u64 + 512);
     let hard = nofile_limits().1.max(20_000);
     let upstream = HoldingUpstream::start();
-    let proxy = Proxy::start_with(
-        limited(1024, hard),
-        "127.0.0.1",
-        upstream.addr,
-        "splice",
-        &[],
-        WAIT,
-    );
+    let proxy = start_splice(limited(1024, hard), &upstream);
     let listening = proxy.event(|v| v["event"] == "listening");
     assert_eq!(listening["fd_limit_before"], 1024, "{listening}");
     assert_eq!(listening["fd_limit"], hard, "{listening}");
@@ -239,9 +245,7 @@ fn soft_limit_1024_is_raised_and_3000_connections_are_served_exactly() {
 #[test]
 fn hard_limit_raised_when_the_process_may_else_the_refusal_said() {
     let upstream = HoldingUpstream::start();
-    let mut cmd = Command::new("prlimit");
-    cmd.arg("--nofile=256:256").arg("--").arg(bin());
-    let proxy = Proxy::start_with(cmd, "127.0.0.1", upstream.addr, "splice", &[], WAIT);
+    let proxy = start_splice(prlimited(256, 256), &upstream);
     let listening = proxy.event(|v| v["event"] == "listening");
     // 4096 connections: 8192 sockets and 1024 pipes, plus the reserve.
     let reserved = listening["fds_reserved"].as_u64().unwrap();
@@ -282,14 +286,7 @@ fn hard_limit_raised_when_the_process_may_else_the_refusal_said() {
 fn hard_limit_256_states_capacity_refuses_the_excess_and_returns_every_fd() {
     const EXTRA: usize = 10;
     let upstream = HoldingUpstream::start();
-    let proxy = Proxy::start_with(
-        limited(256, 256),
-        "127.0.0.1",
-        upstream.addr,
-        "splice",
-        &[],
-        WAIT,
-    );
+    let proxy = start_splice(limited(256, 256), &upstream);
     let listening = proxy.event(|v| v["event"] == "listening");
     assert_eq!(listening["fd_limit"], 256, "{listening}");
     let capacity = listening["max_conns"].as_u64().unwrap() as usize;

@@ -151,14 +151,15 @@ fn listening_text(l: &Listening) -> String {
 /// `descriptors: limit 20000 (raised from 1024), 2 per idle connection and
 /// 6 per busy one: at most 4096 connections`.
 fn capacity_text(c: &crate::proxy::Capacity) -> String {
-    let limit = match (c.fd_limit, c.fd_limit_before) {
-        (Some(now), Some(before)) if c.fd_hard_limit_before.is_some() => format!(
-            "limit {now} (raised from {before}, and the hard limit from {})",
-            c.fd_hard_limit_before.unwrap_or(0)
-        ),
-        (Some(now), Some(before)) if before < now => format!("limit {now} (raised from {before})"),
-        (Some(now), _) => format!("limit {now}"),
-        (None, _) => "limit unknown on this platform".to_string(),
+    let limit = match (c.fd_limit, c.fd_limit_before, c.fd_hard_limit_before) {
+        (Some(now), Some(before), Some(hard)) => {
+            format!("limit {now} (raised from {before}, and the hard limit from {hard})")
+        }
+        (Some(now), Some(before), None) if before < now => {
+            format!("limit {now} (raised from {before})")
+        }
+        (Some(now), _, _) => format!("limit {now}"),
+        (None, _, _) => "limit unknown on this platform".to_string(),
     };
     let per = if c.fds_per_busy_conn > c.fds_per_conn {
         format!(
