@@ -560,9 +560,14 @@ const BULK: u64 = 1 << 30;
 
 /// splice's pipes are taken while bytes are queued and given back to the
 /// pool when a direction finds none: a 1 GiB transfer each way is
-/// byte-exact (sha256 at both ends), its two pipes are pooled afterwards
-/// (four descriptors, no more), and the next connection takes them warm,
-/// again byte-exact, and makes none.
+/// byte-exact (sha256 at both ends), its pipes are pooled afterwards (one
+/// per direction at most: two or four descriptors, nothing else), and the
+/// next connection takes them warm, again byte-exact, and makes none.
+///
+/// One pipe or two: the directions share the pool, so when they never
+/// hold a pipe at the same moment, one pipe carries both. On a busy
+/// machine that happened in 2 runs of 6; on a quiet one each direction
+/// makes its own.
 #[cfg(target_os = "linux")]
 #[test]
 fn splice_pooled_pipes_carry_bulk_exactly_and_are_reused() {
@@ -573,23 +578,29 @@ fn splice_pooled_pipes_carry_bulk_exactly_and_are_reused() {
     assert_exact(&[first], &from_upstream, BULK);
     let closed = &closed_events(&proxy, 1)[0];
     assert_eq!(closed["client_to_upstream"], BULK, "{closed}");
-    assert_eq!(
-        proxy.fd_count(),
-        baseline + 4,
-        "two pipes pooled, nothing else"
+    let pooled_fds = proxy.fd_count() - baseline;
+    assert!(
+        pooled_fds == 2 || pooled_fds == 4,
+        "{pooled_fds} descriptors over the baseline: one or two pipes pooled, nothing else"
     );
     let second = bulk_client(proxy.connect(), BULK);
     assert_exact(&[second], &from_upstream, BULK);
     proxy.event(|v| v["event"] == "conn_closed" && v["id"] == 2);
     proxy.guard.signal(libc::SIGTERM);
     let stopped = proxy.event(|v| v["event"] == "stopped");
-    // The second connection made no pipe: it took the pooled ones, again
-    // and again (a pipe goes back whenever its direction finds nothing
-    // queued).
-    assert_eq!(stopped["pipes_created"], 2, "{stopped}");
+    // The second connection took the pooled pipes, again and again (a
+    // pipe goes back whenever its direction finds nothing queued), and
+    // made one only if the first had left a single pipe: never more than
+    // one per direction, and every pipe pooled at the end.
+    let first_made = pooled_fds as u64 / 2;
+    let created = stopped["pipes_created"].as_u64().unwrap();
+    assert!(
+        (first_made..=2).contains(&created),
+        "first made {first_made}: {stopped}"
+    );
     assert!(stopped["pipes_reused"].as_u64().unwrap() >= 2, "{stopped}");
     assert_eq!(stopped["pipes_in_use"], 0, "{stopped}");
-    assert_eq!(stopped["pipes_pooled"], 2, "{stopped}");
+    assert_eq!(stopped["pipes_pooled"], created, "{stopped}");
 }
 
 /// With `--pipe-budget 128KiB` (two doublings from 64 KiB) and 8 pipes
