@@ -40,7 +40,7 @@ use crate::config::proxy::Mode;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -117,9 +117,30 @@ async fn own_loop(
     buffer_size: usize,
     meter: &Meter,
 ) -> io::Result<()> {
-    let up = pump(client, upstream, buffer_size, &meter.up, meter);
-    let down = pump(upstream, client, buffer_size, &meter.down, meter);
+    let one_ended = AtomicBool::new(false);
+    let up = pump(client, upstream, buffer_size, &meter.up, meter, &one_ended);
+    let down = pump(
+        upstream,
+        client,
+        buffer_size,
+        &meter.down,
+        meter,
+        &one_ended,
+    );
     tokio::try_join!(up, down).map(|_| ())
+}
+
+/// Passes a direction's EOF on to `to` as `shutdown(Write)`, unless the
+/// other direction has already ended: then the connection is about to be
+/// closed, and close(2) sends the same FIN. Both receive queues are empty
+/// by then (each direction read its EOF), so that close is a FIN, never a
+/// reset. One system call fewer per connection that ends cleanly (a short
+/// connection made 24).
+fn pass_eof(to: &TcpStream, one_ended: &AtomicBool) -> io::Result<()> {
+    if one_ended.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write)
 }
 
 /// One direction: wait until `from` is readable with no buffer held, then
@@ -135,16 +156,15 @@ async fn pump(
     buffer_size: usize,
     counter: &AtomicU64,
     meter: &Meter,
+    one_ended: &AtomicBool,
 ) -> io::Result<()> {
     loop {
         poll_fn(|cx| from.poll_read_ready(cx)).await?;
         let mut buf = Vec::with_capacity(buffer_size);
         loop {
             match from.try_read_buf(&mut buf) {
-                Ok(0) => {
-                    // Half-close: pass the EOF on; the other direction keeps going.
-                    return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
-                }
+                // Half-close: pass the EOF on; the other direction keeps going.
+                Ok(0) => return pass_eof(to, one_ended),
                 Ok(_) => {
                     write_all(to, &buf, counter, meter).await?;
                     buf.clear();
@@ -270,8 +290,9 @@ async fn splice_both(
         counter: &meter.down,
         size: &meter.pipe_down,
     };
-    let up = splice_pump(client, upstream, ctx, id, up, meter);
-    let down = splice_pump(upstream, client, ctx, id, down, meter);
+    let one_ended = AtomicBool::new(false);
+    let up = splice_pump(client, upstream, ctx, id, up, meter, &one_ended);
+    let down = splice_pump(upstream, client, ctx, id, down, meter, &one_ended);
     tokio::try_join!(up, down).map(|_| ())
 }
 
@@ -305,6 +326,7 @@ async fn splice_pump(
     id: u64,
     direction: SpliceDirection<'_>,
     meter: &Meter,
+    one_ended: &AtomicBool,
 ) -> io::Result<()> {
     use std::os::fd::AsFd;
     use tokio::io::Interest;
@@ -312,19 +334,17 @@ async fn splice_pump(
     loop {
         let (mut pipe, mut n) = match take_pipe_for_bytes(from, ctx).await? {
             Taken::Pipe(pipe, n) => (pipe, n),
-            Taken::Eof => {
-                return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
-            }
+            Taken::Eof => return pass_eof(to, one_ended),
             Taken::Refused(refused) => {
                 ctx.pipe_unavailable(id, direction.name, refused.as_ref());
-                return pump(from, to, START_SIZE, direction.counter, meter).await;
+                return pump(from, to, START_SIZE, direction.counter, meter, one_ended).await;
             }
         };
         direction.size.store(pipe.capacity(), Ordering::Relaxed);
         loop {
             if n == 0 {
                 // Half-close: pass the EOF on; the other direction keeps going.
-                return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+                return pass_eof(to, one_ended);
             }
             let mut left = n;
             while left > 0 {
