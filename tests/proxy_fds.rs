@@ -106,8 +106,11 @@ fn has_cap_sys_resource() -> bool {
     bits & (1 << 24) != 0
 }
 
-/// Bytes each way per connection in [`exchange`].
-const EXCHANGE: usize = 4096;
+/// Bytes each way per connection in [`exchange`]: more than one 16 KiB
+/// read, so that a splice direction goes on from copying to its pipes
+/// (smaller bursts are copied and never take one). Each side writes them
+/// in one call, so on loopback they arrive as one segment.
+const EXCHANGE: usize = 24 << 10;
 
 /// `EXCHANGE` bytes for connection `index`, direction `dir`: its index
 /// first, so the upstream can tell which client a socket belongs to.
@@ -418,12 +421,14 @@ fn out_of_descriptors_pauses_accept_serves_the_open_and_counts_the_limit() {
     );
 }
 
-/// splice takes a direction's pipe when bytes are queued and gives it
-/// back as soon as it is empty: an idle connection holds its two sockets
-/// and nothing else (it held six before: two pipes made as it opened),
-/// and so does one that moved a byte each way and went quiet. Two such
-/// connections, one after the other, make at most two pipes between
-/// them (four if each kept its own), all waiting in the pool afterwards.
+/// splice copies small bursts and takes a direction's pipe only for bulk
+/// (a read that fills 16 KiB), giving it back as soon as it is empty: an
+/// idle connection holds its two sockets and nothing else (it held six
+/// before: two pipes made as it opened); a one-byte exchange each way
+/// makes no pipe; and a connection that moved a burst each way and went
+/// quiet holds its two sockets again. Two such connections, one after the
+/// other, make at most two pipes between them (four if each kept its
+/// own), all waiting in the pool afterwards.
 #[cfg(target_os = "linux")]
 #[test]
 fn splice_idle_connection_holds_two_descriptors() {
@@ -444,10 +449,18 @@ fn splice_idle_connection_holds_two_descriptors() {
     thread::sleep(std::time::Duration::from_millis(200));
     let per_conn = (proxy.fd_count() - baseline) as f64 / CONNS as f64;
     assert_eq!(per_conn, 2.0, "descriptors per idle connection");
-    // One byte each way on two connections, one after the other.
     let legs = upstream.take_all();
+    // One byte each way: copied, no pipe made.
+    echo(&clients[0], &legs, 1);
+    thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        proxy.fd_count(),
+        baseline + 2 * CONNS,
+        "a one-byte exchange made a pipe"
+    );
+    // A burst each way on two connections, one after the other.
     for client in &clients[..2] {
-        echo_one_byte(client, &legs);
+        echo(client, &legs, EXCHANGE);
     }
     thread::sleep(std::time::Duration::from_millis(100));
     let pipe_fds = proxy.fd_count() - (baseline + 2 * CONNS);
@@ -456,18 +469,18 @@ fn splice_idle_connection_holds_two_descriptors() {
     let created = stopped["pipes_created"].as_u64().unwrap() as usize;
     assert!(
         (1..=2).contains(&created),
-        "{created} pipes made for two one-byte exchanges: a quiet connection kept its pipes; {stopped}"
+        "{created} pipes made for two bursts: a quiet connection kept its pipes, or bulk never took one; {stopped}"
     );
     assert_eq!(pipe_fds, 2 * created, "only the pooled pipes: {stopped}");
     assert_eq!(stopped["pipes_pooled"], created as u64, "{stopped}");
 }
 
-/// Sends one byte from `client` through the proxy, answers it from the
-/// upstream leg it arrived on (one of `legs`), and reads the answer.
-fn echo_one_byte(client: &TcpStream, legs: &[TcpStream]) {
-    let mut one = [0u8; 1];
+/// Sends `n` bytes (written at once) from `client` through the proxy,
+/// answers them from the upstream leg they arrived on (one of `legs`)
+/// with `n` more, and reads the answer.
+fn echo(client: &TcpStream, legs: &[TcpStream], n: usize) {
     let mut client = client;
-    client.write_all(b"x").unwrap();
+    client.write_all(&vec![b'x'; n]).unwrap();
     let arrived = |u: &TcpStream| {
         u.set_nonblocking(true).unwrap();
         let got = u.peek(&mut [0u8; 1]).is_ok();
@@ -475,14 +488,23 @@ fn echo_one_byte(client: &TcpStream, legs: &[TcpStream]) {
         got
     };
     let mut up = None;
-    common::wait_until(WAIT, "the byte to reach the upstream", || {
+    common::wait_until(WAIT, "the bytes to reach the upstream", || {
         up = legs.iter().find(|u| arrived(u));
         up.is_some()
     });
     let mut up = up.unwrap();
-    up.read_exact(&mut one).unwrap();
-    up.write_all(b"y").unwrap();
+    timeouts(up, WAIT);
+    let mut got = vec![0u8; n];
+    up.read_exact(&mut got).unwrap();
+    assert!(
+        got.iter().all(|&b| b == b'x'),
+        "client->upstream bytes differ"
+    );
+    up.write_all(&vec![b'y'; n]).unwrap();
     timeouts(client, WAIT);
-    client.read_exact(&mut one).unwrap();
-    assert_eq!(&one, b"y");
+    client.read_exact(&mut got).unwrap();
+    assert!(
+        got.iter().all(|&b| b == b'y'),
+        "upstream->client bytes differ"
+    );
 }
