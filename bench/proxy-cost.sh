@@ -41,7 +41,8 @@
 #   MODES="default tokio tokio-copy copy-bidirectional std std-copy"
 #                         tcp_proxy rows of the cpu part ("default": no flags)
 #   CPS_SECONDS=5*        seconds per wrk run (quick: 3)
-#   CPS_ROUNDS=3*         (quick: 1)
+#   CPS_ROUNDS=5*         interleaved rounds, each starting one target later;
+#                         medians shown (quick: 1)
 #   CPS_CONNS=16          wrk -c (connections kept busy at once)
 #   CPS_BYTES=1024        response body bytes
 #   CPS_LAYOUTS="pinned shared"  pinned: each proxy on CPU 0 and wrk with its
@@ -69,7 +70,7 @@ CPU_SECONDS=${CPU_SECONDS:-$([ -n "$QUICK" ] && echo 2 || echo 5)}
 CPU_ROUNDS=${CPU_ROUNDS:-$([ -n "$QUICK" ] && echo 1 || echo 2)}
 MODES=${MODES:-"default tokio tokio-copy copy-bidirectional std std-copy"}
 CPS_SECONDS=${CPS_SECONDS:-$([ -n "$QUICK" ] && echo 3 || echo 5)}
-CPS_ROUNDS=${CPS_ROUNDS:-$([ -n "$QUICK" ] && echo 1 || echo 3)}
+CPS_ROUNDS=${CPS_ROUNDS:-$([ -n "$QUICK" ] && echo 1 || echo 5)}
 CPS_CONNS=${CPS_CONNS:-16}
 CPS_BYTES=${CPS_BYTES:-1024}
 NCPU=$(nproc)
@@ -331,7 +332,10 @@ if ! skip cps; then
     log "cps ($layout): wrk -t1 -c$CPS_CONNS -d${CPS_SECONDS}s -H 'Connection: close', $CPS_ROUNDS rounds"
     targets=(tcp_proxy:default "${PEERS[@]}" direct)
     for round in $(seq "$CPS_ROUNDS"); do
-        for t in "${targets[@]}"; do
+        # Each round starts one target later, so that no target always
+        # runs first, or always right after the same one.
+        off=$(((round - 1) % ${#targets[@]}))
+        for t in "${targets[@]:off}" "${targets[@]:0:off}"; do
             if ! start_target "$t" "$HTTP_ADDR"; then
                 log "cps: $t did not start: $(head -c 300 "$PROXY_LOG")"
                 record "$part" "$t" "$round" fail
