@@ -276,8 +276,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<'_, S> {
     }
 }
 
-/// `--mode splice`: a pipe per direction, moved with splice(2). Each pipe
-/// may grow to `--buffer-size`, within the proxy's pipe budget.
+/// `--mode splice`: each direction copies its small bursts, then moves
+/// bulk through a pipe with splice(2). Each pipe may grow to
+/// `--buffer-size`, within the proxy's pipe budget.
 async fn splice_both(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
@@ -311,7 +312,8 @@ struct SpliceDirection<'a> {
     size: &'a AtomicUsize,
 }
 
-/// One direction: fill the pipe from `from` as far as is queued (up to its
+/// One direction: small bursts first ([`copy_small_bursts`]); once a read
+/// fills its buffer, splice: fill the pipe from `from` as far as is queued (up to its
 /// capacity), then drain it completely into `to`, partial splice by partial
 /// splice. Because the pipe is always emptied before the next fill, a
 /// `WouldBlock` on the fill can only mean "nothing queued on the socket".
