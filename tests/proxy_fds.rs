@@ -441,6 +441,7 @@ fn splice_idle_connection_holds_two_descriptors() {
         (&Value::from(2), &Value::from(6)),
         "{listening}"
     );
+    assert_eq!(listening["splice_after"], 16 << 10, "{listening}");
     let baseline = proxy.fd_count();
     let clients = open_through(&proxy, &upstream, CONNS);
     common::wait_until(WAIT, "both legs of every connection", || {
@@ -473,6 +474,35 @@ fn splice_idle_connection_holds_two_descriptors() {
     );
     assert_eq!(pipe_fds, 2 * created, "only the pooled pipes: {stopped}");
     assert_eq!(stopped["pipes_pooled"], created as u64, "{stopped}");
+}
+
+/// `--splice-after 0` splices every byte, as the seed's matrix measures
+/// splice: a one-byte exchange each way goes through pipes (at least one
+/// made, all pooled afterwards), where the default copies it.
+#[cfg(target_os = "linux")]
+#[test]
+fn splice_after_zero_splices_every_byte() {
+    let upstream = HoldingUpstream::start();
+    let proxy = Proxy::start(upstream.addr, "splice", &["--splice-after", "0"]);
+    let listening = proxy.event(|v| v["event"] == "listening");
+    assert_eq!(listening["splice_after"], 0, "{listening}");
+    let baseline = proxy.fd_count();
+    let clients = open_through(&proxy, &upstream, 1);
+    echo(&clients[0], &upstream.take_all(), 1);
+    thread::sleep(std::time::Duration::from_millis(100));
+    let pipe_fds = proxy.fd_count() - (baseline + 2);
+    drop(clients);
+    let stopped = stop(proxy);
+    let created = stopped["pipes_created"].as_u64().unwrap();
+    assert!(
+        (1..=2).contains(&created),
+        "{created} pipes for a one-byte exchange each way with --splice-after 0: {stopped}"
+    );
+    assert_eq!(
+        pipe_fds as u64,
+        2 * created,
+        "only the pooled pipes: {stopped}"
+    );
 }
 
 /// Sends `n` bytes (written at once) from `client` through the proxy,

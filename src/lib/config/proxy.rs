@@ -198,11 +198,17 @@ pub struct ProxyArgs {
     /// keeps the pipe at its size and is reported [default: 256MiB].
     #[arg(long, value_name = "BYTES", value_parser = SizeValue::from_arg)]
     pub pipe_budget: Option<SizeValue>,
+    /// splice: each direction copies its bursts until one read fills this
+    /// many bytes, then splices the rest (HAProxy's splice-auto idea);
+    /// 0 splices every byte. Small exchanges cost less copied
+    /// [default: 16KiB; at most 1MiB].
+    #[arg(long, value_name = "BYTES", value_parser = SizeValue::from_arg)]
+    pub splice_after: Option<SizeValue>,
 }
 
 crate::impl_layer!(ProxyArgs {
     option: [listen, upstream, mode, buffer_size, threads, nodelay, congestion, max_conns,
-             connect_timeout, idle_timeout, drain_timeout, config, pipe_budget]
+             connect_timeout, idle_timeout, drain_timeout, config, pipe_budget, splice_after]
     switch: [no_nodelay, json]
 });
 
@@ -224,12 +230,23 @@ pub struct ProxyConfig {
     pub json: bool,
     /// splice: how many bytes every connection's pipes may grow by, together.
     pub pipe_budget: usize,
+    /// splice: a direction copies until one read fills this many bytes,
+    /// then splices; 0 splices every byte.
+    pub splice_after: usize,
 }
 
 /// `--pipe-budget`'s default: the growth of about 136 connections with
 /// both pipes at 1 MiB. The starting 64 KiB pipes are not charged, so the
 /// pipes of the default 4,096 connections hold at most 512 MiB + 256 MiB.
 pub const DEFAULT_PIPE_BUDGET: usize = 256 << 20;
+
+/// `--splice-after`'s default: HAProxy's `tune.bufsize`. For a 1 KiB
+/// response, splice cost 35 µs of kernel time per connection where a read
+/// and a write cost 24 (docs/proxy.md).
+pub const DEFAULT_SPLICE_AFTER: usize = 16 << 10;
+
+/// `--splice-after`'s most: each worker thread keeps a buffer this size.
+pub const MAX_SPLICE_AFTER: u64 = 1 << 20;
 
 pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
 pub const MAX_BUFFER_SIZE: u64 = 64 * 1024 * 1024;
@@ -276,6 +293,7 @@ impl ProxyConfig {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             json: false,
             pipe_budget: DEFAULT_PIPE_BUDGET,
+            splice_after: DEFAULT_SPLICE_AFTER,
         }
     }
 
@@ -357,6 +375,18 @@ impl ProxyConfig {
         cfg.json = s.json;
         if let Some(b) = s.pipe_budget.map(|v| v.bytes("pipe_budget")).transpose()? {
             cfg.pipe_budget = usize::try_from(b).unwrap_or(usize::MAX);
+        }
+        if let Some(b) = s
+            .splice_after
+            .map(|v| v.bytes("splice_after"))
+            .transpose()?
+        {
+            if b > MAX_SPLICE_AFTER {
+                return Err(Error::usage(format!(
+                    "--splice-after {b} is more than 1MiB (each worker thread keeps a buffer that size); 0 splices every byte"
+                )));
+            }
+            cfg.splice_after = b as usize;
         }
         Ok(cfg)
     }
@@ -579,6 +609,7 @@ mod tests {
             Mode::default_for_platform().default_buffer_size()
         );
         assert_eq!(cfg.pipe_budget, DEFAULT_PIPE_BUDGET);
+        assert_eq!(cfg.splice_after, DEFAULT_SPLICE_AFTER);
         let tokio = proxy(&[
             "--listen",
             "127.0.0.1:0",
@@ -598,11 +629,13 @@ mod tests {
             "splice",
             "--pipe-budget",
             "128KiB",
+            "--splice-after",
+            "0",
         ])
         .unwrap();
         assert_eq!(
-            (splice.buffer_size, splice.pipe_budget),
-            (DEFAULT_PIPE_MAX, 128 << 10)
+            (splice.buffer_size, splice.pipe_budget, splice.splice_after),
+            (DEFAULT_PIPE_MAX, 128 << 10, 0)
         );
         assert_eq!(cfg.idle_timeout, None);
         assert_eq!(cfg.congestion, None);
@@ -649,6 +682,8 @@ mod tests {
             &["--congestion", ""],
             &["--congestion", "cubic;rm"],
             &["--congestion", "averyveryverylongname"],
+            &["--splice-after", "2MiB"],
+            &["--splice-after", "lots"],
         ] {
             let mut args = base.to_vec();
             args.extend_from_slice(extra);
@@ -665,9 +700,13 @@ mod tests {
     #[test]
     fn file_keys() {
         let f: ProxyArgs = parse_toml(
-            "listen = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:9\"\nmode = \"copy-bidirectional\"\nbuffer_size = \"8KiB\"\nnodelay = false\nidle_timeout = \"30s\"\ncongestion = \"reno\"\n",
+            "listen = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:9\"\nmode = \"copy-bidirectional\"\nbuffer_size = \"8KiB\"\nnodelay = false\nidle_timeout = \"30s\"\ncongestion = \"reno\"\nsplice_after = \"4KiB\"\n",
         )
         .unwrap();
+        assert_eq!(
+            f.splice_after.map(|v| v.bytes("splice_after").unwrap()),
+            Some(4096)
+        );
         assert_eq!(f.congestion.as_deref(), Some("reno"));
         assert_eq!(f.mode, Some(Mode::CopyBidirectional));
         assert_eq!(f.nodelay, Some(false));

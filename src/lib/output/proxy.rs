@@ -130,12 +130,18 @@ fn listening_text(l: &Listening) -> String {
         l.addr,
         l.upstream,
         l.mode,
-        match l.pipe_budget {
-            Some(budget) => format!(
-                "pipes 64 KiB growing to {} B each, {budget} B of growth in all",
+        match (l.pipe_budget, l.splice_after) {
+            (Some(budget), after) => format!(
+                "{}, pipes 64 KiB growing to {} B each, {budget} B of growth in all",
+                match after {
+                    Some(after) if after > 0 => {
+                        format!("bursts copied until a read fills {after} B")
+                    }
+                    _ => "every byte spliced".to_string(),
+                },
                 l.buffer_size
             ),
-            None => format!("buffer {} B", l.buffer_size),
+            (None, _) => format!("buffer {} B", l.buffer_size),
         },
         l.threads,
         if l.nodelay { "on" } else { "OFF" },
@@ -299,6 +305,7 @@ mod tests {
             capacity: crate::proxy::Capacity::compute(crate::config::proxy::Mode::Tokio, 3, None)
                 .unwrap(),
             pipe_budget: None,
+            splice_after: None,
         };
         let fds = ", descriptors: limit unknown on this platform, 2 per connection: at most 3 connections";
         assert!(listening_text(&l).ends_with(&format!(
@@ -308,8 +315,17 @@ mod tests {
         assert!(listening_text(&l).ends_with(&format!("congestion bbr{fds}")));
         l.congestion = None;
         assert!(listening_text(&l).ends_with(&format!("congestion system default{fds}")));
-        let json = serde_json::to_value(ProxyEvent::Listening(l)).unwrap();
+        let json = serde_json::to_value(ProxyEvent::Listening(l.clone())).unwrap();
         assert_eq!(json["event"], "listening");
         assert_eq!(json["addr"], "127.0.0.1:1");
+        // splice says how it moves small bursts: --splice-after, or 0.
+        l.mode = "splice";
+        l.pipe_budget = Some(1 << 20);
+        l.splice_after = Some(16384);
+        assert!(listening_text(&l).contains(
+            "mode splice, bursts copied until a read fills 16384 B, pipes 64 KiB growing to 8 B each"
+        ));
+        l.splice_after = Some(0);
+        assert!(listening_text(&l).contains("mode splice, every byte spliced, pipes"));
     }
 }

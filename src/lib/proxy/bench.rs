@@ -281,6 +281,12 @@ fn start_case(case: &Case, cfg: &BenchConfig, upstream: SocketAddr) -> Result<Ta
             if let Some(b) = buffer_size {
                 cmd.args(["--buffer-size", &b.to_string()]);
             }
+            if *mode == Mode::Splice {
+                // The seed's matrix measures splice at each pipe size: every
+                // byte through the pipe, not the default's copied small
+                // bursts (those are what the tokio rows measure).
+                cmd.args(["--splice-after", "0"]);
+            }
             cmd.args(["--threads", &threads.unwrap_or(1).to_string()]);
             if !cfg.nodelay {
                 cmd.arg("--no-nodelay");

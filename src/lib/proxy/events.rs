@@ -140,6 +140,10 @@ pub struct Listening {
     /// `--mode splice`: the pipes may grow by this much in all (`--pipe-budget`);
     /// `buffer_size` is then each pipe's maximum. Absent in the other modes.
     pub pipe_budget: Option<usize>,
+    /// `--mode splice`: a direction copies until one read fills this many
+    /// bytes, then splices (`--splice-after`; 0: every byte spliced).
+    /// Absent in the other modes.
+    pub splice_after: Option<usize>,
 }
 
 impl Listening {
@@ -156,6 +160,8 @@ impl Listening {
             capacity: capacity.clone(),
             pipe_budget: (cfg.mode == crate::config::proxy::Mode::Splice)
                 .then_some(cfg.pipe_budget),
+            splice_after: (cfg.mode == crate::config::proxy::Mode::Splice)
+                .then_some(cfg.splice_after),
         }
     }
 }

@@ -27,7 +27,8 @@
 //! the figures).
 //!
 //! `splice` copies a direction's bursts through its worker thread's
-//! 16 KiB buffer (no connection holds one) until one read fills it, and
+//! buffer of `--splice-after` (16 KiB; no connection holds one) until one
+//! read fills it, and
 //! from then on holds no user-space buffer at all: a pipe per direction while
 //! bytes are queued, taken from the proxy's pool (warm, at the size it
 //! grew to) or made at the kernel's 64 KiB, growing on demand up to
@@ -341,9 +342,21 @@ async fn splice_pump(
     use tokio::io::Interest;
 
     let to = to.as_ref();
-    match copy_small_bursts(&mut from, to, direction.counter, meter, one_ended).await? {
-        Copied::Ended => return Ok(()),
-        Copied::Bulk => {}
+    let copy_until = ctx.cfg.splice_after;
+    if copy_until > 0 {
+        match copy_small_bursts(
+            &mut from,
+            to,
+            copy_until,
+            direction.counter,
+            meter,
+            one_ended,
+        )
+        .await?
+        {
+            Copied::Ended => return Ok(()),
+            Copied::Bulk => {}
+        }
     }
     let from = from.as_ref();
     loop {
@@ -390,10 +403,6 @@ async fn splice_pump(
     }
 }
 
-/// A direction copies through a buffer of this size (HAProxy's
-/// `tune.bufsize`) until one read fills it, and splices from then on.
-const COPY_UNTIL_FULL: usize = 16 << 10;
-
 /// How [`copy_small_bursts`] ended.
 enum Copied {
     /// The EOF came and was passed on: the direction is done.
@@ -402,8 +411,8 @@ enum Copied {
     Bulk,
 }
 
-/// A direction's bursts while each fits in one read of
-/// [`COPY_UNTIL_FULL`]. For small exchanges this costs less than
+/// A direction's bursts while each fits in one read of `size` bytes
+/// (`--splice-after`, 16 KiB by default). For small exchanges this costs less than
 /// splice(2): a 1 KiB response moved by splice took 35 µs of kernel time
 /// per connection where HAProxy's recv and send took 24 µs, and a short
 /// read shows the socket drained (tokio clears its readiness on one), where
@@ -421,18 +430,21 @@ enum Copied {
 async fn copy_small_bursts(
     from: &mut ReadHalf<'_>,
     to: &TcpStream,
+    size: usize,
     counter: &AtomicU64,
     meter: &Meter,
     one_ended: &AtomicBool,
 ) -> io::Result<Copied> {
     thread_local! {
-        static BURST: std::cell::RefCell<Box<[u8]>> =
-            std::cell::RefCell::new(vec![0; COPY_UNTIL_FULL].into_boxed_slice());
+        static BURST: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     loop {
         let (read, unwritten) = poll_fn(|cx| {
             BURST.with_borrow_mut(|burst| {
-                let mut buf = ReadBuf::new(burst);
+                if burst.len() < size {
+                    burst.resize(size, 0);
+                }
+                let mut buf = ReadBuf::new(&mut burst[..size]);
                 std::task::ready!(Pin::new(&mut *from).poll_read(cx, &mut buf))?;
                 let read = buf.filled();
                 let written = match to.try_write(read) {
@@ -452,7 +464,7 @@ async fn copy_small_bursts(
             return Ok(Copied::Ended);
         }
         write_all(to, &unwritten, counter, meter).await?;
-        if read == COPY_UNTIL_FULL {
+        if read == size {
             return Ok(Copied::Bulk);
         }
     }
