@@ -32,7 +32,7 @@ pub enum Mode {
     Std,
     /// `std::io::copy`, a thread per direction (its own 8 KiB buffer).
     StdCopy,
-    /// Linux splice(2) through a pipe per direction (bursts under 16 KiB are copied); --buffer-size is the pipe size.
+    /// Linux splice(2) through a pipe per direction (bursts under --splice-after are copied); --buffer-size is the pipe size.
     Splice,
 }
 

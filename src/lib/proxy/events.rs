@@ -148,6 +148,7 @@ pub struct Listening {
 
 impl Listening {
     pub fn new(addr: SocketAddr, cfg: &ProxyConfig, capacity: &super::Capacity) -> Listening {
+        let splice = cfg.mode == crate::config::proxy::Mode::Splice;
         Listening {
             addr,
             upstream: cfg.upstream,
@@ -158,10 +159,8 @@ impl Listening {
             congestion: crate::congestion::Congestion::effective(cfg.congestion),
             congestion_is_system_default: cfg.congestion.is_none(),
             capacity: capacity.clone(),
-            pipe_budget: (cfg.mode == crate::config::proxy::Mode::Splice)
-                .then_some(cfg.pipe_budget),
-            splice_after: (cfg.mode == crate::config::proxy::Mode::Splice)
-                .then_some(cfg.splice_after),
+            pipe_budget: splice.then_some(cfg.pipe_budget),
+            splice_after: splice.then_some(cfg.splice_after),
         }
     }
 }

@@ -128,8 +128,9 @@ struct Idle {
 /// connection opened, a splice connection held six descriptors before a
 /// byte moved. Now a direction takes a pipe when bytes are queued (an idle
 /// connection holds its two sockets only) and gives it back as soon as a
-/// fill finds nothing queued, or the direction ends. An empty pipe goes into the pool, at the size it
-/// grew to, and the next busy direction takes it warm. A pipe that still
+/// fill finds nothing queued, or the direction ends. An empty pipe goes
+/// into the pool, at the size it grew to, and the next busy direction
+/// takes it warm. A pipe that still
 /// holds bytes (an error mid-drain) is closed instead: nothing of one
 /// connection may reach another. The pool keeps at most `max_pooled`
 /// pipes, and in use and pooled together there are at most `max_pipes`,
