@@ -296,15 +296,23 @@ fn a_small_client_buffer_is_named_as_the_cap_of_a_reverse_stream() {
     let s = stream(&report, "server_to_client");
     let receiver = &s["receiver"];
     assert!(u(receiver, "lost_packets") > 0, "{report}");
-    assert!(
-        u(receiver, "kernel_drops") > 0,
-        "the client's socket dropped: {report}"
-    );
+    if netspeed::sys::LINUX_SOCKETS {
+        assert!(
+            u(receiver, "kernel_drops") > 0,
+            "the client's socket dropped: {report}"
+        );
+    } else {
+        // The portable backend has no drop counter: unknown, not 0.
+        assert!(receiver["kernel_drops"].is_null(), "{report}");
+    }
     let cause = s["limited_by"]["cause"].as_str().unwrap_or_default();
-    assert!(
-        cause == "receive_buffer" || cause == "receiver_cpu",
-        "{cause}: {report}"
-    );
+    // Without a drop counter the loss cannot be placed (portable backend).
+    let expected: &[&str] = if netspeed::sys::LINUX_SOCKETS {
+        &["receive_buffer", "receiver_cpu"]
+    } else {
+        &["unknown"]
+    };
+    assert!(expected.contains(&cause), "{cause}: {report}");
     let text = s["limited_by"]["text"].as_str().unwrap_or_default();
     assert!(
         text.contains("this client's"),
@@ -351,7 +359,14 @@ fn bidir_plot_and_latency_cover_both_directions() {
             u(&s["receiver"], "packets"),
             "{direction}: {s}"
         );
-        assert_eq!(latency["arrival_times"], "kernel", "{latency}");
+        // The kernel's receive timestamps where the backend has them (the
+        // portable one times datagrams when it reads them).
+        let expected = if netspeed::sys::RX_TIMESTAMPS {
+            "kernel"
+        } else {
+            "read"
+        };
+        assert_eq!(latency["arrival_times"], expected, "{latency}");
     }
     server.stop();
 }

@@ -1,11 +1,12 @@
 //! The `udp_client --sweep` library function against an in-process server:
 //! every cell carries the server's receive figures.
 
-use netspeed::bench::{sweep, NoProgress};
+use netspeed::client::sweep;
 use netspeed::config::ClientConfig;
 use netspeed::local::with_local_server;
+use netspeed::matrix::NoProgress;
 use netspeed::meter::plan::Volume;
-use netspeed::output::bench::{sweep_plot, sweep_table};
+use netspeed::output::sweep::{sweep_plot, sweep_table};
 use netspeed::shutdown::Shutdown;
 
 #[test]

@@ -4,12 +4,12 @@
 
 mod common;
 
-use netspeed::bench::mux::{self, MuxCase};
-use netspeed::bench::tcp::{self, TcpCase};
-use netspeed::config::bench::Conn;
-use netspeed::config::bench::{Duplex, Impl};
+use netspeed::config::sockbench::Conn;
+use netspeed::config::sockbench::{Duplex, Impl};
 use netspeed::meter::recv::Method;
 use netspeed::shutdown::Shutdown;
+use netspeed::sockbench::mux::{self, MuxCase};
+use netspeed::sockbench::tcp::{self, TcpCase};
 use netspeed::sys::SchedPolicy;
 use std::process::Command;
 

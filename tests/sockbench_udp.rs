@@ -1,9 +1,9 @@
 //! `sockbench udp`: every backend, briefly, with the counts checked
 //! against each other; the binary's output formats and its usage errors.
 
-use netspeed::bench::udp::{run_case, Mode, Timing, UdpCase};
-use netspeed::config::bench::{Conn, Ip, Reuse, SocketKind};
+use netspeed::config::sockbench::{Conn, Ip, Reuse, SocketKind};
 use netspeed::shutdown::Shutdown;
+use netspeed::sockbench::udp::{run_case, Mode, Timing, UdpCase};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -46,7 +46,7 @@ fn case(
 /// that was not sent, and the bandwidth is the received datagrams at the
 /// requested payload over the window (so a count that includes warm-up
 /// datagrams, partial reads or a wrong clock fails).
-fn check(row: &netspeed::bench::udp::UdpRow, asked: &UdpCase) {
+fn check(row: &netspeed::sockbench::udp::UdpRow, asked: &UdpCase) {
     assert_eq!(
         (
             row.socket,

@@ -7,7 +7,7 @@ use netspeed::config::parse_args;
 use netspeed::config::proxy::{BenchArgs, BenchConfig, ProxyArgs, ProxyConfig};
 use netspeed::error::{Error, Result};
 use netspeed::output;
-use netspeed::proxy::{self, bench};
+use netspeed::proxy::{self, latency_bench};
 use netspeed::shutdown::Shutdown;
 use std::ffi::OsString;
 
@@ -42,8 +42,8 @@ fn run_proxy(args: Vec<OsString>) -> Result<()> {
     }
     let shutdown = signals()?;
     let listener = proxy::bind(cfg.listen)?;
-    let json = cfg.json;
-    let events = Box::new(move |event| output::proxy::proxy_event(&event, json));
+    let format = output::Format::from_flags(cfg.json);
+    let events = Box::new(move |event| output::proxy::proxy_event(&event, format));
     proxy::run(listener, &cfg, &shutdown, events)?;
     Ok(())
 }
@@ -52,12 +52,12 @@ fn run_bench(args: Vec<OsString>) -> Result<()> {
     let args: BenchArgs = parse_args(args)?;
     let cfg = BenchConfig::from_args(args)?;
     let shutdown = signals()?;
-    let json = cfg.json;
-    let rows = bench::run(&cfg, &shutdown, &mut |row| {
-        output::proxy::bench_row(row, json)
+    let format = output::Format::from_flags(cfg.json);
+    let rows = latency_bench::run(&cfg, &shutdown, &mut |row| {
+        output::proxy::bench_row(row, format)
     })
     .map_err(|e| e.after_signal(shutdown.signal()))?;
-    if !json {
+    if format == output::Format::Text {
         output::proxy::bench_table(&rows);
     }
     // As sockbench: a partial table is not a result.

@@ -2,12 +2,15 @@
 //! See `--help`.
 
 use clap::CommandFactory;
+use netspeed::client::{self, duplex, latency};
 use netspeed::config::{ClientArgs, ClientConfig, ClientMode};
 use netspeed::error::Result;
 use netspeed::output::progress::Progress;
-use netspeed::output::{report, run_binary, start, timeline, timeline_of};
+use netspeed::output::report::{
+    self, client::client_end_event, client::client_start, duplex::ReverseInterval, server::Interval,
+};
+use netspeed::output::{run_binary, start, timeline, timeline_of, Format};
 use netspeed::shutdown::Shutdown;
-use netspeed::{client, latency};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -40,11 +43,11 @@ fn run_mode(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
     let mut progress = Progress::new(client::planned_bytes(cfg), !cfg.quiet && !cfg.json);
     if cfg.json_stream {
         progress = progress.with_interval_events();
-        println!("{}", report::client_start(cfg));
+        println!("{}", client_start(cfg));
     } else if !cfg.json {
         progress = progress.with_intervals(cfg.clients);
     }
-    if cfg.traffic.downloads() {
+    if cfg.traffic.has_reverse() {
         return duplex(cfg, shutdown, progress);
     }
     // Round-trip probes run beside the load, idle first.
@@ -57,7 +60,7 @@ fn run_mode(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
         // The receiver side of each interval, from the in-process server.
         let show = |event: &netspeed::server::ServerEvent| {
             if let netspeed::server::ServerEvent::Interval(r) = event {
-                progress.line(&report::interval(r, cfg.json_stream));
+                progress.line(&Format::from_flags(cfg.json_stream).show(&Interval(r)));
             }
         };
         let shown = !cfg.json || cfg.json_stream;
@@ -70,9 +73,9 @@ fn run_mode(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
     let (mut result, probes) = result?;
     latency::attach_upload(&mut result, &probes);
     if cfg.json_stream {
-        println!("{}", report::client_end_event(&result));
+        println!("{}", client_end_event(&result));
     } else {
-        println!("{}", report::client_report(&result, cfg.json));
+        println!("{}", Format::from_flags(cfg.json).show(&result));
     }
     if let Some(path) = &cfg.timeline_plot {
         timeline::write_svg(path, &timeline_of::of_upload(&result, &probes))?;
@@ -88,24 +91,22 @@ fn duplex(cfg: &ClientConfig, shutdown: &Shutdown, progress: Progress) -> Result
     // Every interval received, for --plot.
     let received = Mutex::new(Vec::new());
     let shown = !cfg.json || cfg.json_stream;
-    let show = |event: &netspeed::server::ServerEvent| {
-        if let netspeed::server::ServerEvent::Interval(r) = event {
-            if shown {
-                progress.line(&report::reverse_interval(r, cfg.json_stream));
-            }
-            if cfg.timeline_plot.is_some() {
-                received
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(r.clone());
-            }
+    let show = |r: &netspeed::meter::account::PeerReport| {
+        if shown {
+            progress.line(&Format::from_flags(cfg.json_stream).show(&ReverseInterval(r)));
+        }
+        if cfg.timeline_plot.is_some() {
+            received
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(r.clone());
         }
     };
-    let events = (shown || cfg.timeline_plot.is_some())
-        .then_some(&show as netspeed::download::ReceiveEvents);
+    let events =
+        (shown || cfg.timeline_plot.is_some()).then_some(&show as client::reverse::ReceiveEvents);
     let go = |cfg: &ClientConfig| {
         latency::probed(cfg, shutdown, || {
-            netspeed::download::run(cfg, shutdown, &progress, events)
+            duplex::run(cfg, shutdown, &progress, events)
         })
     };
     let result = if cfg.local {
@@ -115,11 +116,11 @@ fn duplex(cfg: &ClientConfig, shutdown: &Shutdown, progress: Progress) -> Result
     };
     progress.finish();
     let (mut result, probes) = result?;
-    latency::attach_duplex(&mut result, &probes);
+    duplex::attach_round_trips(&mut result, &probes);
     if cfg.json_stream {
         println!("{}", report::json_event("end", &result));
     } else {
-        println!("{}", report::duplex_report(&result, cfg.json));
+        println!("{}", Format::from_flags(cfg.json).show(&result));
     }
     if let Some(path) = &cfg.timeline_plot {
         let received = received.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -136,8 +137,9 @@ fn sweep(
     plot: Option<&Path>,
     shutdown: &Shutdown,
 ) -> Result<i32> {
-    use netspeed::bench::sweep;
-    use netspeed::output::bench::{sweep_plot, sweep_table, CellBar};
+    use netspeed::client::sweep;
+    use netspeed::output::progress::CellBar;
+    use netspeed::output::sweep::{sweep_plot, sweep_table};
     let go = |cfg: &ClientConfig| {
         let mut bar = CellBar::new(cfg.quiet || cfg.json);
         sweep::run(cfg, sizes, clients, shutdown, &mut bar)
@@ -181,9 +183,9 @@ fn find_limit(
                 println!("{}", report::json_event("trial", trial));
             }
         };
-        if cfg.traffic.downloads() {
+        if cfg.traffic.has_reverse() {
             // -R: each trial is a reverse stream; the server sends.
-            let mut reverse = |c: &ClientConfig| netspeed::download::trial(c, shutdown);
+            let mut reverse = |c: &ClientConfig| duplex::trial(c, shutdown);
             client::limit::find_with(cfg, search, shutdown, &mut on_trial, &mut reverse)
         } else {
             client::limit::find(cfg, search, shutdown, &mut on_trial)
@@ -197,10 +199,10 @@ fn find_limit(
     if cfg.json_stream {
         println!("{}", report::json_event("end", &report));
     } else {
-        println!("{}", limit::report(&report, cfg.json));
+        println!("{}", Format::from_flags(cfg.json).show(&report));
     }
     if let Some(path) = plot {
-        netspeed::output::bench::limit_plot(&report, path)?;
+        netspeed::output::limit::limit_plot(&report, path)?;
     }
     Ok(0)
 }

@@ -3,7 +3,8 @@
 use clap::CommandFactory;
 use netspeed::config::{ServerArgs, ServerConfig};
 use netspeed::error::Result;
-use netspeed::output::{metrics_http, report, run_binary, start};
+use netspeed::output::report::server::Listening;
+use netspeed::output::{metrics_http, run_binary, start, Format};
 use netspeed::server::metrics::{Board, ServerInfo};
 use netspeed::server::{self, ServerEvent};
 use std::io::Write;
@@ -15,8 +16,9 @@ fn main() {
 
 fn run() -> Result<()> {
     let (cfg, shutdown) = start(ServerConfig::from_args, |cfg| cfg.sched)?;
-    let bound = server::bind(&cfg)?;
-    if bound.fell_back_to_ipv4 {
+    let listener = server::bind(&cfg)?;
+    let bound = &listener.bound;
+    if listener.fell_back_to_ipv4 {
         eprintln!("udp_server: IPv6 is unavailable; listening on IPv4 only");
     }
     if let Some(w) = &bound.buffer.warning {
@@ -38,34 +40,28 @@ fn run() -> Result<()> {
             metrics_http::start(addr, Arc::clone(&board), shutdown.clone()).map(|e| (board, e))
         })
         .transpose()?;
-    let json = cfg.json;
+    let format = Format::from_flags(cfg.json);
     let mut out = std::io::stdout().lock();
     let metrics_addr = metrics.as_ref().map(|(_, endpoint)| endpoint.addr);
     let _ = writeln!(
         out,
         "{}",
-        report::listening(&bound, &cfg, metrics_addr, json)
+        format.show(&Listening {
+            bound,
+            cfg: &cfg,
+            metrics: metrics_addr,
+        })
     );
     let _ = out.flush();
     let summary = server::run_with(
-        &bound,
+        bound,
         &cfg,
         &shutdown,
-        &mut |event| {
-            let line = match &event {
-                ServerEvent::Interval(r) => report::interval(r, json),
-                ServerEvent::PeerDone(r) => report::peer_done(r, json),
-                ServerEvent::Late(r) => report::late(r, json),
-                ServerEvent::Conflict(r) => report::conflict(r, json),
-                ServerEvent::StreamDone(r) => report::stream_done(r, json),
-                ServerEvent::StreamInterval(i) => report::stream_interval(i, json),
-                ServerEvent::Total(t) => report::total(t, json),
-            };
-            let _ = writeln!(out, "{line}");
+        &mut |event: ServerEvent| {
+            let _ = writeln!(out, "{}", format.show(&event));
             let _ = out.flush();
         },
         metrics.as_ref().map(|(board, _)| &**board),
-        None,
     );
     // The endpoint stops on the same flag (set already, unless the server
     // failed).
@@ -73,6 +69,6 @@ fn run() -> Result<()> {
     if let Some((_, endpoint)) = metrics {
         endpoint.join();
     }
-    let _ = writeln!(out, "{}", report::server_summary(&summary?, json));
+    let _ = writeln!(out, "{}", format.show(&summary?));
     Ok(())
 }

@@ -7,19 +7,25 @@
 //!
 //! # Layout
 //! Binaries parse flags, call a role, hand its report or events to
-//! `output`, and map errors to exit codes. Below them, four layers; a
-//! module imports only from its own layer or the ones below:
+//! `output`, and map errors to exit codes. Below them, six layers; a
+//! module imports only from its own layer or the ones below, no role
+//! imports another, and no modules import each other in a circle
+//! (tests/layout.rs checks all three):
 //!
 //! - **Presentation**: [`output`], the only code that writes to stdout or
-//!   stderr and the only user of indicatif and plotters: [`output::report`]
-//!   (UDP text and JSON, and the `limit` verdict line),
-//!   [`output::limit`] (`--find-limit`'s trial lines and result; its
-//!   chart is in `output/bench/plot.rs`),
-//!   [`output::timeline`] (`udp_client --plot` on an ordinary run: rate
-//!   and delay on one time axis, gathered from a run's reports by
-//!   [`output::timeline_of`]),
-//!   [`output::progress`], [`output::bench`] (sockbench tables, CSV and
-//!   charts: `output/bench/table.rs`, `output/bench/plot.rs`),
+//!   stderr and the only user of indicatif and plotters. The format is
+//!   chosen once ([`output::Format`]) and every report knows how it looks
+//!   in each: [`output::report`] (UDP text and JSON, by role:
+//!   [`output::report::server`], [`output::report::client`],
+//!   [`output::report::duplex`]), [`output::limit`] (`--find-limit`'s
+//!   trial lines, result and chart), [`output::sweep`] (`--sweep`'s table
+//!   and chart), [`output::timeline`] (`udp_client --plot` on an ordinary
+//!   run: rate and delay on one time axis, gathered from a run's reports
+//!   by [`output::timeline_of`]), [`output::plot`] (the SVG helper every
+//!   chart uses) and [`output::table`] (the aligned text table),
+//!   [`output::progress`] (the byte bar and the cell bar),
+//!   [`output::sockbench`] (sockbench's tables, CSV and charts:
+//!   `output/sockbench/table.rs`, `output/sockbench/plot.rs`),
 //!   [`output::proxy`] (tcp_proxy's event lines and benchmark tables),
 //!   [`output::metrics`] (`udp_server --metrics`: the Prometheus
 //!   exposition) and [`output::metrics_http`] (its HTTP endpoint: slots,
@@ -27,54 +33,51 @@
 //!   and man pages from the clap definitions), and process start and end
 //!   for the binaries ([`output::start`]: flags, config, signal flag,
 //!   scheduler; [`output::exit_with`]).
+//! - **What composes roles**: [`local`] (`udp_client --local`: a client
+//!   and a silent server in one process) and [`sockbench`] (sockbench's
+//!   matrices: [`sockbench::udp`] with one driver
+//!   (`sockbench/udp/driver.rs`) and a backend per socket library
+//!   (`sockbench/udp/blocking.rs`, `sockbench/udp/runtimes.rs`),
+//!   [`sockbench::tcp`], [`sockbench::mux`], and the bare-path ceiling
+//!   [`sockbench::ceiling`]), which run the server and the client.
 //! - **Roles**, which compute and return report structs or send typed
 //!   events to a sink; they never print and never exit:
-//!   - [`server`]: bind, receive with the meter's `--method` loops and
-//!     count per peer with the meter's accounting; send reverse streams
-//!     ([`server::stream`]) for the sessions that proved their address
-//!     ([`server::reverse`]: Start to EndAck, bounded; the accounting
-//!     hands it what it does not handle itself);
-//!     what `--metrics` exposes ([`server::metrics`]); the socket as a
+//!   - [`server`]: bind, and compose the meter's receive engine with what
+//!     only a server does: send reverse streams ([`server::reverse::send`])
+//!     for the sessions that proved their address ([`server::reverse`]:
+//!     Start to EndAck, bounded), answer probes ([`server::probe`]), what
+//!     `--metrics` exposes ([`server::metrics`]), and the socket as a
 //!     whole, each interval and at a burst's end ([`server::total`]);
-//!   - [`client`]: send an exact volume with the meter's send path,
-//!     the clients of a run sharing a few threads (`client/fleet.rs`)
-//!     behind one start gate (`client/sender.rs`), ask for the server's
-//!     count (`client/exchange.rs`), sum the clients' reports
-//!     (`client/summary.rs` into `client/report.rs`); ask for a reverse stream
-//!     ([`client::start`]); read the sender's own egress queue around a
-//!     run and watch it for GSO's unheard drops ([`client::egress`]); say
-//!     why a run was not faster ([`client::verdict`]); search for the highest
-//!     rate the path carries ([`client::limit`]);
-//!   - [`download`]: `udp_client -R` and `--bidir`, the client's start
-//!     of a reverse stream with the server's own receive engine on the
-//!     client's socket (above both, so neither imports the other);
-//!   - [`latency`]: delay under load on every run: round-trip probes
-//!     beside the load (`client/rtt.rs`, answered by [`server::probe`])
-//!     and each direction's queue delay ([`stats::delay`]), joined above
-//!     both roles;
-//!   - [`local`]: `udp_client --local`, a client and a server in one
-//!     process (above both, so neither imports the other);
+//!   - [`client`]: send an exact volume with the meter's send path, the
+//!     clients of a run sharing a few threads (`client/fleet.rs`) behind
+//!     one start gate (`client/sender.rs`), ask for the server's count
+//!     (`client/exchange.rs`), sum the clients' reports
+//!     (`client/summary.rs` into `client/report.rs`); ask for a reverse
+//!     stream ([`client::start`]) and receive it with the meter's receive
+//!     engine and the client's Feedback ([`client::reverse`]); `-R` and
+//!     `--bidir` as one report ([`client::duplex`]); delay under load,
+//!     the round-trip probes beside the load (`client/rtt.rs`) joined with
+//!     each direction's queue delay ([`client::latency`]); read the
+//!     sender's own egress queue around a run and watch it for GSO's
+//!     unheard drops ([`client::egress`]); say why a run was not faster
+//!     ([`client::verdict`]); search for the highest rate the path carries
+//!     ([`client::limit`]); `--sweep`'s table ([`client::sweep`]);
 //!   - [`proxy`]: tcp_proxy's relay modes (`proxy/relay.rs`,
 //!     `proxy/blocking.rs`, splice pipes pooled under one budget in
 //!     `proxy/pipes.rs`, the descriptor limit's capacity in
 //!     `proxy/capacity.rs`), its typed events ([`proxy::events`]) and its
-//!     latency benchmark ([`proxy::bench`], with its HTTP ends in
-//!     `proxy/http.rs`);
-//!   - [`bench`](mod@bench): sockbench's matrices ([`bench::udp`] with one driver
-//!     (`bench/udp/driver.rs`) and a backend per socket library
-//!     (`bench/udp/blocking.rs`, `bench/udp/runtimes.rs`), [`bench::tcp`], [`bench::mux`]),
-//!     the bare-path ceiling ([`bench::ceiling`]) and udp_client's
-//!     `--sweep` (`bench/sweep.rs`). Roles may call the roles above them in this list
-//!     (bench runs the server and the client);
-//!     never the other way.
+//!     latency benchmark ([`proxy::latency_bench`], with its HTTP ends in
+//!     `proxy/http.rs`).
 //! - **Settings**: [`config`], flags and TOML files layered once
 //!   (defaults < file < flags) into one validated config per role
 //!   ([`config::server`], [`config::client`], [`config::proxy`],
-//!   [`config::bench`]), and [`congestion`] (`--congestion ALGO`).
+//!   [`config::sockbench`]), and [`congestion`] (`--congestion ALGO`).
 //! - **Engines**: [`meter`], what moves and counts datagrams whichever
 //!   role runs it: the send paths ([`meter::send`]), pacing and back-off
-//!   ([`meter::pace`]), the receive loops ([`meter::recv`]), the
-//!   receive accounting per peer ([`meter::account`], split by concern:
+//!   ([`meter::pace`]), the receive loops ([`meter::recv`]), the receive
+//!   engine both roles run ([`meter::receiver`]: the receive threads, the
+//!   finalising thread and a role's hooks), the receive accounting per
+//!   peer ([`meter::account`], split by concern:
 //!   `meter/account/admission.rs` slots and answers,
 //!   `meter/account/peer.rs` one peer's figures,
 //!   `meter/account/exchange.rs` the Hello/End exchange,
@@ -90,33 +93,36 @@
 //!     [`stats::samples`] summaries, [`stats::histogram`] latencies,
 //!     [`stats::delay`] queue delay and round trips, [`stats::drops`]
 //!     kernel drops in datagrams and loss split by where it happened);
-//!   - [`sys`]: every platform syscall and errno, and the only `unsafe`
-//!     code (`sys/linux.rs` with the process's calls in `sys/linux_process.rs`,
+//!   - [`matrix`]: the one loop over a benchmark's cells (sockbench's
+//!     suites and `--sweep`);
+//!   - [`sys`]: every platform syscall and errno, the only `unsafe` code
+//!     and the only user of the Unix API besides sockbench
+//!     (`sys/linux.rs` with the process's calls in `sys/linux_process.rs`,
 //!     RLIMIT_NOFILE for Linux and macOS in `sys/rlimit.rs`, and the egress
 //!     device, its qdisc's counters over rtnetlink and SndbufErrors in
-//!     `sys/linux_qdisc.rs`,
-//!     `sys/splice.rs`, POSIX poll(2) for every backend in `sys/poll.rs`;
-//!     in `sys/fallback.rs`, a non-blocking receive), with stubs in
-//!     `sys/fallback.rs` where a platform lacks a call; no CLI wording;
+//!     `sys/linux_qdisc.rs`, `sys/splice.rs`, POSIX poll(2) for every
+//!     backend in `sys/poll.rs`; `sys/fallback.rs` is the backend of
+//!     macOS and the BSDs, with a non-blocking receive and stubs where a
+//!     platform lacks a call, built on Linux with `--features portable`);
+//!     no CLI wording;
 //!   - [`shutdown`]: the one stop flag every role polls; [`error`]: typed
 //!     failures and their exit codes.
 
 #![deny(unsafe_code)]
 
 pub mod auth;
-pub mod bench;
 pub mod client;
 pub mod config;
 pub mod congestion;
-pub mod download;
 pub mod error;
-pub mod latency;
 pub mod local;
+pub mod matrix;
 pub mod meter;
 pub mod output;
 pub mod proxy;
 pub mod server;
 pub mod shutdown;
+pub mod sockbench;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -47,7 +47,7 @@ pub fn with_local_server<T>(
         threads: receive_threads(cfg.clients, cores()),
         ..Default::default()
     };
-    let bound = crate::server::bind(&server_cfg)?;
+    let bound = crate::server::bind(&server_cfg)?.bound;
     let mut cfg = cfg.clone();
     cfg.server = bound.addr;
     let server_stop = Shutdown::new();

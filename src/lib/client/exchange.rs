@@ -5,7 +5,6 @@
 
 use super::*;
 use crate::wire::HelloAck;
-use std::os::fd::AsRawFd;
 
 /// Attempts of each control exchange (probe, End) within its time.
 pub(super) const ATTEMPTS: u32 = 5;
@@ -129,7 +128,7 @@ pub(super) fn exchange_all<T>(
         })
         .collect();
     let mut buf = [0u8; 512];
-    let (mut fds, mut waiting, mut ready, mut scratch) =
+    let (mut polled, mut waiting, mut ready, mut scratch) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // A signal that already came (it ended the test) does not cut the
     // exchange short: the caller gave it a short `wait` instead.
@@ -165,12 +164,12 @@ pub(super) fn exchange_all<T>(
             }
             a.deadline = Some(Instant::now() + q.wait / ATTEMPTS);
         }
-        fds.clear();
+        polled.clear();
         waiting.clear();
         let mut next = now + WAKE;
         for (i, q) in questions.iter().enumerate() {
             if outcomes[i].is_none() {
-                fds.push(q.socket.as_raw_fd());
+                polled.push(q.socket);
                 waiting.push(i);
                 next = next.min(asking[i].deadline.unwrap_or(now));
             }
@@ -179,12 +178,12 @@ pub(super) fn exchange_all<T>(
             break;
         }
         ready.clear();
-        ready.resize(fds.len(), false);
+        ready.resize(polled.len(), false);
         // poll(2) counts whole milliseconds: round up, or a wait of less
         // than one would return at once, again and again.
         let left = next.saturating_duration_since(Instant::now());
         let timeout = left.max(Duration::from_millis(1));
-        match sys::poll_readable(&fds, timeout, &mut ready, &mut scratch) {
+        match sys::poll_readable(&polled, timeout, &mut ready, &mut scratch) {
             Ok(_) => {}
             // A signal: look at the flag and the deadlines again.
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

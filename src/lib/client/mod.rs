@@ -16,15 +16,19 @@
 //! with the nonce of an End this client sent, so a forged or stale answer
 //! is ignored.
 
+pub mod duplex;
 pub mod egress;
 mod exchange;
 mod fleet;
+pub mod latency;
 pub mod limit;
 mod report;
+pub mod reverse;
 pub mod rtt;
 mod sender;
 pub mod start;
 mod summary;
+pub mod sweep;
 pub mod verdict;
 
 pub use crate::auth::random_u64;

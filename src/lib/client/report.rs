@@ -130,12 +130,13 @@ pub fn exit_code_after(code: i32, shutdown: &Shutdown) -> i32 {
 }
 
 /// What became of asking the server for its figures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
     /// The server answered the End.
     Answered,
     /// It answered the probe, but not the End.
+    #[default]
     NoAnswer,
     /// The host said "port unreachable" while data was being sent.
     ServerGone,
@@ -148,7 +149,7 @@ pub enum Answer {
 
 /// One client socket's result.
 #[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ClientReport {
     pub session: String,
     pub local_addr: String,
@@ -198,7 +199,7 @@ pub struct ClientReport {
 
 /// The whole run: every client socket, and their totals.
 #[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RunReport {
     /// netspeed's version.
     pub version: &'static str,
@@ -241,7 +242,7 @@ pub struct RunReport {
     pub notes: Vec<String>,
     /// What capped the run, and what to try (`docs/output.md`).
     pub limited_by: verdict::Verdict,
-    /// The round-trip probes beside the load (`crate::latency`), once
+    /// The round-trip probes beside the load ([`super::latency`]), once
     /// they are attached; shown in `streams[].latency`.
     #[serde(skip)]
     pub rtt: Option<RoundTripFigures>,
@@ -264,7 +265,7 @@ impl RunReport {
 
 /// The sending host, for the record.
 #[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Host {
     /// `linux`, `macos`, ...
     pub os: &'static str,
@@ -285,7 +286,7 @@ impl Host {
 }
 
 /// The settings a run used, resolved (see `docs/output.md`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Settings {
     pub server: String,
     pub buffer_size: usize,

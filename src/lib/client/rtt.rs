@@ -6,7 +6,7 @@
 //! sharing the load's socket buffers, and a probe is never stuck behind
 //! the client's own send queue. This is what crusader and networkQuality
 //! do too. Behind a flow-fair queue (fq_codel), the probes measure what
-//! other flows feel, which is also what a call beside a download feels.
+//! other flows feel, which is also what a call beside a reverse stream feels.
 //!
 //! Why the first probes are not counted: the server echoes only probes
 //! that carry a cookie for their address (`server::probe`); the first

@@ -7,7 +7,7 @@
 //! like the probe and the End, with the same retries, nonces and `--psk`
 //! rules (`client::exchange`); receiving is the server's own engine run
 //! on the client's socket, which lives above both roles
-//! ([`crate::download`]).
+//! ([`super::reverse`]).
 
 use super::{exchange, probe, Exchange};
 use crate::config::ClientConfig;

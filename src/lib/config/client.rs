@@ -175,7 +175,7 @@ pub struct ClientArgs {
     #[arg(long, conflicts_with = "local")]
     pub no_server: bool,
     /// Reverse (iperf3 -R): the server sends, this client counts. Measures
-    /// the download direction, through NAT too: the client speaks first.
+    /// the reverse direction, through NAT too: the client speaks first.
     /// -b, -t, -n, --duration, --rate, -P, --gso/--no-gso and -i keep their
     /// meaning, for what the server sends.
     #[arg(short = 'R', long, conflicts_with_all = ["no_server", "bidir", "sweep"])]
@@ -418,7 +418,7 @@ impl Traffic {
     }
 
     /// The server sends in this run.
-    pub fn downloads(self) -> bool {
+    pub fn has_reverse(self) -> bool {
         self != Traffic::Upload
     }
 }
@@ -650,23 +650,23 @@ impl ClientConfig {
             (false, true) => Traffic::Bidir,
             (false, false) => Traffic::Upload,
         };
-        if traffic.downloads() && l.no_server == Some(true) {
+        if traffic.has_reverse() && l.no_server == Some(true) {
             return Err(Error::usage(
                 "-R and --bidir need a udp_server to send: they cannot run with no_server",
             ));
         }
-        if traffic.downloads() && !sweep_sizes.is_empty() {
+        if traffic.has_reverse() && !sweep_sizes.is_empty() {
             return Err(Error::usage(
                 "--sweep runs uploads: it does not take -R or --bidir yet",
             ));
         }
         if traffic == Traffic::Bidir && args.find_limit {
             return Err(Error::usage(
-                "--find-limit searches one direction: give -R for the download, or neither for the upload",
+                "--find-limit searches one direction: give -R for the reverse direction, or neither for the upload",
             ));
         }
         let recv_buffer_size = size(l.recv_buffer_size, "recv_buffer_size")?;
-        if recv_buffer_size.is_some() && !traffic.downloads() {
+        if recv_buffer_size.is_some() && !traffic.has_reverse() {
             return Err(Error::usage(
                 "--recv-buffer-size sizes the client's receive socket: it needs -R or --bidir",
             ));

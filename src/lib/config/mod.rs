@@ -6,10 +6,10 @@
 //! default, without a flag's default silently winning over the file.
 //! Unknown TOML keys are errors that name the key (`deny_unknown_fields`).
 
-pub mod bench;
 pub mod client;
 pub mod proxy;
 pub mod server;
+pub mod sockbench;
 
 pub use client::*;
 pub use server::*;

@@ -15,6 +15,9 @@
 //! - [`send`]: the send paths (sendto, sendmmsg, UDP GSO) with back-off on
 //!   a full queue and fallbacks the report names;
 //! - [`pace`]: pacing to a rate by schedule, and the back-off;
+//! - [`receiver`]: the receive engine: threads that read the sockets and
+//!   count into one table, and the thread that finalises what they
+//!   counted, with a role's hooks (the server's and the client's);
 //! - [`recv`]: the receive methods (thread, select, poll, epoll, tokio,
 //!   mmsg) that hand batches to a [`recv::Deliver`];
 //! - [`plan`]: how many datagrams of what length each call carries, for an
@@ -25,6 +28,7 @@
 pub mod account;
 pub mod pace;
 pub mod plan;
+pub mod receiver;
 pub mod recv;
 pub mod send;
 pub mod stream;

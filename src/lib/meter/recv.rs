@@ -369,18 +369,16 @@ fn readiness_loop(
     shutdown: &Shutdown,
 ) -> io::Result<()> {
     use crate::sys::{poll_readable, select_readable, Epoll};
-    use std::os::fd::AsRawFd;
     for s in sockets {
         s.set_nonblocking(true)?;
     }
-    let fds: Vec<_> = sockets.iter().map(|s| s.as_raw_fd()).collect();
     let mut ready = vec![false; sockets.len()];
     let mut batch = RecvBatch::new(1, RECV_BUF_SIZE);
     let mut scratch = Vec::with_capacity(sockets.len());
     let mut epoll = if method == Method::Epoll {
         let ep = Epoll::new(sockets.len())?;
-        for (i, &fd) in fds.iter().enumerate() {
-            ep.add(fd, i as u64)?;
+        for (i, socket) in sockets.iter().enumerate() {
+            ep.add(socket, i as u64)?;
         }
         Some(ep)
     } else {
@@ -388,8 +386,8 @@ fn readiness_loop(
     };
     while !shutdown.is_triggered() {
         let result = match method {
-            Method::Select => select_readable(&fds, POLL, &mut ready),
-            Method::Poll => poll_readable(&fds, POLL, &mut ready, &mut scratch),
+            Method::Select => select_readable(sockets, POLL, &mut ready),
+            Method::Poll => poll_readable(sockets, POLL, &mut ready, &mut scratch),
             _ => {
                 ready.fill(false);
                 let ep = epoll.as_mut().expect("epoll set up");

@@ -80,7 +80,7 @@ pub enum Gso {
 
 /// How the datagrams were really sent, for the report.
 #[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct SendPath {
     /// The system call and offload, in a word: `sendto`, `send`,
     /// `sendmmsg`, `send+gso` or `sendmmsg+gso`.
@@ -264,11 +264,20 @@ impl<'a> Transmitter<'a> {
         gso: GsoChoice,
     ) -> Self {
         let mut notes = Vec::new();
+        if !sys::LINUX_SOCKETS {
+            // One sendto per datagram, from the address the OS picks.
+            notes.push("sendmmsg is Linux-only: one call per datagram".to_string());
+            return Transmitter {
+                shared: true,
+                gso: Gso::Off("UDP GSO is Linux-only".into()),
+                notes,
+                ..Self::unsent(socket, to, size, 1)
+            };
+        }
         let batch = batch.max(1);
         let mut mmsg = sys::SendBatch::new(batch, Some(to));
         mmsg.set_source(from);
         let gso = match decide_gso(gso, size) {
-            Ok(()) if !sys::LINUX_SOCKETS => Gso::Off("UDP GSO is Linux-only".into()),
             Ok(()) => match u16::try_from(size) {
                 Ok(segment) if segment > 0 => {
                     mmsg.set_gso_segment(Some(segment));
@@ -278,9 +287,6 @@ impl<'a> Transmitter<'a> {
             },
             Err(off) => off,
         };
-        if !sys::LINUX_SOCKETS {
-            notes.push("sendmmsg is Linux-only".to_string());
-        }
         Transmitter {
             shared: true,
             mmsg: Some(mmsg),
@@ -314,7 +320,7 @@ impl<'a> Transmitter<'a> {
         if let Gso::Off(why) = &self.gso {
             notes.push(format!("gso: off ({why})"));
         }
-        let call = match (self.batch > 1 || self.shared, self.connected) {
+        let call = match (self.mmsg.is_some(), self.connected) {
             (true, _) => "sendmmsg",
             (false, true) => "send",
             (false, false) => "sendto",

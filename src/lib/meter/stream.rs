@@ -92,6 +92,13 @@ pub struct SendTiming {
     pub last_call: Instant,
 }
 
+/// Nothing sent yet, as of now.
+impl Default for SendTiming {
+    fn default() -> Self {
+        SendTiming::new(Instant::now())
+    }
+}
+
 impl SendTiming {
     pub fn new(now: Instant) -> Self {
         SendTiming {

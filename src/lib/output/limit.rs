@@ -6,6 +6,10 @@ use crate::client::limit::{LimitReport, LossPlaces, Trial};
 use crate::client::verdict::Cap;
 use crate::config::ClientConfig;
 use crate::config::SearchSettings;
+use crate::error::Result;
+use crate::output::plot::{err, finish, two_axes, TwoAxes, COLORS};
+use plotters::prelude::*;
+use std::path::Path;
 
 /// A rate with the unit that keeps four significant digits: the search
 /// runs from tens of Gbit/s down to a shaper's few Mbit/s.
@@ -34,7 +38,7 @@ pub fn header(cfg: &ClientConfig, s: &SearchSettings) -> String {
     format!(
         "find-limit {} {}: {}-byte datagrams, {} client{}, trials of {:.1} s, resolution {}%, loss tolerance {}%\n\
          trial  phase            offered           sent       received        lost   loss %  result",
-        if cfg.traffic.downloads() {
+        if cfg.traffic.has_reverse() {
             "[S->C] from"
         } else {
             "to"
@@ -113,7 +117,7 @@ pub fn trial_line(t: &Trial) -> String {
         Some(cause) => format!("FAIL: {}", places(cause, &t.places)),
     };
     let queue = t.queue_delay_ms.map_or_else(String::new, |q| {
-        format!("  (queue p99 {})", crate::latency::ms(q.p99))
+        format!("  (queue p99 {})", crate::client::latency::ms(q.p99))
     });
     format!(
         "{:>5}  {:<8}  {:>15}  {:>13}  {:>13}  {:>10}  {:>6.3}%  {result}{queue}",
@@ -129,10 +133,17 @@ pub fn trial_line(t: &Trial) -> String {
 }
 
 /// The result, as text (after the trial lines) or as one JSON object.
-pub fn report(r: &LimitReport, json: bool) -> String {
-    if json {
-        return serde_json::to_string(r).unwrap_or_else(|_| "{}".into());
+impl super::report::Shown for LimitReport {
+    fn text(&self) -> String {
+        report_text(self)
     }
+
+    fn json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
+    }
+}
+
+fn report_text(r: &LimitReport) -> String {
     let l = &r.limit;
     let mut out = match l.rate_bps {
         Some(bps) => format!(
@@ -159,12 +170,12 @@ pub fn report(r: &LimitReport, json: bool) -> String {
     if let (Some(_), Some(q)) = (l.rate_bps, &l.queue_delay_ms) {
         out += &format!(
             "\ndelay     at that rate, the data waited in queues p50 {}, p99 {}, max {}{}",
-            crate::latency::ms(q.p50),
-            crate::latency::ms(q.p99),
-            crate::latency::ms(q.max),
+            crate::client::latency::ms(q.p50),
+            crate::client::latency::ms(q.p99),
+            crate::client::latency::ms(q.max),
             l.max_delay_ms.map_or_else(String::new, |b| format!(
                 " (--max-delay {})",
-                crate::latency::ms(b)
+                crate::client::latency::ms(b)
             ))
         );
     }
@@ -190,4 +201,71 @@ pub fn report(r: &LimitReport, json: bool) -> String {
         out += &format!("\nnote: {note}");
     }
     out
+}
+
+/// `udp_client --find-limit --plot`: each paced trial's receive rate
+/// (left axis) and loss (right axis) against its offered rate, the line
+/// where received equals offered, and the rate found.
+pub fn limit_plot(r: &LimitReport, path: &Path) -> Result<()> {
+    let paced: Vec<(f64, f64, f64)> = r
+        .trials
+        .iter()
+        .filter_map(|t| {
+            let offered = t.offered_bps? as f64 / 1e9;
+            Some((offered, t.received_bps.unwrap_or(0.0) / 1e9, t.loss_percent))
+        })
+        .collect();
+    let top = paced
+        .iter()
+        .flat_map(|p| [p.0, p.1])
+        .fold(0.0f64, f64::max)
+        .max(1e-6)
+        * 1.05;
+    let loss_top = paced.iter().map(|p| p.2).fold(1.0f64, f64::max) * 1.1;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let mut ctx = two_axes(
+        &root,
+        path,
+        TwoAxes {
+            title: "udp_client --find-limit",
+            x: (0.0, top, "offered Gbit/s"),
+            left: (top, "received Gbit/s"),
+            right: (loss_top, "loss %"),
+        },
+    )?;
+    let grey = RGBColor(150, 150, 150);
+    ctx.draw_series(LineSeries::new(
+        [(0.0, 0.0), (top, top)],
+        grey.stroke_width(1),
+    ))
+    .map_err(|e| err(path, e))?
+    .label("received = offered")
+    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(1)));
+    let (blue, red, green) = (COLORS[0], COLORS[3], COLORS[2]);
+    ctx.draw_series(
+        paced
+            .iter()
+            .map(|p| Circle::new((p.0, p.1), 4, blue.filled())),
+    )
+    .map_err(|e| err(path, e))?
+    .label("received")
+    .legend(move |(x, y)| Circle::new((x + 10, y), 4, blue.filled()));
+    ctx.draw_secondary_series(
+        paced
+            .iter()
+            .map(|p| Cross::new((p.0, p.2), 5, red.stroke_width(2))),
+    )
+    .map_err(|e| err(path, e))?
+    .label("loss % (right axis)")
+    .legend(move |(x, y)| Cross::new((x + 10, y), 5, red.stroke_width(2)));
+    if let Some(rate) = r.limit.rate_bps {
+        let x = rate as f64 / 1e9;
+        ctx.draw_series(LineSeries::new([(x, 0.0), (x, top)], green.stroke_width(2)))
+            .map_err(|e| err(path, e))?
+            .label(format!("no-drop rate {x:.3} Gbit/s"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], green.stroke_width(2))
+            });
+    }
+    finish(ctx, &root, path)
 }

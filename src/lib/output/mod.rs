@@ -15,20 +15,43 @@
 //! (flags, signals and scheduler, as the UDP binaries begin) and
 //! [`exit_with`] (the one-line error and the exit code).
 
-pub mod bench;
 pub mod limit;
 pub mod manual;
 pub mod metrics;
 pub mod metrics_http;
+pub mod plot;
 pub mod progress;
 pub mod proxy;
 pub mod report;
+pub mod sockbench;
+pub mod sweep;
+pub mod table;
 pub mod timeline;
 pub mod timeline_of;
 
 use crate::config::{parse_args, Sched};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
+
+/// How a report is printed: chosen once, from the flags, and handed to
+/// whatever prints (`Format::show` in [`report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Format {
+    /// `--json` (or `--json-stream`) as given.
+    pub fn from_flags(json: bool) -> Format {
+        if json {
+            Format::Json
+        } else {
+            Format::Text
+        }
+    }
+}
 
 /// How a binary's `run` ends when it did not fail: `()` is exit 0; an
 /// `i32` is the code its report asks for (udp_client's 3 for a run that

@@ -1,8 +1,10 @@
 //! The progress bar: the only user of indicatif. It hides itself unless
 //! stderr is a terminal, so logs and pipes stay clean.
 
+use crate::matrix::Progress as CellProgress;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use std::io::IsTerminal;
+use std::time::Duration;
 
 /// How client interval reports are printed.
 #[derive(Debug, Clone, Copy)]
@@ -102,10 +104,69 @@ impl crate::client::SendProgress for Progress {
         let line = match self.intervals {
             None => return,
             Some(IntervalLines::Text { with_session }) => {
-                super::report::send_interval(with_session.then_some(session), interval)
+                super::report::client::send_interval(with_session.then_some(session), interval)
             }
-            Some(IntervalLines::Json) => super::report::send_interval_event(session, interval),
+            Some(IntervalLines::Json) => {
+                super::report::client::send_interval_event(session, interval)
+            }
         };
         self.line(&line);
+    }
+}
+
+/// A bar counting cells, on stderr. Hidden when stderr is not a terminal
+/// or when `quiet`. ([`Progress`] counts bytes; this counts cells.)
+pub struct CellBar {
+    quiet: bool,
+    bar: Option<ProgressBar>,
+}
+
+impl CellBar {
+    pub fn new(quiet: bool) -> Self {
+        CellBar { quiet, bar: None }
+    }
+}
+
+impl CellProgress for CellBar {
+    /// Also prints the run's estimate, when the suite has one.
+    fn start(&mut self, suite: &str, total: usize, estimate: Option<Duration>) {
+        if self.quiet {
+            return;
+        }
+        if std::io::stderr().is_terminal() {
+            let bar =
+                ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr())
+                    .with_style(
+                        ProgressStyle::with_template(
+                            "{bar:30.cyan/blue} {pos}/{len} configurations, ETA {eta}  {wide_msg}",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                    );
+            self.bar = Some(bar);
+        }
+        if let Some(estimate) = estimate {
+            eprintln!(
+                "sockbench {suite}: {total} configurations, about {:.0} s",
+                estimate.as_secs_f64()
+            );
+        }
+    }
+
+    fn cell(&mut self, description: &str) {
+        if let Some(b) = &self.bar {
+            b.set_message(description.to_string());
+        }
+    }
+
+    fn done(&mut self) {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
     }
 }

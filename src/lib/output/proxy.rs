@@ -8,13 +8,14 @@
 //! built as `serde_json::Value`s, whose keys come out sorted: that is the
 //! order the proxy has always printed them in.
 
-use crate::proxy::bench::Row;
+use super::Format;
 use crate::proxy::events::{End, FdLimitAt, Listening, ProxyEvent, Summary};
+use crate::proxy::latency_bench::Row;
 use std::io::Write;
 
 /// Prints one proxy event, as text or as one NDJSON line.
-pub fn proxy_event(event: &ProxyEvent, json: bool) {
-    if json {
+pub fn proxy_event(event: &ProxyEvent, format: Format) {
+    if format == Format::Json {
         let value = serde_json::to_value(event).unwrap_or_default();
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{value}");
@@ -213,8 +214,8 @@ fn stopped_text(s: &Summary) -> String {
 
 /// One measured row of `tcp_proxy bench`: with `--json` the row itself on
 /// stdout; otherwise a progress line on stderr (the table comes at the end).
-pub fn bench_row(row: &Row, json: bool) {
-    if json {
+pub fn bench_row(row: &Row, format: Format) {
+    if format == Format::Json {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", serde_json::to_string(row).unwrap_or_default());
         let _ = out.flush();

@@ -9,9 +9,9 @@
 //! milliseconds. The probes' round trips are dots, set against the idle
 //! round trip measured before the load, so the delay the load added reads
 //! straight off the picture. A missing value is a gap, never a zero. The
-//! conventions (colours, ranges, labels, the error) are [`super::bench::plot`]'s.
+//! conventions (colours, ranges, labels, the error) are [`super::sockbench::plot`]'s.
 
-use super::bench::plot::{err, range, trim_number, COLORS};
+use super::plot::{err, range, trim_number, COLORS};
 use crate::error::Result;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;

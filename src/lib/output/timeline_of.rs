@@ -8,9 +8,9 @@
 //! trips show the queue filling all the same.
 
 use super::timeline::{Timeline, TimelinePoint, TimelineSeries};
+use crate::client::duplex::DuplexReport;
 use crate::client::rtt::RttRecord;
 use crate::client::RunReport;
-use crate::download::DuplexReport;
 use crate::meter::account::PeerReport;
 use crate::stats::SendInterval;
 
@@ -46,7 +46,7 @@ fn upload_series(r: &RunReport, load_start: f64) -> TimelineSeries {
 }
 
 /// A reverse stream: the intervals this client received, in order.
-fn download_series(intervals: &[PeerReport], load_start: f64) -> TimelineSeries {
+fn reverse_series(intervals: &[PeerReport], load_start: f64) -> TimelineSeries {
     let mut t = load_start;
     let points = intervals
         .iter()
@@ -90,7 +90,7 @@ pub fn of_duplex(r: &DuplexReport, received: &[PeerReport], probes: &RttRecord) 
     if let Some(u) = &r.upload {
         directions.push(upload_series(u, probes.load_start));
     }
-    let streams = r.downloads.len().max(1);
+    let streams = r.reverse.len().max(1);
     let merged: Vec<PeerReport> = received
         .chunks(streams)
         .map(|group| {
@@ -99,14 +99,14 @@ pub fn of_duplex(r: &DuplexReport, received: &[PeerReport], probes: &RttRecord) 
             sum
         })
         .collect();
-    directions.push(download_series(&merged, probes.load_start));
+    directions.push(reverse_series(&merged, probes.load_start));
     let what = if r.upload.is_some() {
         "both directions"
     } else {
-        "download (-R)"
+        "reverse (-R)"
     };
     let server = r
-        .downloads
+        .reverse
         .first()
         .map_or_else(String::new, |d| format!(" (session {})", d.session));
     frame(format!("udp_client{server}: {what}"), probes, directions)

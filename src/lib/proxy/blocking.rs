@@ -24,7 +24,6 @@ use super::{Cut, Meter};
 use crate::config::proxy::{Mode, ProxyConfig};
 use futures::channel::oneshot;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -202,7 +201,7 @@ impl Direction {
                 let n = chunk.len();
                 to.write_all(chunk)?;
                 burst.consume(n);
-                if !queued(from)? {
+                if !crate::sys::read_would_return(from)? {
                     break;
                 }
             }
@@ -238,22 +237,6 @@ impl Direction {
                 other => return other,
             }
         }
-    }
-}
-
-/// Whether a read of `s` would return at once: bytes or the EOF are
-/// queued (a peek that does not wait and consumes nothing).
-fn queued(s: &TcpStream) -> io::Result<bool> {
-    let mut probe = [MaybeUninit::<u8>::uninit()];
-    loop {
-        let peek = socket2::SockRef::from(s)
-            .recv_with_flags(&mut probe, libc::MSG_PEEK | libc::MSG_DONTWAIT);
-        return match peek {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => Err(e),
-        };
     }
 }
 

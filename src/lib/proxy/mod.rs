@@ -1,6 +1,6 @@
 //! `tcp_proxy`: forwards each accepted TCP connection to one upstream, in
 //! one of six ways ([`Mode`]), and the latency benchmark that compares them
-//! ([`bench`](mod@bench)).
+//! ([`latency_bench`]).
 //!
 //! Why six: seed 004 compared Go's `io.Copy` with Rust proxies built on
 //! tokio and std and found 20 ms rows it never explained. They were Nagle's
@@ -21,7 +21,7 @@
 //!   connections it allows (`--max-conns` is capped to it).
 //! - [`pipes`]: splice's pipes, which grow on demand under `--pipe-budget`.
 //! - [`http`]: the keep-alive HTTP/1.1 test server and client of the benchmark.
-//! - [`bench`](mod@bench): the matrix behind `tcp_proxy bench`; its latency
+//! - [`latency_bench`]: the matrix behind `tcp_proxy bench`; its latency
 //!   percentiles come from [`crate::stats::histogram`].
 //!
 //! Every mode has the same contract: bytes are counted per direction, EOF
@@ -49,11 +49,11 @@
 //! write, so the counts are what each peer was handed, also for a
 //! connection that is cut half-way through a buffer.
 
-pub mod bench;
 mod blocking;
 pub mod capacity;
 pub mod events;
 pub mod http;
+pub mod latency_bench;
 pub mod pipes;
 mod relay;
 
@@ -78,11 +78,6 @@ const FD_LIMIT_PAUSE: Duration = Duration::from_millis(100);
 /// Pending connections the kernel may queue before we accept them; large
 /// enough for a burst of 1000 clients without SYN retries.
 const BACKLOG: i32 = 1024;
-
-/// Whether this platform has `mode` (splice(2) is Linux's).
-pub(crate) fn mode_available(mode: Mode) -> bool {
-    mode != Mode::Splice || crate::sys::HAS_SPLICE
-}
 
 /// Binds the listening socket (SO_REUSEADDR, a deep backlog). Port 0 picks
 /// a free port; read it back with `local_addr`.
@@ -449,7 +444,7 @@ pub fn run(
     shutdown: &Shutdown,
     events: EventSink,
 ) -> Result<Summary> {
-    if !mode_available(cfg.mode) {
+    if !cfg.mode.available() {
         return Err(Error::usage(format!(
             "--mode {} needs Linux (splice(2)); use --mode tokio or std here",
             cfg.mode.name()

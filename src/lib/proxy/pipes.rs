@@ -27,10 +27,9 @@
 //! of a 256 MiB budget, and no busy connection could grow at all. So the
 //! pipes hold at most `--max-conns` × 128 KiB + `--pipe-budget`.
 
-use crate::sys::SplicePipe;
+use crate::sys::{Descriptor, SplicePipe};
 use serde::Serialize;
 use std::io;
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -280,7 +279,7 @@ impl PipePool {
         }
         self.budget.release(charged);
         self.open.fetch_sub(1, Ordering::Relaxed);
-        drop(pipe);
+        // `pipe` closes as it goes out of scope: its descriptors go back.
     }
 }
 
@@ -319,7 +318,7 @@ impl GrowingPipe<'_> {
     }
 
     /// See [`SplicePipe::fill_from`].
-    pub fn fill_from(&mut self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    pub fn fill_from(&mut self, socket: &impl Descriptor, len: usize) -> io::Result<usize> {
         let pipe = self.pipe.as_ref().ok_or_else(Self::gone)?;
         let n = pipe.fill_from(socket, len)?;
         self.held += n;
@@ -333,7 +332,7 @@ impl GrowingPipe<'_> {
     }
 
     /// See [`SplicePipe::drain_to`].
-    pub fn drain_to(&mut self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    pub fn drain_to(&mut self, socket: &impl Descriptor, len: usize) -> io::Result<usize> {
         let pipe = self.pipe.as_ref().ok_or_else(Self::gone)?;
         let n = pipe.drain_to(socket, len)?;
         self.held = self.held.saturating_sub(n);
@@ -390,9 +389,18 @@ impl Drop for GrowingPipe<'_> {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(test, target_os = "linux", not(feature = "portable")))]
 mod tests {
     use super::*;
+
+    /// Two ends of a loopback TCP connection: something a pipe fills from
+    /// and drains to.
+    fn tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let near = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (far, _) = listener.accept().unwrap();
+        (near, far)
+    }
 
     #[test]
     fn grows_by_doubling_to_the_maximum_and_releases_on_drop() {
@@ -480,21 +488,13 @@ mod tests {
         let mut again = pool.take(1 << 20).unwrap().unwrap();
         // Reused once it carries a byte, not when it is only taken.
         assert_eq!((again.capacity(), pool.reused()), (grown, 0));
-        let (mut tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (mut tx, rx) = tcp_pair();
         std::io::Write::write_all(&mut tx, b"x").unwrap();
-        assert_eq!(
-            again.fill_from(std::os::fd::AsFd::as_fd(&rx), 1).unwrap(),
-            1
-        );
+        assert_eq!(again.fill_from(&rx, 1).unwrap(), 1);
         assert_eq!(pool.reused(), 1);
         let mut sink = [0u8; 1];
-        let (drain_tx, mut drain_rx) = std::os::unix::net::UnixStream::pair().unwrap();
-        assert_eq!(
-            again
-                .drain_to(std::os::fd::AsFd::as_fd(&drain_tx), 1)
-                .unwrap(),
-            1
-        );
+        let (drain_tx, mut drain_rx) = tcp_pair();
+        assert_eq!(again.drain_to(&drain_tx, 1).unwrap(), 1);
         std::io::Read::read_exact(&mut drain_rx, &mut sink).unwrap();
         drop(again);
         // The pool is full (1): b is closed, its descriptors freed.

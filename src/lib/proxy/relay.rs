@@ -338,7 +338,6 @@ async fn splice_pump(
     meter: &Meter,
     one_ended: &AtomicBool,
 ) -> io::Result<()> {
-    use std::os::fd::AsFd;
     use tokio::io::Interest;
 
     let to = to.as_ref();
@@ -377,7 +376,7 @@ async fn splice_pump(
             let mut left = n;
             while left > 0 {
                 to.writable().await?;
-                match to.try_io(Interest::WRITABLE, || pipe.drain_to(to.as_fd(), left)) {
+                match to.try_io(Interest::WRITABLE, || pipe.drain_to(to, left)) {
                     Ok(0) => return Err(io::Error::other("splice moved 0 bytes from a full pipe")),
                     Ok(m) => {
                         left -= m;
@@ -394,7 +393,7 @@ async fn splice_pump(
             // More queued? Fill again; if nothing is, the empty pipe goes
             // back to the pool (dropped at the end of this loop).
             let chunk = pipe.capacity();
-            match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
+            match from.try_io(Interest::READABLE, || pipe.fill_from(from, chunk)) {
                 Ok(m) => n = m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
@@ -489,7 +488,6 @@ enum Taken<'a> {
 /// pooled, a peek waits for a byte (or the EOF) to be really there before
 /// a pipe is made, so that idle connections never fill the pool.
 async fn take_pipe_for_bytes<'a>(from: &TcpStream, ctx: &'a Ctx) -> io::Result<Taken<'a>> {
-    use std::os::fd::AsFd;
     use tokio::io::Interest;
 
     loop {
@@ -516,7 +514,7 @@ async fn take_pipe_for_bytes<'a>(from: &TcpStream, ctx: &'a Ctx) -> io::Result<T
             }
         };
         let chunk = pipe.capacity();
-        match from.try_io(Interest::READABLE, || pipe.fill_from(from.as_fd(), chunk)) {
+        match from.try_io(Interest::READABLE, || pipe.fill_from(from, chunk)) {
             Ok(n) => return Ok(Taken::Pipe(pipe, n)),
             // Nothing queued after all: the pipe goes back to the pool.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

@@ -23,11 +23,11 @@ use super::ServerEvent;
 use crate::meter::account::Totals;
 use crate::stats::{self, CpuCost, CpuTime};
 use serde::Serialize;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One `total` event. `docs/output.md` defines each field.
 #[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct TotalReport {
     /// The span covered, in seconds since the server started.
     pub start: f64,
@@ -240,14 +240,12 @@ impl TotalMeter {
     }
 }
 
-/// How often a busy receive thread looks at its socket's buffer.
-pub const BUFFER_SAMPLE_EVERY: Duration = Duration::from_millis(1);
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::meter::account::{PeerTable, TableConfig};
     use std::net::SocketAddr;
+    use std::time::Duration;
 
     fn data(session: u64, seq: u64) -> Vec<u8> {
         let mut buf = vec![0u8; 200];

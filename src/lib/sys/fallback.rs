@@ -201,8 +201,8 @@ fn readiness_unsupported<T>() -> io::Result<T> {
 
 /// Linux's; the server refuses `--method select` here before it gets this
 /// far.
-pub fn select_readable(
-    _fds: &[std::os::fd::RawFd],
+pub fn select_readable<S: std::os::fd::AsFd>(
+    _sockets: &[S],
     _timeout: std::time::Duration,
     _ready: &mut [bool],
 ) -> io::Result<usize> {
@@ -217,7 +217,7 @@ impl Epoll {
         readiness_unsupported()
     }
 
-    pub fn add(&self, _fd: std::os::fd::RawFd, _token: u64) -> io::Result<()> {
+    pub fn add<S: std::os::fd::AsFd>(&self, _socket: &S, _token: u64) -> io::Result<()> {
         readiness_unsupported()
     }
 
@@ -260,15 +260,11 @@ impl SplicePipe {
         Err(Self::unsupported())
     }
 
-    pub fn fill_from(
-        &self,
-        _socket: std::os::fd::BorrowedFd<'_>,
-        _len: usize,
-    ) -> io::Result<usize> {
+    pub fn fill_from(&self, _socket: &impl std::os::fd::AsFd, _len: usize) -> io::Result<usize> {
         Err(Self::unsupported())
     }
 
-    pub fn drain_to(&self, _socket: std::os::fd::BorrowedFd<'_>, _len: usize) -> io::Result<usize> {
+    pub fn drain_to(&self, _socket: &impl std::os::fd::AsFd, _len: usize) -> io::Result<usize> {
         Err(Self::unsupported())
     }
 }
@@ -304,38 +300,39 @@ pub fn drain_error_queue(_socket: &std::net::UdpSocket) -> usize {
     0
 }
 
-/// macOS has RLIMIT_NOFILE as Linux does (`sys/rlimit.rs`).
-#[cfg(target_os = "macos")]
+/// macOS has RLIMIT_NOFILE as Linux does (`sys/rlimit.rs`), and so does
+/// Linux when this backend is built there (`--features portable`).
+#[cfg(any(target_os = "macos", target_os = "linux"))]
 pub use super::rlimit::{
     file_limit_ceiling, file_limits, open_files, raise_file_limit, raise_hard_file_limit,
 };
 
 /// Not read here: the caller goes ahead without raising it.
-#[cfg(not(target_os = "macos"))]
+#[cfg(not(any(target_os = "macos", target_os = "linux")))]
 pub fn file_limits() -> io::Result<(u64, u64)> {
     unsupported("RLIMIT_NOFILE is read on Linux and macOS only")
 }
 
 /// Not raised here.
-#[cfg(not(target_os = "macos"))]
+#[cfg(not(any(target_os = "macos", target_os = "linux")))]
 pub fn raise_file_limit() -> io::Result<u64> {
     unsupported("RLIMIT_NOFILE is raised on Linux and macOS only")
 }
 
 /// Not raised here.
-#[cfg(not(target_os = "macos"))]
+#[cfg(not(any(target_os = "macos", target_os = "linux")))]
 pub fn raise_hard_file_limit(_to: u64) -> io::Result<u64> {
     unsupported("RLIMIT_NOFILE is raised on Linux and macOS only")
 }
 
 /// Not known here.
-#[cfg(not(target_os = "macos"))]
+#[cfg(not(any(target_os = "macos", target_os = "linux")))]
 pub fn file_limit_ceiling() -> Option<u64> {
     None
 }
 
 /// Not counted here.
-#[cfg(not(target_os = "macos"))]
+#[cfg(not(any(target_os = "macos", target_os = "linux")))]
 pub fn open_files() -> io::Result<u64> {
     unsupported("open files are counted on Linux and macOS only")
 }

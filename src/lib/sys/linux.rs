@@ -574,21 +574,22 @@ fn write_control(
     total
 }
 
-/// Waits until one of `fds` is readable, with select(2). Returns a bit per
-/// fd (in `ready`), re-arming the fd set and timeout on every call (seed
-/// 002 forgot to re-arm its timeout).
-pub fn select_readable(
-    fds: &[std::os::fd::RawFd],
+/// Waits until one of `sockets` is readable, with select(2). Returns a
+/// bit per socket (in `ready`), re-arming the fd set and timeout on every
+/// call (seed 002 forgot to re-arm its timeout).
+pub fn select_readable<S: std::os::fd::AsFd>(
+    sockets: &[S],
     timeout: std::time::Duration,
     ready: &mut [bool],
 ) -> io::Result<usize> {
+    let fds: Vec<std::os::fd::RawFd> = sockets.iter().map(|s| s.as_fd().as_raw_fd()).collect();
     // SAFETY: fd_set is plain old data; FD_ZERO/FD_SET only write inside it,
     // and every fd is checked against FD_SETSIZE first.
     unsafe {
         let mut set: libc::fd_set = zeroed();
         libc::FD_ZERO(&mut set);
         let mut max = -1;
-        for &fd in fds {
+        for &fd in &fds {
             if fd as usize >= libc::FD_SETSIZE {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -641,8 +642,10 @@ impl Epoll {
         })
     }
 
-    /// Watches `fd` for input, reporting it as `token`.
-    pub fn add(&self, fd: std::os::fd::RawFd, token: u64) -> io::Result<()> {
+    /// Watches `socket` for input, reporting it as `token`. The caller
+    /// keeps it open while this epoll waits on it.
+    pub fn add<S: std::os::fd::AsFd>(&self, socket: &S, token: u64) -> io::Result<()> {
+        let fd = socket.as_fd().as_raw_fd();
         let mut event = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: token,

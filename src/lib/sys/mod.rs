@@ -5,14 +5,16 @@
 //! and in one place (quinn-udp's layout). The backend is chosen once at
 //! compile time: `linux.rs` uses recvmmsg, SO_RXQ_OVFL and IP_RECVERR;
 //! `fallback.rs` does one `recv_from` per datagram and says what it lacks.
+//! The `portable` feature builds `fallback.rs` on Linux too, so that the
+//! backend macOS and the BSDs use is compiled and tested where CI runs.
 
 use std::io;
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 #[path = "linux.rs"]
 mod imp;
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(not(target_os = "linux"), feature = "portable"))]
 #[path = "fallback.rs"]
 mod imp;
 
@@ -21,7 +23,7 @@ mod imp;
 mod rlimit;
 
 /// splice(2) through a pipe: the zero-copy proxy path.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 pub mod splice;
 
 pub use imp::{
@@ -33,12 +35,34 @@ pub use imp::{
 };
 pub use imp::{drain_error_queue, recv_from_nowait};
 pub use imp::{egress_device, root_qdisc, udp_sndbuf_errors};
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 pub use imp::{parse_control, ControlInfo};
 pub use imp::{select_readable, Epoll};
 pub use poll::poll_readable;
 
 mod poll;
+
+/// What a socket, or a pipe's end, is to the calls here that take one: a
+/// file descriptor the caller keeps open for the call. Callers pass their
+/// sockets as they are (`&TcpStream`, `&UdpSocket`, socket2's `Socket`);
+/// only this module names the Unix type behind it.
+pub use std::os::fd::AsFd as Descriptor;
+
+/// Whether a read of `socket` would return at once: bytes or the EOF are
+/// queued (a peek that neither waits nor consumes).
+pub fn read_would_return(socket: &std::net::TcpStream) -> io::Result<bool> {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit()];
+    loop {
+        let peek = socket2::SockRef::from(socket)
+            .recv_with_flags(&mut probe, libc::MSG_PEEK | libc::MSG_DONTWAIT);
+        return match peek {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => Err(e),
+        };
+    }
+}
 
 /// The process's budget of open files (RLIMIT_NOFILE), for a run that
 /// opens many sockets.
@@ -490,7 +514,7 @@ pub const OS: Os = if cfg!(target_os = "linux") {
 /// Whether this build has the Linux socket API netspeed uses: select,
 /// poll, epoll, recvmmsg/sendmmsg, UDP_GRO/GSO, splice. Callers ask this
 /// instead of testing the target themselves.
-pub const LINUX_SOCKETS: bool = cfg!(target_os = "linux");
+pub const LINUX_SOCKETS: bool = cfg!(all(target_os = "linux", not(feature = "portable")));
 
 /// SO_REUSEPORT on `socket`, so several receive sockets share one address
 /// (`udp_server --threads N`); an error naming the platform where it has

@@ -3,22 +3,25 @@
 //! (`udp_client -P N` waits for the answers of many sockets at once).
 
 use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 
-/// Waits until one of `fds` is readable, with poll(2). Returns how many
-/// are, marking each in `ready`; `scratch` is the caller's reusable array.
-pub fn poll_readable(
-    fds: &[std::os::fd::RawFd],
+/// Waits until one of `sockets` is readable, with poll(2). Returns how
+/// many are, marking each in `ready`; `scratch` is the caller's reusable
+/// array.
+pub fn poll_readable<S: AsFd>(
+    sockets: &[S],
     timeout: std::time::Duration,
     ready: &mut [bool],
     scratch: &mut Vec<libc::pollfd>,
 ) -> io::Result<usize> {
     scratch.clear();
-    scratch.extend(fds.iter().map(|&fd| libc::pollfd {
-        fd,
+    scratch.extend(sockets.iter().map(|s| libc::pollfd {
+        fd: s.as_fd().as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     }));
-    // SAFETY: `scratch` holds `fds.len()` initialised pollfds.
+    // SAFETY: `scratch` holds `sockets.len()` initialised pollfds, each
+    // of a descriptor `sockets` keeps open for the call.
     let n = unsafe {
         libc::poll(
             scratch.as_mut_ptr(),

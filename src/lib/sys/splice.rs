@@ -33,7 +33,7 @@
 
 use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 /// One pipe: the in-kernel buffer of one direction of a spliced connection.
 #[derive(Debug)]
@@ -93,10 +93,10 @@ impl Pipe {
     /// Moves up to `len` bytes from `socket`'s receive queue into the pipe.
     /// `Ok(0)` means the peer sent EOF (when `len > 0`); `WouldBlock` means
     /// nothing is queued yet (or the pipe is full).
-    pub fn fill_from(&self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    pub fn fill_from(&self, socket: &impl AsFd, len: usize) -> io::Result<usize> {
         retry_eintr(|| {
             splice(
-                socket,
+                socket.as_fd(),
                 None,
                 self.write.as_fd(),
                 None,
@@ -109,12 +109,12 @@ impl Pipe {
     /// Moves up to `len` bytes from the pipe into `socket`'s send queue.
     /// May move fewer (a partial splice when the send buffer fills);
     /// `WouldBlock` means the send buffer is full.
-    pub fn drain_to(&self, socket: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    pub fn drain_to(&self, socket: &impl AsFd, len: usize) -> io::Result<usize> {
         retry_eintr(|| {
             splice(
                 self.read.as_fd(),
                 None,
-                socket,
+                socket.as_fd(),
                 None,
                 len,
                 SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK,
@@ -164,12 +164,12 @@ mod tests {
         let pipe = Pipe::new(1 << 16).unwrap();
         assert!(pipe.capacity() >= 4096);
         // Nothing queued yet: WouldBlock, not EOF.
-        let err = pipe.fill_from(b.as_fd(), 1024).unwrap_err();
+        let err = pipe.fill_from(&b, 1024).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         a.write_all(b"hello splice").unwrap();
         let mut moved = 0;
         for _ in 0..1000 {
-            match pipe.fill_from(b.as_fd(), 1024) {
+            match pipe.fill_from(&b, 1024) {
                 Ok(n) => {
                     moved = n;
                     break;
@@ -181,7 +181,7 @@ mod tests {
             }
         }
         assert_eq!(moved, 12);
-        assert_eq!(pipe.drain_to(c.as_fd(), moved).unwrap(), 12);
+        assert_eq!(pipe.drain_to(&c, moved).unwrap(), 12);
         let mut got = [0u8; 12];
         d.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"hello splice");
@@ -189,7 +189,7 @@ mod tests {
         // EOF shows as 0 once the FIN arrives.
         let mut eof = false;
         for _ in 0..1000 {
-            match pipe.fill_from(b.as_fd(), 1024) {
+            match pipe.fill_from(&b, 1024) {
                 Ok(0) => {
                     eof = true;
                     break;

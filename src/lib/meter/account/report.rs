@@ -22,7 +22,7 @@ pub enum DoneReason {
 /// One peer's figures, for an interval line or a final summary. Optional
 /// fields are left out of JSON when unknown. `docs/output.md` defines each.
 #[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct PeerReport {
     pub peer: String,
     pub tagged: bool,

@@ -14,7 +14,7 @@ fn data(session: u64, seq: u64, len: usize) -> Vec<u8> {
         &Header {
             session,
             seq,
-            send_time_ns: seq * 1000,
+            send_time_ns: seq.wrapping_mul(1000),
         },
     );
     buf

@@ -7,7 +7,7 @@
 //!
 //! Also here: the values of the matrix axes (socket library, connection
 //! mode, IP version, reuse option, TCP implementation, duplex), because a
-//! setting's type belongs with the setting; [`crate::bench`] re-exports
+//! setting's type belongs with the setting; [`crate::sockbench`] re-exports
 //! them.
 
 use super::{file_layer, layered, rate_arg, DurationValue, SizeValue};

@@ -16,8 +16,8 @@
 //! would occupy on Ethernet ([`wire_bytes`]: headers, preamble, gap, FCS
 //! and fragmentation), both over the receiver's first-to-last datagram.
 
-use crate::config::bench::{Conn, Ip};
-use crate::config::bench::{MuxArgs, MuxSettings};
+use crate::config::sockbench::{Conn, Ip};
+use crate::config::sockbench::{MuxArgs, MuxSettings};
 use crate::error::{Error, Result};
 use crate::meter::recv::{run_method, Deliver, Method};
 use crate::shutdown::Shutdown;
@@ -432,14 +432,15 @@ pub fn describe(c: &MuxCase) -> String {
 /// `sockbench mux`: validate, try the schedulers, then run every cell.
 pub fn run(
     a: &MuxArgs,
-    progress: &mut dyn super::Progress,
+    progress: &mut dyn crate::matrix::Progress,
     shutdown: &Shutdown,
 ) -> Result<MuxReport> {
     let m = MuxMatrix::from_args(&a.settings()?)?;
     check_schedulers(&m.cases)?;
-    let rows = super::run_matrix("mux", &m.cases, None, progress, shutdown, describe, |c| {
-        run_case(c, shutdown)
-    })?;
+    let rows =
+        crate::matrix::run_matrix("mux", &m.cases, None, progress, shutdown, describe, |c| {
+            run_case(c, shutdown)
+        })?;
     Ok(MuxReport { rows })
 }
 

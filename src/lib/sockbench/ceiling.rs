@@ -100,7 +100,7 @@ pub fn run_size(size: usize, duration: Duration, shutdown: &Shutdown) -> Result<
         interval: None,
         ..Default::default()
     };
-    let bound = crate::server::bind(&server_cfg)?;
+    let bound = crate::server::bind(&server_cfg)?.bound;
     let target = bound.addr;
     // udp_client's own socket setup, connected, as its default.
     let socket = crate::client::open_socket(target, true, false, None)?;
@@ -127,7 +127,13 @@ pub fn run_size(size: usize, duration: Duration, shutdown: &Shutdown) -> Result<
     let sent_bytes = std::thread::scope(|s| -> Result<u64> {
         let receiver = s.spawn(|| {
             let sockets: Vec<&Socket> = bound.sockets.iter().collect();
-            run_method(Method::Mmsg, &sockets, 0, &count, &receiver_stop)
+            run_method(
+                Method::default_for_platform(),
+                &sockets,
+                0,
+                &count,
+                &receiver_stop,
+            )
         });
         let deadline = Instant::now() + duration;
         let mut sent = 0u64;
@@ -200,7 +206,7 @@ pub fn memcpy_gbps(duration: Duration) -> f64 {
 pub fn run(
     sizes: &[usize],
     duration: Duration,
-    progress: &mut dyn super::Progress,
+    progress: &mut dyn crate::matrix::Progress,
     shutdown: &Shutdown,
 ) -> Result<CeilingReport> {
     if let Some(&bad) = sizes
@@ -213,7 +219,7 @@ pub fn run(
         )));
     }
     let memcpy = memcpy_gbps(duration.min(Duration::from_secs(1)));
-    let rows = super::run_matrix(
+    let rows = crate::matrix::run_matrix(
         "ceiling",
         sizes,
         Some(duration * sizes.len() as u32),

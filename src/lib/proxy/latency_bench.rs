@@ -166,7 +166,7 @@ pub struct Row {
 
 /// Runs the matrix; each row goes to `emit` as soon as it is measured.
 pub fn run(cfg: &BenchConfig, shutdown: &Shutdown, emit: &mut dyn FnMut(&Row)) -> Result<Vec<Row>> {
-    if let Some(m) = cfg.modes.iter().find(|&&m| !super::mode_available(m)) {
+    if let Some(m) = cfg.modes.iter().find(|m| !m.available()) {
         return Err(Error::usage(format!("--modes {}: needs Linux", m.name())));
     }
     let server = TestServer::start(SocketAddr::from(([127, 0, 0, 1], 0)))

@@ -1,25 +1,19 @@
-//! sockbench's views: the text table, JSON, CSV, the SVG chart and the
-//! bar counting cells. The suites in [`crate::bench`] return rows; this
+//! sockbench's views: the text table, JSON, CSV and the SVG chart. The suites in [`crate::sockbench`] return rows; this
 //! turns a [`Report`] into what the user asked for, so that the three
 //! formats never disagree about what was measured.
 //!
-//! - [`table`]: the aligned text table, and each suite's columns.
-//! - [`plot`]: SVG line charts, and each suite's lines.
+//! - [`table`](mod@table): each suite's columns in the shared text table;
+//! - [`plot`]: each suite's lines on the shared SVG chart.
 
 pub mod plot;
 pub mod table;
 
-pub use plot::{limit_plot, sweep_plot, Chart, Series};
-pub use table::{sweep_table, Table};
-
-use crate::bench::{Progress, Report};
-use crate::config::bench::OutputArgs;
+use crate::config::sockbench::OutputArgs;
 use crate::congestion::Congestion;
 use crate::error::{Error, Result};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use crate::output::table::{table, Columns};
+use crate::sockbench::Report;
 use serde::Serialize;
-use std::io::IsTerminal;
-use std::time::Duration;
 
 /// How to print the rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,14 +62,14 @@ pub fn csv<R: Serialize>(rows: &[R]) -> Result<String> {
 }
 
 /// A suite's rows in the chosen format.
-fn render<R: Serialize + table::Columns, E: Serialize>(
+fn render<R: Serialize + Columns, E: Serialize>(
     format: Format,
     suite: &str,
     extra: &E,
     rows: &[R],
 ) -> Result<String> {
     Ok(match format {
-        Format::Table => table::table(rows).render(),
+        Format::Table => table(rows).render(),
         Format::Json => json(suite, extra, rows)? + "\n",
         Format::Csv => csv(rows)?,
     })
@@ -136,63 +130,6 @@ pub fn print(report: &Report, out: &OutputArgs) -> Result<()> {
         plot::draw_report(path, report)?;
     }
     Ok(())
-}
-
-/// A bar counting cells, on stderr. Hidden when stderr is not a terminal
-/// or when `quiet`. (`super::progress` counts bytes; this counts cells.)
-pub struct CellBar {
-    quiet: bool,
-    bar: Option<ProgressBar>,
-}
-
-impl CellBar {
-    pub fn new(quiet: bool) -> Self {
-        CellBar { quiet, bar: None }
-    }
-}
-
-impl Progress for CellBar {
-    /// Also prints the run's estimate, when the suite has one.
-    fn start(&mut self, suite: &str, total: usize, estimate: Option<Duration>) {
-        if self.quiet {
-            return;
-        }
-        if std::io::stderr().is_terminal() {
-            let bar =
-                ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr())
-                    .with_style(
-                        ProgressStyle::with_template(
-                            "{bar:30.cyan/blue} {pos}/{len} configurations, ETA {eta}  {wide_msg}",
-                        )
-                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-                    );
-            self.bar = Some(bar);
-        }
-        if let Some(estimate) = estimate {
-            eprintln!(
-                "sockbench {suite}: {total} configurations, about {:.0} s",
-                estimate.as_secs_f64()
-            );
-        }
-    }
-
-    fn cell(&mut self, description: &str) {
-        if let Some(b) = &self.bar {
-            b.set_message(description.to_string());
-        }
-    }
-
-    fn done(&mut self) {
-        if let Some(b) = &self.bar {
-            b.inc(1);
-        }
-    }
-
-    fn finish(&mut self) {
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Reverse streams: the server sends to a client that asked for it
-//! (`udp_client -R`, and the download half of `--bidir`).
+//! (`udp_client -R`, and the reverse half of `--bidir`).
 //!
 //! A stream is sent by the meter's one send loop
 //! ([`crate::meter::stream::send_stream`]) on a thread of its own, through

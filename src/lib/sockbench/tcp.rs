@@ -16,7 +16,7 @@
 //! sample and then `--samples` measured ones, summarised by
 //! [`crate::stats::samples`].
 
-use crate::config::bench::{Duplex, Impl, TcpArgs, TcpSettings};
+use crate::config::sockbench::{Duplex, Impl, TcpArgs, TcpSettings};
 use crate::congestion::Congestion;
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
@@ -498,7 +498,7 @@ pub struct TcpReport {
 /// `sockbench tcp`: validate, then run every cell.
 pub fn run(
     a: &TcpArgs,
-    progress: &mut dyn super::Progress,
+    progress: &mut dyn crate::matrix::Progress,
     shutdown: &Shutdown,
 ) -> Result<TcpReport> {
     let a = &a.settings()?;
@@ -506,7 +506,7 @@ pub fn run(
     if let Some(algo) = a.congestion {
         algo.check_available()?;
     }
-    let rows = super::run_matrix("tcp", &cells, None, progress, shutdown, describe, |c| {
+    let rows = crate::matrix::run_matrix("tcp", &cells, None, progress, shutdown, describe, |c| {
         run_cell(c, a.samples, shutdown).map(|times| row(c, &summarize(&times)))
     })?;
     Ok(TcpReport {

@@ -2,17 +2,14 @@
 //! the load ([`probed`]), and each direction's figures as the report shows
 //! them ([`Latency`]).
 //!
-//! Why above the roles: the probes run beside any load (an upload, a
-//! reverse stream, both), and the queue delay comes from whichever end
-//! received (the server's answer for an upload, this client's own count
-//! for a reverse stream). This module joins the two; neither role knows
-//! the other.
+//! The probes run beside any load (an upload, a reverse stream, both),
+//! and the queue delay comes from whichever end received (the server's
+//! answer for an upload, this client's own count for a reverse stream).
 
-use crate::client::rtt::{self, Phases, RttRecord};
-use crate::client::verdict::Verdict;
-use crate::client::RunReport;
+use super::rtt::{self, Phases, RttRecord};
+use super::verdict::Verdict;
+use super::RunReport;
 use crate::config::ClientConfig;
-use crate::download::DuplexReport;
 use crate::error::Result;
 use crate::shutdown::Shutdown;
 use crate::stats::delay::{QueueFigures, RoundTripFigures, Spread};
@@ -141,22 +138,9 @@ pub fn attach_upload(report: &mut RunReport, record: &RttRecord) {
     speak_of_the_queue(&mut report.limited_by, &latency);
 }
 
-/// Gives each direction of a `-R` or `--bidir` run the probes' round
-/// trips, and its verdict what the queue did.
-pub fn attach_duplex(report: &mut DuplexReport, record: &RttRecord) {
-    if let Some(upload) = report.upload.as_mut() {
-        attach_upload(upload, record);
-    }
-    for stream in &mut report.streams {
-        stream.latency = stream.latency.with_round_trips(record.figures.as_ref());
-        let latency = stream.latency;
-        speak_of_the_queue(&mut stream.limited_by, &latency);
-    }
-}
-
 /// Adds what the queue did to a verdict's words (its cause stays: the
 /// queue is where the wait was, not what capped the rate).
-fn speak_of_the_queue(verdict: &mut Verdict, latency: &Latency) {
+pub fn speak_of_the_queue(verdict: &mut Verdict, latency: &Latency) {
     if let Some(words) = latency.queue_words() {
         if !verdict.text.contains(&words) {
             verdict.text = format!("{}; {words}", verdict.text);

@@ -38,7 +38,7 @@ mod blocking;
 mod driver;
 mod runtimes;
 
-use crate::config::bench::{Conn, Ip, Reuse, SocketKind, UdpArgs, UdpSettings};
+use crate::config::sockbench::{Conn, Ip, Reuse, SocketKind, UdpArgs, UdpSettings};
 pub use driver::{DRAIN_MAX, POLL};
 
 use crate::config::{check_threads, MAX_THREADS};
@@ -286,7 +286,7 @@ pub struct UdpReport {
 /// `sockbench udp`: validate, then run the matrix.
 pub fn run(
     args: &UdpArgs,
-    progress: &mut dyn super::Progress,
+    progress: &mut dyn crate::matrix::Progress,
     shutdown: &Shutdown,
 ) -> Result<UdpReport> {
     let m = UdpMatrix::from_args(&args.settings()?)?;
@@ -294,7 +294,7 @@ pub fn run(
         warmup: m.warmup,
         duration: m.duration,
     };
-    let rows = super::run_matrix(
+    let rows = crate::matrix::run_matrix(
         "udp",
         &m.cases,
         Some(m.estimate()),

@@ -28,13 +28,10 @@
 //!
 //! This table is pure: time comes in as arguments, answers go out into a
 //! `Vec<Reply>`, streams to launch into [`Reverse::take_launches`]. The
-//! server's main loop runs the sending threads ([`super::stream::run`]),
+//! server's main loop runs the sending threads ([`send::run`]),
 //! watches the deadlines ([`Reverse::tick`]) and hands each thread's
 //! result back ([`Reverse::sent`]).
 
-use super::stream::{
-    grant, StreamControl, StreamOrder, StreamResult, END_ATTEMPTS, END_EVERY, SILENCE,
-};
 use crate::auth::{CookieKey, Psk, COOKIE_SLOT};
 use crate::config::StreamCaps;
 use crate::meter::account::{Control, ControlRequest, Reply, ReplyBytes};
@@ -42,11 +39,14 @@ use crate::stats::{self, CpuCost};
 use crate::wire::{
     self, Direction, End, EndAck, Feedback, Header, SenderStats, Start, StartAck, START_LEN,
 };
+use send::{grant, StreamControl, StreamOrder, StreamResult, END_ATTEMPTS, END_EVERY, SILENCE};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub mod send;
 
 /// A session's key: the client's canonical address and its session id.
 pub type SessionKey = (SocketAddr, u64);

@@ -16,10 +16,10 @@
 //! so every other flag (`--duration`, `--connected`, `--batch`, ...) means
 //! what it always means.
 
-use super::Progress;
 use crate::client;
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
+use crate::matrix::Progress;
 use crate::shutdown::Shutdown;
 use serde::Serialize;
 
@@ -129,7 +129,7 @@ pub fn run(
         .flat_map(|&size| clients.iter().map(move |&n| (size, n)))
         .collect();
     let describe = |&(size, n): &(usize, usize)| format!("buffer {size}, {n} client(s)");
-    let cells = super::run_matrix(
+    let cells = crate::matrix::run_matrix(
         "sweep",
         &grid,
         None,
