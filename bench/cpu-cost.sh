@@ -32,129 +32,39 @@ REPS=${REPS:-3}
 SECS=${SECS:-3}
 IPERF3=${IPERF3:-iperf3}
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 log() { printf '[cpu-cost] %s\n' "$*" >&2; }
 
-if ! command -v "$IPERF3" >/dev/null; then
-    log "installing iperf3"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
-fi
-if [[ -z ${NETSPEED_BIN_DIR:-} ]]; then
-    log "building netspeed (cargo build --release)"
-    cargo build --release --bins -q
-    NETSPEED_BIN_DIR=target/release
-fi
+need_iperf3
+netspeed_bins
 BASELINE_BIN_DIR=${BASELINE_BIN_DIR:-}
 export NETSPEED_BIN_DIR IPERF3 CASES MANY REPS SECS BASELINE_BIN_DIR
 log "iperf3: $("$IPERF3" --version | head -1)"
 
 exec python3 - <<'PYEOF'
-import json, os, signal, socket, statistics, subprocess, sys, tempfile, time
+import json, os, statistics, sys, time
+sys.path.insert(0, "bench")
+from lib import HOST, Proc, free_port, iperf3_version, wait_listening
 
 BIN = os.environ["NETSPEED_BIN_DIR"]
 BASE = os.environ.get("BASELINE_BIN_DIR", "")
 IPERF3 = os.environ["IPERF3"]
 REPS = int(os.environ["REPS"])
 SECS = int(os.environ["SECS"])
-HOST = "127.0.0.1"
-TICK = os.sysconf("SC_CLK_TCK")
 
 def log(*a):
     print("[cpu-cost]", *a, file=sys.stderr, flush=True)
 
-def rate_bps(text):
-    units = {"K": 1e3, "M": 1e6, "G": 1e9}
-    return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
-
-class Proc:
-    """A child process whose CPU is read when it has exited."""
-    def __init__(self, cmd, deadline):
-        self.cmd = cmd
-        # Files, not pipes: a child never blocks on a full pipe.
-        self.out = tempfile.TemporaryFile(mode="w+")
-        self.err = tempfile.TemporaryFile(mode="w+")
-        self.p = subprocess.Popen(cmd, stdout=self.out, stderr=self.err,
-                                  stdin=subprocess.DEVNULL, text=True)
-        self.deadline = time.time() + deadline
-
-    def first_line(self, timeout=10):
-        """The child's first line of output, once written."""
-        end = time.time() + timeout
-        while time.time() < end:
-            self.out.seek(0)
-            line = self.out.readline()
-            if line.endswith("\n"):
-                return line
-            if self.p.poll() is not None:
-                break
-            time.sleep(0.01)
-        raise RuntimeError(f"{self.cmd[0]} wrote no first line")
-
-    def finish(self, stop=False):
-        """Waits for exit (SIGTERM first if `stop`, SIGKILL at the
-        deadline); returns (stdout, stderr, rc, cpu_rusage, cpu_proc)."""
-        if stop:
-            self.p.send_signal(signal.SIGTERM)
-        out, err = "", ""
-        while True:
-            try:
-                info = os.waitid(os.P_PID, self.p.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
-            except ChildProcessError:
-                info = None
-            if info is not None:
-                break
-            if time.time() > self.deadline:
-                self.p.kill()
-            time.sleep(0.01)
-        # Exited, not reaped: /proc still has the totals of every thread.
-        try:
-            f = open(f"/proc/{self.p.pid}/stat").read().rsplit(")", 1)[1].split()
-            proc_cpu = (int(f[11]) + int(f[12])) / TICK
-        except OSError:
-            proc_cpu = float("nan")
-        _, status, ru = os.wait4(self.p.pid, 0)
-        self.p.returncode = os.waitstatus_to_exitcode(status)
-        self.out.seek(0); self.err.seek(0)
-        out, err = self.out.read(), self.err.read()
-        return out, err, self.p.returncode, ru.ru_utime + ru.ru_stime, proc_cpu
-
-def free_port():
-    for _ in range(100):
-        t = socket.socket(); t.bind((HOST, 0)); port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind((HOST, port)); return port
-        except OSError:
-            continue
-        finally:
-            u.close(); t.close()
-    sys.exit("no free port")
-
-def wait_listening(proc, port, udp):
-    kind = socket.SOCK_DGRAM if udp else socket.SOCK_STREAM
-    for _ in range(300):
-        s = socket.socket(socket.AF_INET, kind)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return  # taken: the server has it
-        finally:
-            s.close()
-        if proc.p.poll() is not None:
-            raise RuntimeError("server exited early")
-        time.sleep(0.01)
-    raise RuntimeError("server never bound its port")
-
 def run_iperf3(size, rate, streams=1):
     port = free_port()
     srv = Proc([IPERF3, "-s", "-1", "-B", HOST, "-p", str(port)], SECS + 30)
-    wait_listening(srv, port, udp=False)
+    wait_listening(srv, port)
     cli = Proc([IPERF3, "-c", HOST, "-p", str(port), "-u", "-b", rate, "-l", str(size),
-                "-t", str(SECS), "-P", str(streams), "-J"], SECS + 30)
-    out, err, rc, ccpu, cproc = cli.finish()
-    _, _, _, scpu, sproc = srv.finish()
-    d = json.loads(out)
+                "-t", str(SECS), "-P", str(streams), "-J"], SECS + 30).finish()
+    srv = srv.finish()
+    ccpu, cproc, scpu, sproc = cli.cpu, cli.proc_cpu, srv.cpu, srv.proc_cpu
+    d = json.loads(cli.out)
     if "error" in d:
         raise RuntimeError("iperf3: " + d["error"])
     r = d["end"]["sum_received"]
@@ -170,13 +80,14 @@ def run_netspeed(size, rate, clients=1, bin_dir=None):
              for _ in range(clients)]
     reports, ccpu, cproc = [], 0.0, 0.0
     for p in procs:
-        out, err, rc, cpu, pcpu = p.finish()
-        if rc != 0:
-            raise RuntimeError(f"udp_client exit {rc}: {err.strip()[:200]}")
-        reports.append(json.loads(out))
-        ccpu += cpu; cproc += pcpu
+        c = p.finish()
+        if c.rc != 0:
+            raise RuntimeError(f"udp_client exit {c.rc}: {c.err.strip()[:200]}")
+        reports.append(json.loads(c.out))
+        ccpu += c.cpu; cproc += c.proc_cpu
     time.sleep(0.3)
-    _, _, _, scpu, sproc = srv.finish(stop=True)
+    srv = srv.finish(stop=True)
+    scpu, sproc = srv.cpu, srv.proc_cpu
     got = sum(r["server"]["received_bytes"] for r in reports)
     losses = [r["server"]["loss_percent"] for r in reports]
     sent = sum(r["sent_packets"] for r in reports)
@@ -191,7 +102,7 @@ def med(xs):
     return statistics.median(xs)
 
 print("## CPU cost at paced rates (bench/cpu-cost.sh)\n")
-print(f"iperf3: `{subprocess.run([IPERF3, '--version'], capture_output=True, text=True).stdout.splitlines()[0]}`; "
+print(f"iperf3: `{iperf3_version(IPERF3)}`; "
       f"{REPS} interleaved runs of {SECS} s per case, medians; CPU = user + system of each process "
       "(rusage at exit; /proc/PID/stat agrees to a clock tick).\n")
 

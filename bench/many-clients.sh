@@ -37,24 +37,19 @@ SERVER_BUF=${SERVER_BUF:-8M}
 SERVER_BUF_1000=${SERVER_BUF_1000:-32M}
 IPERF3=${IPERF3:-iperf3}
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 log() { printf '[many-clients] %s\n' "$*" >&2; }
 
-if ! command -v "$IPERF3" >/dev/null; then
-    log "installing iperf3"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
-fi
-if [[ -z ${NETSPEED_BIN_DIR:-} ]]; then
-    log "building netspeed (cargo build --release)"
-    cargo build --release --bins -q
-    NETSPEED_BIN_DIR=${CARGO_TARGET_DIR:-target}/release
-fi
+need_iperf3
+netspeed_bins
 export NETSPEED_BIN_DIR IPERF3 REPS SECS SERVER_BUF SERVER_BUF_1000
 log "iperf3: $("$IPERF3" --version | head -1)"
 
 exec python3 - <<'PYEOF'
-import json, os, signal, socket, statistics, subprocess, sys, tempfile, time
+import json, os, statistics, sys
+sys.path.insert(0, "bench")
+from lib import HOST, TICK, Proc, free_port, iperf3_version, wait_listening
 
 BIN = os.environ["NETSPEED_BIN_DIR"]
 IPERF3 = os.environ["IPERF3"]
@@ -62,73 +57,9 @@ REPS = int(os.environ["REPS"])
 SECS = int(os.environ["SECS"])
 SERVER_BUF = os.environ["SERVER_BUF"]
 SERVER_BUF_1000 = os.environ["SERVER_BUF_1000"]
-HOST = "127.0.0.1"
 
 def log(*a):
     print("[many-clients]", *a, file=sys.stderr, flush=True)
-
-class Proc:
-    """A child process whose CPU and peak memory are read when it exits."""
-    def __init__(self, cmd, deadline):
-        self.cmd = cmd
-        # Files, not pipes: a child never blocks on a full pipe.
-        self.out = tempfile.TemporaryFile(mode="w+")
-        self.err = tempfile.TemporaryFile(mode="w+")
-        self.p = subprocess.Popen(cmd, stdout=self.out, stderr=self.err,
-                                  stdin=subprocess.DEVNULL, text=True)
-        self.deadline = time.time() + deadline
-
-    def first_line(self, timeout=10):
-        end = time.time() + timeout
-        while time.time() < end:
-            self.out.seek(0)
-            line = self.out.readline()
-            if line.endswith("\n"):
-                return line
-            if self.p.poll() is not None:
-                break
-            time.sleep(0.01)
-        raise RuntimeError(f"{self.cmd[0]} wrote no first line")
-
-    def hwm_mb(self):
-        """The process's peak resident set so far (VmHWM), MB; 0 once it
-        has exited."""
-        try:
-            with open(f"/proc/{self.p.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) / 1024.0
-        except OSError:
-            pass
-        return 0.0
-
-    def finish(self, stop=False):
-        """Waits for exit (SIGTERM first if `stop`, SIGKILL at the
-        deadline); returns (stdout, stderr, rc, cpu_seconds, max_rss_mb).
-
-        The peak RSS is VmHWM, read every 10 ms while the process runs (it
-        only grows): rusage's ru_maxrss would include this Python process,
-        whose memory the child had until it called exec."""
-        if stop:
-            self.p.send_signal(signal.SIGTERM)
-        peak = 0.0
-        while True:
-            peak = max(peak, self.hwm_mb())
-            try:
-                pid, status, ru = os.wait4(self.p.pid, os.WNOHANG)
-            except ChildProcessError:
-                raise RuntimeError("child already reaped")
-            if pid:
-                break
-            if time.time() > self.deadline:
-                self.p.kill()
-            time.sleep(0.01)
-        self.p.returncode = os.waitstatus_to_exitcode(status)
-        self.out.seek(0); self.err.seek(0)
-        return (self.out.read(), self.err.read(), self.p.returncode,
-                ru.ru_utime + ru.ru_stime, peak)
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 def host_busy():
     """CPU-seconds the whole host has been busy (not idle), from /proc/stat."""
@@ -136,43 +67,16 @@ def host_busy():
     idle = f[3] + f[4]  # idle, iowait
     return (sum(f[:8]) - idle) / TICK
 
-def free_port():
-    for _ in range(100):
-        t = socket.socket(); t.bind((HOST, 0)); port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind((HOST, port)); return port
-        except OSError:
-            continue
-        finally:
-            u.close(); t.close()
-    sys.exit("no free port")
-
-def wait_listening(proc, port):
-    for _ in range(300):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return  # taken: the server has it
-        finally:
-            s.close()
-        if proc.p.poll() is not None:
-            raise RuntimeError("server exited early")
-        time.sleep(0.01)
-    raise RuntimeError("server never bound its port")
-
 def run_iperf3(clients, rate):
     port = free_port()
     srv = Proc([IPERF3, "-s", "-1", "-B", HOST, "-p", str(port)], SECS + 30)
     wait_listening(srv, port)
     busy = host_busy()
     cli = Proc([IPERF3, "-c", HOST, "-p", str(port), "-u", "-P", str(clients), "-b", rate,
-                "-l", "1000", "-t", str(SECS), "-J"], SECS + 30)
-    out, err, rc, cpu, rss = cli.finish()
-    _, _, _, scpu, _ = srv.finish()
+                "-l", "1000", "-t", str(SECS), "-J"], SECS + 30).finish()
+    rc, cpu, rss, scpu = cli.rc, cli.cpu, cli.peak_mb, srv.finish().cpu
     others = max(0.0, host_busy() - busy - cpu - scpu)
-    d = json.loads(out)
+    d = json.loads(cli.out)
     if "error" in d:
         raise RuntimeError("iperf3: " + d["error"])
     s = d["end"]["sum"]
@@ -188,13 +92,12 @@ def run_netspeed(clients, rate, server_buf=SERVER_BUF):
     addr = json.loads(srv.first_line())["addr"]
     busy = host_busy()
     cli = Proc([f"{BIN}/udp_client", "-s", addr, "-P", str(clients), "--rate", rate, "-b", "1000",
-                "--duration", f"{SECS}s", "--json", "--quiet"], SECS + 60)
-    out, err, rc, cpu, rss = cli.finish()
-    _, _, _, scpu, _ = srv.finish(stop=True)
+                "--duration", f"{SECS}s", "--json", "--quiet"], SECS + 60).finish()
+    rc, cpu, rss, scpu = cli.rc, cli.cpu, cli.peak_mb, srv.finish(stop=True).cpu
     others = max(0.0, host_busy() - busy - cpu - scpu)
     if rc not in (0, 3):
-        raise RuntimeError(f"udp_client exit {rc}: {err.strip()[:300]}")
-    d = json.loads(out)
+        raise RuntimeError(f"udp_client exit {rc}: {cli.err.strip()[:300]}")
+    d = json.loads(cli.out)
     sent = d["sent_packets"]
     lost = (d.get("server") or {}).get("lost_packets", sent)
     behind = max((c.get("pacing") or {}).get("behind_seconds", 0.0) for c in d["clients"])
@@ -210,7 +113,7 @@ def med(runs, key):
 def verdict(ok):
     return "**pass**" if ok else "**FAIL**"
 
-version = subprocess.run([IPERF3, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+version = iperf3_version(IPERF3)
 print("## Many clients in one process (bench/many-clients.sh)\n")
 print(f"iperf3: `{version}`; `udp_server --recv-buffer-size {SERVER_BUF}` ({SERVER_BUF_1000} for -P 1000); {REPS} interleaved runs "
       f"of {SECS} s, medians; CPU = user + system of the client process (rusage at exit), "

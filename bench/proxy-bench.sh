@@ -26,8 +26,8 @@
 # Loopback only; every server is on an ephemeral port and every process is
 # reaped on exit.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 IPERF_SECONDS=${IPERF_SECONDS:-3}
 IPERF_ROUNDS=${IPERF_ROUNDS:-5}
@@ -37,31 +37,12 @@ CONNS=${CONNS:-1000}
 SKIP=${SKIP:-}
 MODES=${MODES:-"tokio tokio-copy copy-bidirectional std std-copy splice"}
 
-TMP=$(mktemp -d /tmp/proxy-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
+bench_tmp proxy-bench
 
 skip() { [[ " $SKIP " == *" $1 "* ]]; }
 
-if [ -z "${THROUGHPUT_ONLY:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    export DEBIAN_FRONTEND=noninteractive
-    missing=()
-    command -v iperf3 >/dev/null || missing+=(iperf3)
-    command -v haproxy >/dev/null || missing+=(haproxy)
-    command -v socat >/dev/null || missing+=(socat)
-    command -v go >/dev/null || missing+=(golang-go)
-    command -v python3 >/dev/null || missing+=(python3)
-    if [ ${#missing[@]} -gt 0 ]; then
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
+if [ -z "${THROUGHPUT_ONLY:-}" ]; then
+    apt_install_missing iperf3 haproxy socat go:golang-go python3
 fi
 
 if [ -z "${THROUGHPUT_ONLY:-}" ]; then
@@ -75,49 +56,13 @@ fi
 
 # The (a') re-invocation is handed the binary the outer run built, so both
 # parts measure the same one and nothing is built inside the namespace.
-BIN=${PROXY_BIN:-}
-if [ -z "$BIN" ]; then
-    cargo build --release --quiet --bin tcp_proxy
-    BIN=$ROOT/target/release/tcp_proxy
-fi
+tcp_proxy_bin
 
 GO_PROXY=${GO_PROXY_BIN:-}
 if [ -z "$GO_PROXY" ] && command -v go >/dev/null; then
-    # The standard library only: no module downloads, ever.
-    (cd bench/peers/goproxy && GOPROXY=off GOTOOLCHAIN=local \
-        GOCACHE="$TMP/gocache" go build -o "$TMP/goproxy" .)
+    go_peer goproxy
     GO_PROXY=$TMP/goproxy
 fi
-
-# A free loopback port for the peers that cannot report one they picked.
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# Waits (at most 10 s) until 127.0.0.1:$1 accepts connections.
-wait_port() {
-    for _ in $(seq 200); do
-        if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 0.2)" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.05
-    done
-    echo "nothing listening on port $1 after 10 s" >&2
-    return 1
-}
-
-# Waits (at most 10 s) for the first line of file $1 matching $2; prints it.
-wait_line() {
-    for _ in $(seq 200); do
-        if grep -m1 -- "$2" "$1" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.05
-    done
-    echo "no '$2' in $1 after 10 s:" >&2
-    cat "$1" >&2
-    return 1
-}
 
 # start_proxy UPSTREAM MODE [ARGS...]: sets PROXY_ADDR, PROXY_PID, PROXY_OUT.
 start_proxy() {
@@ -145,30 +90,12 @@ start_go() {
 start_haproxy() {
     local port
     port=$(free_port)
-    cat >"$TMP/haproxy.cfg" <<EOF
-global
-    maxconn 4096
-
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-
-listen bench
-    bind 127.0.0.1:$port
-    server upstream $1
-EOF
+    haproxy_cfg "$TMP/haproxy.cfg" "$port" "$1" 4096 60s
     haproxy -db -f "$TMP/haproxy.cfg" >/dev/null 2>&1 &
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
     wait_port "$port"
     PROXY_ADDR=127.0.0.1:$port
-}
-
-stop() {
-    kill "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
 }
 
 # ------------------------------------------------------------ (a) throughput

@@ -61,8 +61,8 @@
 # Loopback only; every server listens on a free port; every process is
 # reaped on exit; every wait and loop is bounded.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 QUICK=${QUICK:-}
 RATES=${RATES:-"1G 5G 10G 0"}
@@ -84,24 +84,13 @@ PIPES_CONNS=${PIPES_CONNS:-4000}
 PIPES_BUSY=${PIPES_BUSY:-100}
 SKIP=${SKIP:-}
 
-TMP=$(mktemp -d /tmp/proxy-cost.XXXXXX)
+bench_tmp proxy-cost
 RESULTS=$TMP/results.tsv
 : >"$RESULTS"
-PIDS=()
 # Commands put before a proxy and before the load (wrk, its server) in the
 # cps part's "pinned" layout: empty everywhere else.
 PROXY_PREFIX=()
 LOAD_PREFIX=()
-cleanup() {
-    for p in "${PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
 trap 'exit 130' INT TERM
 trap 'echo "proxy-cost: failed at line $LINENO" >&2' ERR
 
@@ -109,34 +98,14 @@ skip() { [[ " $SKIP " == *" $1 "* ]]; }
 log() { printf '[proxy-cost %s] %s\n' "$(date +%T)" "$*" >&2; }
 T0=$(date +%s)
 
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    missing=()
-    for tool in iperf3 haproxy wrk python3; do
-        command -v "$tool" >/dev/null || missing+=("$tool")
-    done
-    command -v go >/dev/null || missing+=(golang-go)
-    if [ ${#missing[@]} -gt 0 ]; then
-        log "installing ${missing[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
-fi
+apt_install_missing iperf3 haproxy wrk python3 go:golang-go
 for tool in iperf3 haproxy wrk python3 go; do
     command -v "$tool" >/dev/null || { echo "proxy-cost: $tool is needed" >&2; exit 2; }
 done
 
-BIN=${PROXY_BIN:-}
-if [ -z "$BIN" ]; then
-    log "building tcp_proxy (cargo build --release)"
-    cargo build --release --quiet --bin tcp_proxy
-    BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/tcp_proxy
-fi
-# The standard library only: no module downloads, ever.
-for peer in goproxy costpeer; do
-    (cd "bench/peers/$peer" && GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-mod=mod \
-        GOCACHE="$TMP/gocache" go build -o "$TMP/$peer" .)
-done
+tcp_proxy_bin
+go_peer goproxy
+go_peer costpeer
 GO_PROXY=$TMP/goproxy
 PEER=$TMP/costpeer
 TICK=$(getconf CLK_TCK)
@@ -149,40 +118,6 @@ echo "go: $(go version); iperf3: $(iperf3 --version 2>/dev/null | sed -n 1p); wr
 echo "date: $(date -u +%FT%TZ); tcp congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control); RLIMIT_NOFILE here: soft $(ulimit -Sn), hard $(ulimit -Hn)"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the proxy shares $(nproc) cpus with everything else running)"
 echo "settings: RATES='$RATES' CPU_SECONDS=$CPU_SECONDS CPU_ROUNDS=$CPU_ROUNDS CPS_SECONDS=$CPS_SECONDS CPS_ROUNDS=$CPS_ROUNDS CPS_CONNS=$CPS_CONNS CPS_LAYOUTS='$CPS_LAYOUTS' IDLE_CONNS=$IDLE_CONNS PROXY_NOFILE=$PROXY_NOFILE RTTS=$RTTS MSG=$MSG SKIP='$SKIP'"
-
-# A free loopback port for a server to bind.
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# Waits (at most 10 s) until 127.0.0.1:$1 accepts connections.
-wait_port() {
-    for _ in $(seq 100); do
-        if python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 0.2).close()" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "nothing listening on port $1 after 10 s" >&2
-    return 1
-}
-
-# Waits (at most 10 s) for the first line of file $1 matching $2; prints it.
-wait_line() {
-    for _ in $(seq 100); do
-        if grep -m1 -- "$2" "$1" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "no '$2' in $1 after 10 s" >&2
-    return 1
-}
-
-stop() {
-    kill "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
 
 # A peer server from bench/peers/costpeer: sets SERVER_ADDR, SERVER_PID.
 start_server() {
@@ -216,21 +151,8 @@ start_target() {
             ;;
         haproxy | haproxy-splice)
             local cfg=$TMP/haproxy-$port.cfg
-            cat >"$cfg" <<EOF
-global
-    maxconn ${HAPROXY_MAXCONN:-4096}
-
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 300s
-    timeout server 300s
-
-listen bench
-    bind 127.0.0.1:$port
-$([ "$kind" = haproxy-splice ] && echo "    option splice-auto")
-    server upstream $up
-EOF
+            haproxy_cfg "$cfg" "$port" "$up" "${HAPROXY_MAXCONN:-4096}" 300s \
+                "$([ "$kind" = haproxy-splice ] && echo "option splice-auto")"
             (ulimit -Sn "$PROXY_NOFILE" && exec ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} haproxy -db -f "$cfg") >"$PROXY_LOG" 2>&1 &
             ;;
         go)

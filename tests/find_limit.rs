@@ -19,9 +19,9 @@ mod common;
 use common::impair::{
     delta, nft_apply, nft_counter, read_snmp, require_nft, require_tc, tbf_alone, tc_drops,
 };
-use common::netns::{two_hosts, Netns};
+use common::netns::Netns;
 use common::run_bounded;
-use common::udp::{args_to, client_in, client_json, f, u, Server, CLIENT};
+use common::udp::{args_to, client_in, client_json, f, u, Hosts, Server, CLIENT};
 use serde_json::Value;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -36,23 +36,12 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
 
 /// Two hosts on `subnet`.0/24 and a udp_server on the first (`.1`), with
 /// `--recv-buffer-size recv_buffer`.
-struct Hosts {
-    srv: Netns,
-    cli: Netns,
-    /// The client host's veth end, for a qdisc.
-    cli_dev: String,
-    server: Server,
-    /// The server's address, as the client host reaches it.
-    target: String,
-}
-
 fn served(tag: &str, subnet: &str, recv_buffer: &str) -> Hosts {
-    let (srv, cli, (_, cli_dev)) = two_hosts(tag, subnet);
     // SCHED_FIFO, as the searching clients below: a limit of the path,
     // not of the machine's load (a reverse trial's sender is the server).
-    let server = Server::start_in(
-        &srv,
-        "0.0.0.0:0",
+    common::udp::served(
+        tag,
+        subnet,
         &[
             "--recv-buffer-size",
             recv_buffer,
@@ -61,15 +50,7 @@ fn served(tag: &str, subnet: &str, recv_buffer: &str) -> Hosts {
             "--priority",
             "10",
         ],
-    );
-    let target = format!("{subnet}.1:{}", server.port());
-    Hosts {
-        srv,
-        cli,
-        cli_dev,
-        server,
-        target,
-    }
+    )
 }
 
 /// Runs `udp_client -s TARGET --find-limit REST --json` in `ns`; its

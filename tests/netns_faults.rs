@@ -13,8 +13,8 @@ use common::impair::{
     delta, nft_apply, nft_counter, read_snmp, require_nft, require_tc, run_capture, spawn_in,
     tbf_alone, tc_drops, vm_rss_kib, SwapRelay,
 };
-use common::netns::{two_hosts, veth_pair, Bridge, Netns};
-use common::udp::{args_to, assert_exact, client, client_in, u, Server, CLIENT};
+use common::netns::{two_hosts, Bridge, Netns};
+use common::udp::{args_to, assert_exact, client, client_in, served, u, Server, CLIENT};
 use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -262,21 +262,18 @@ fn relay_swaps_are_counted_as_reordered() {
 #[test]
 fn enobufs_backoff_skips_nothing_and_matches_qdisc_drops() {
     require_tc();
-    let srv = Netns::new("f5srv");
-    let cli = Netns::new("f5cli");
-    let (_, cli_dev) = veth_pair(&srv, "10.61.5.1/24", &cli, "10.61.5.2/24");
-    tbf_alone(&cli, &cli_dev, "50mbit", "16kb", "32kb");
-    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
-    let target = format!("10.61.5.1:{}", server.port());
-    let drops_before = tc_drops(&cli, &cli_dev);
+    let hosts = served("f5", "10.61.5", &["--recv-buffer-size", "4M"]);
+    let (cli, cli_dev, server) = (&hosts.cli, &hosts.cli_dev, &hosts.server);
+    tbf_alone(cli, cli_dev, "50mbit", "16kb", "32kb");
+    let drops_before = tc_drops(cli, cli_dev);
     let report = client_in(
-        &cli,
+        cli,
         // --no-gso: the qdisc counts packets, and tbf cuts a GSO buffer
         // larger than its burst into segments, dropping the ones that do not
         // fit without an ENOBUFS (they are then reported lost, not retried).
         &[
             "-s",
-            &target,
+            &hosts.target,
             "-b",
             "1400",
             "-n",
@@ -286,7 +283,7 @@ fn enobufs_backoff_skips_nothing_and_matches_qdisc_drops() {
             "--no-gso",
         ],
     );
-    let drops = tc_drops(&cli, &cli_dev) - drops_before;
+    let drops = tc_drops(cli, cli_dev) - drops_before;
     let clients = report["clients"].as_array().expect("clients");
     assert_eq!(clients.len(), 4, "{report}");
     let mut retries = 0;

@@ -23,8 +23,7 @@ mod common;
 
 use common::impair::{require_tc, require_tool, root_qdisc, run_capture, tbf_alone, tc_drops};
 use common::netns::{require_root_and_ip, routed, Netns, Routed};
-use common::run_bounded;
-use common::udp::{args_to, f, stream, u, Server, CLIENT};
+use common::udp::{args_to, client_json, f, stream, u, Server, CLIENT};
 use serde_json::Value;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
@@ -51,8 +50,8 @@ const SHORT_MS: f64 = 2.0;
 const IDLE_MS: f64 = 1.0;
 
 /// The loads: above the link (fills the queue) and under it (paced).
-const OVERLOAD: &str = "--rate 115Mbit --duration 6s -b 1400 -J";
-const UNDERLOAD: &str = "--rate 40Mbit --duration 6s -b 1400 -J";
+const OVERLOAD: &str = "--rate 115Mbit --duration 6s -b 1400";
+const UNDERLOAD: &str = "--rate 40Mbit --duration 6s -b 1400";
 
 /// ping's settings: 25 echo requests of 56 bytes, every 100 ms.
 const PINGS: u32 = 25;
@@ -173,23 +172,23 @@ fn backlog(ns: &Netns, dev: &str) -> u64 {
         .unwrap_or_else(|| panic!("no backlog on {dev}: {root}"))
 }
 
-/// Everything one run measured.
-struct Measured {
-    report: Value,
-    idle: Ping,
-    loaded: Ping,
-    /// The tbf's backlog (bytes), sampled every 50 ms while ping ran.
-    backlog_min: u64,
-    backlog_max: u64,
-    /// Datagrams the tbf dropped during the run.
-    drops: u64,
+/// The three hosts, a udp_server on the server host, and the tbf on the
+/// router's interface toward the receiver of a load going one [`Way`].
+/// The server is the first field, so it is stopped before the namespaces
+/// it runs in are deleted.
+struct Shaped {
+    server: Server,
+    /// The server's address as the client host reaches it.
+    target: String,
+    /// The router's interface that holds the tbf.
+    dev: String,
+    net: Routed,
 }
 
-/// Builds the topology (`net_id` picks the subnets 10.`net_id`.1/2.0/24), puts
-/// the tbf on the router toward the load's receiver, pings idle, then runs
-/// `udp_client SERVER [-R] load` and pings through the queue
-/// [`PING_AFTER`] it started, sampling the tbf's backlog meanwhile.
-fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
+/// Builds the topology (`net_id` picks the subnets 10.`net_id`.1/2.0/24),
+/// starts the server and puts the tbf on the router toward the load's
+/// receiver.
+fn shaped(tag: &str, net_id: u8, way: Way) -> Shaped {
     require_tools();
     let net = routed(tag, net_id, false);
     let server = Server::start_in(&net.server, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
@@ -202,17 +201,52 @@ fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
         &LIMIT_BYTES.to_string(),
     );
     let target = format!("{}:{}", net.server_ip, server.port());
+    Shaped {
+        server,
+        target,
+        dev,
+        net,
+    }
+}
+
+/// Everything one run measured.
+struct Measured {
+    report: Value,
+    idle: Ping,
+    loaded: Ping,
+    /// The tbf's backlog (bytes), sampled every 50 ms while ping ran.
+    backlog_min: u64,
+    backlog_max: u64,
+    /// Datagrams the tbf dropped during the run.
+    drops: u64,
+}
+
+/// Builds the [`shaped`] topology, pings idle, then runs `udp_client
+/// SERVER [-R] load` and pings through the queue [`PING_AFTER`] it
+/// started, sampling the tbf's backlog meanwhile; prints the figures
+/// ([`show`]) under `tag`.
+fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
+    let Shaped {
+        server,
+        target,
+        dev,
+        net,
+    } = shaped(tag, net_id, way);
     let idle = run_ping(ping_cmd(&net.client, &net.server_ip));
     let drops_before = tc_drops(&net.router, &dev);
 
     let rest = format!("{} {load}", way.flag());
-    let mut cmd = net.client.cmd(CLIENT);
-    cmd.args(args_to(&target, &rest));
-    let shown = format!("udp_client {}", args_to(&target, &rest).join(" "));
+    let args: Vec<String> = args_to(&target, &rest)
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let shown = format!("udp_client {}", args.join(" "));
+    let cmd = net.client.cmd(CLIENT);
     let started = Instant::now();
     let client = thread::spawn(move || {
-        let out = run_bounded(&mut cmd, Duration::from_secs(40));
-        (out, started.elapsed())
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let report = client_json(cmd, &args, Duration::from_secs(40));
+        (report, started.elapsed())
     });
     thread::sleep(PING_AFTER);
 
@@ -230,19 +264,10 @@ fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
         .unwrap_or_else(|p| std::panic::resume_unwind(p));
     let ping_done = started.elapsed();
 
-    let (out, client_ran) = client
+    let (report, client_ran) = client
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p));
     let drops = tc_drops(&net.router, &dev) - drops_before;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{shown} failed ({}):\n{}\n{stdout}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("{shown}: not one JSON object ({e}): {stdout}"));
     eprintln!("{shown}: ran {client_ran:.2?}, ping done {ping_done:.2?} after its start");
     // The load's last second is still ahead when ping is done (the client
     // runs the load's 6 s, plus the idle probes before it).
@@ -252,14 +277,16 @@ fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
          the client ran {client_ran:?}: {report}"
     );
     server.stop();
-    Measured {
+    let m = Measured {
         report,
         idle,
         loaded,
         backlog_min,
         backlog_max,
         drops,
-    }
+    };
+    show(tag, &m, way.direction());
+    m
 }
 
 /// The verdict's sentence for the `direction` stream.
@@ -298,6 +325,15 @@ fn latency<'a>(report: &'a Value, direction: &str) -> &'a Value {
 /// `lat[key][pct]` in ms.
 fn ms(lat: &Value, key: &str, pct: &str) -> f64 {
     f(&lat[key], pct)
+}
+
+/// The `direction` stream's verdict says `sentence`.
+fn verdict_says(report: &Value, direction: &str, sentence: &str) {
+    let text = verdict(report, direction);
+    assert!(
+        text.contains(sentence),
+        "the verdict should say {sentence:?}: {text}"
+    );
 }
 
 /// Whether `got` is within [`WITHIN`] of `want`.
@@ -354,7 +390,6 @@ fn a_filled_queue(tag: &str, net_id: u8, way: Way) {
     let _one = one_at_a_time();
     let direction = way.direction();
     let m = measure(tag, net_id, way, OVERLOAD);
-    show(tag, &m, direction);
     let full = full_queue_ms();
 
     // The witnesses (independent of the feature).
@@ -398,11 +433,7 @@ fn a_filled_queue(tag: &str, net_id: u8, way: Way) {
     );
     let idle = f(lat, "idle_rtt_ms");
     assert!(idle < IDLE_MS, "idle RTT {idle} ms: {lat}");
-    let text = verdict(&m.report, direction);
-    assert!(
-        text.contains(QUEUE_FILLED),
-        "the verdict should say {QUEUE_FILLED:?}: {text}"
-    );
+    verdict_says(&m.report, direction, QUEUE_FILLED);
 }
 
 #[test]
@@ -431,7 +462,6 @@ fn a_short_queue(tag: &str, net_id: u8, way: Way) {
     let _one = one_at_a_time();
     let direction = way.direction();
     let m = measure(tag, net_id, way, UNDERLOAD);
-    show(tag, &m, direction);
 
     // The witnesses: the queue stayed short, nothing was dropped.
     idle_witness(&m);
@@ -450,11 +480,7 @@ fn a_short_queue(tag: &str, net_id: u8, way: Way) {
     assert!(queue < SHORT_MS, "queue delay p99 {queue} ms: {lat}");
     let rtt = ms(lat, "loaded_rtt_ms", "p50");
     assert!(rtt < SHORT_MS, "loaded RTT p50 {rtt} ms: {lat}");
-    let text = verdict(&m.report, direction);
-    assert!(
-        text.contains(QUEUE_SHORT),
-        "the verdict should say {QUEUE_SHORT:?}: {text}"
-    );
+    verdict_says(&m.report, direction, QUEUE_SHORT);
 }
 
 /// `--find-limit --max-delay`: the highest rate whose data's p99 queue
@@ -468,35 +494,23 @@ fn a_short_queue(tag: &str, net_id: u8, way: Way) {
 #[test]
 fn max_delay_finds_the_rate_that_keeps_the_queue_short() {
     let _one = one_at_a_time();
-    require_tools();
-    let net = routed("latfl", 88, false);
-    let server = Server::start_in(&net.server, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
-    let dev = Way::Upload.queue_dev(&net).to_string();
-    tbf_alone(
-        &net.router,
-        &dev,
-        &format!("{RATE_BPS}bit"),
-        &BURST_BYTES.to_string(),
-        &LIMIT_BYTES.to_string(),
-    );
+    let Shaped {
+        server,
+        target,
+        net,
+        ..
+    } = shaped("latfl", 88, Way::Upload);
     const BOUND_MS: f64 = 10.0;
     const TRIAL_S: f64 = 1.0;
     const SIZE: f64 = 1400.0;
-    let target = format!("{}:{}", net.server_ip, server.port());
     let rest =
-        format!("--find-limit --max-delay {BOUND_MS}ms --trial-duration {TRIAL_S}s -b {SIZE} -J");
-    let mut cmd = net.client.cmd(CLIENT);
-    cmd.args(args_to(&target, &rest));
-    let out = run_bounded(&mut cmd, Duration::from_secs(150));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "find-limit failed ({}):\n{}\n{stdout}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        format!("--find-limit --max-delay {BOUND_MS}ms --trial-duration {TRIAL_S}s -b {SIZE}");
+    let report = client_json(
+        net.client.cmd(CLIENT),
+        &args_to(&target, &rest),
+        Duration::from_secs(150),
     );
     server.stop();
-    let report: Value = serde_json::from_str(&stdout).expect("one JSON report");
     let limit = &report["limit"];
     let found = u(limit, "rate_bps") as f64;
     // On the tbf's scale: IP, UDP and Ethernet headers on each datagram.

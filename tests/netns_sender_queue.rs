@@ -11,8 +11,7 @@
 mod common;
 
 use common::impair::{require_tc, root_qdisc, tbf_alone, tc, tc_drops};
-use common::netns::{veth_pair, Netns};
-use common::udp::{client_in, u, Server};
+use common::udp::{client_in, served, u};
 use serde_json::Value;
 
 /// Prints a figure for docs/testing.md (visible with `--nocapture`).
@@ -33,16 +32,13 @@ fn text(v: &Value) -> &str {
 #[test]
 fn gso_into_a_small_shaper_is_blamed_on_the_senders_queue_and_falls_back() {
     require_tc();
-    let srv = Netns::new("q1srv");
-    let cli = Netns::new("q1cli");
-    let (_, dev) = veth_pair(&srv, "10.83.1.1/24", &cli, "10.83.1.2/24");
-    tbf_alone(&cli, &dev, "200mbit", "32kb", "64kb");
-    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
-    let target = format!("10.83.1.1:{}", server.port());
-    let before = tc_drops(&cli, &dev);
+    let hosts = served("q1", "10.83.1", &["--recv-buffer-size", "8M"]);
+    let (cli, dev, target) = (&hosts.cli, &hosts.cli_dev, &hosts.target);
+    tbf_alone(cli, dev, "200mbit", "32kb", "64kb");
+    let before = tc_drops(cli, dev);
     // A second of sending: the watch reads the qdisc every 10 ms.
-    let report = client_in(&cli, &["-s", &target, "-b", "1400", "--duration", "1s"]);
-    let drops = tc_drops(&cli, &dev) - before;
+    let report = client_in(cli, &["-s", target, "-b", "1400", "--duration", "1s"]);
+    let drops = tc_drops(cli, dev) - before;
     let client = &report["clients"][0];
     // GSO was on (the default), and the watch turned it off.
     assert_eq!(report["settings"]["gso"], "auto", "{report}");
@@ -101,7 +97,7 @@ fn gso_into_a_small_shaper_is_blamed_on_the_senders_queue_and_falls_back() {
     }
     assert!(!said.contains("lost on the way"), "{said}");
     // The kernel still agrees after the run (nothing else used the qdisc).
-    assert_eq!(tc_drops(&cli, &dev) - before, drops);
+    assert_eq!(tc_drops(cli, dev) - before, drops);
 }
 
 /// Two clients paced at 150 Mbit/s each into a 200 Mbit/s tbf with a 20
@@ -111,26 +107,23 @@ fn gso_into_a_small_shaper_is_blamed_on_the_senders_queue_and_falls_back() {
 #[test]
 fn sends_blocked_on_a_shaper_are_not_called_descheduled() {
     require_tc();
-    let srv = Netns::new("q2srv");
-    let cli = Netns::new("q2cli");
-    let (_, dev) = veth_pair(&srv, "10.83.2.1/24", &cli, "10.83.2.2/24");
-    tbf_alone(&cli, &dev, "200mbit", "32kb", "64kb");
+    let hosts = served("q2", "10.83.2", &["--recv-buffer-size", "8M"]);
+    let (cli, dev, target) = (&hosts.cli, &hosts.cli_dev, &hosts.target);
+    tbf_alone(cli, dev, "200mbit", "32kb", "64kb");
     // Replace the limit with a latency bound, as issue 28's reporter did.
     tc(
-        &cli,
+        cli,
         &[
-            "qdisc", "replace", "dev", &dev, "root", "tbf", "rate", "200mbit", "burst", "32kb",
+            "qdisc", "replace", "dev", dev, "root", "tbf", "rate", "200mbit", "burst", "32kb",
             "latency", "20ms",
         ],
     );
-    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "8M"]);
-    let target = format!("10.83.2.1:{}", server.port());
-    let before = root_qdisc(&cli, &dev);
+    let before = root_qdisc(cli, dev);
     let report = client_in(
-        &cli,
+        cli,
         &[
             "-s",
-            &target,
+            target,
             "-b",
             "1400",
             "--clients",
@@ -141,7 +134,7 @@ fn sends_blocked_on_a_shaper_are_not_called_descheduled() {
             "2s",
         ],
     );
-    let after = root_qdisc(&cli, &dev);
+    let after = root_qdisc(cli, dev);
     let grew = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
     let blocked = report["send_blocked_seconds"]
         .as_f64()

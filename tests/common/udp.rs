@@ -3,7 +3,7 @@
 //! check that counts are exact at both ends.
 
 use super::impair::{Action, Pick, Relay};
-use super::netns::Netns;
+use super::netns::{two_hosts, Netns};
 use super::{run_bounded, ChildGuard, LineReader};
 use serde_json::Value;
 use std::cell::RefCell;
@@ -146,6 +146,36 @@ impl Server {
         self.find(&format!("peer_done for {peer}"), |v| {
             v["event"] == "peer_done" && v["peer"] == peer
         })
+    }
+}
+
+/// A server host and a client host joined by one veth link on
+/// `subnet`.0/24 ([`two_hosts`]), with a `udp_server` on the server host.
+/// The server is the first field, so it is stopped before the
+/// namespaces it runs in are deleted.
+pub struct Hosts {
+    pub server: Server,
+    /// The server's address as the client host reaches it.
+    pub target: String,
+    /// The client host's veth end, e.g. for a qdisc.
+    pub cli_dev: String,
+    pub cli: Netns,
+    pub srv: Netns,
+}
+
+/// [`Hosts`] on `subnet` (e.g. `"10.61.5"`): the server is `subnet`.1,
+/// listening on a free port with `server_args`; the client is
+/// `subnet`.2. The namespaces are tagged `{tag}srv` and `{tag}cli`.
+pub fn served(tag: &str, subnet: &str, server_args: &[&str]) -> Hosts {
+    let (srv, cli, (_, cli_dev)) = two_hosts(tag, subnet);
+    let server = Server::start_in(&srv, "0.0.0.0:0", server_args);
+    let target = format!("{subnet}.1:{}", server.port());
+    Hosts {
+        server,
+        target,
+        cli_dev,
+        cli,
+        srv,
     }
 }
 
