@@ -230,7 +230,7 @@ const LAYERS: [&[&str]; 6] = [
     // Leaves.
     &[
         "units.rs",
-        "wire.rs",
+        "wire/",
         "auth.rs",
         "shutdown.rs",
         "error.rs",
@@ -511,7 +511,7 @@ fn output_chooses_the_format_once() {
             "stats/",
             "sys/",
             "units.rs",
-            "wire.rs",
+            "wire/",
         ],
         &["json_out: bool", "json: bool"],
     )

@@ -40,6 +40,7 @@ fn flood(server: String, stop: Arc<AtomicBool>) -> u64 {
                     ..Default::default()
                 },
                 nonce: i,
+                ..Default::default()
             });
             sent += u64::from(socket.send(&hello).is_ok());
         }

@@ -680,14 +680,8 @@ fn end_flood(server: SocketAddr) -> (u64, f64, Vec<Duration>, u64) {
 #[test]
 fn end_flood_is_not_amplified_and_is_rate_limited() {
     let (srv, cli, _) = two_hosts("f9", "10.61.9");
-    // Room for every forged session, so that only the rate limiter decides
-    // which End is answered (with the default 4096 the full session table
-    // refuses the rest, see docs/testing.md).
-    let server = Server::start_in(
-        &srv,
-        "0.0.0.0:0",
-        &["--recv-buffer-size", "4M", "--max-peers", "32768"],
-    );
+    // The defaults: Ends of unknown sessions take no room in the table.
+    let server = Server::start_in(&srv, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
     let dst: SocketAddr = format!("10.61.9.1:{}", server.port()).parse().unwrap();
     let before = srv.read_snmp_udp();
     let (sent, sending, answers, answer_bytes) = spawn_in(&cli, move || end_flood(dst))
@@ -700,9 +694,9 @@ fn end_flood_is_not_amplified_and_is_rate_limited() {
         delta(&before, &after, "OutDatagrams"),
     );
     let limited = u(&down, "answers_limited");
-    // Sessions seen only in an End have a budget of their own (a quarter
-    // of half the table per IP): Ends beyond it find no room.
-    let no_room = u(&down, "ends_table_full");
+    // An End of a session the server does not know creates nothing: it is
+    // answered "no record" within the source's budget, or not at all.
+    let unknown = u(&down, "ends_unknown");
     // The most answers seen in any 1 s sliding window at the flooder.
     let mut max_window = 0;
     let mut lo = 0;
@@ -734,13 +728,15 @@ fn end_flood_is_not_amplified_and_is_rate_limited() {
         out,
         "every answer sent reached the flooder"
     );
-    // Each End that reached the server was answered, refused by the
-    // limiter, or found no room.
+    // Each End that reached the server was answered or refused by the
+    // budget, and none left a session behind.
     assert_eq!(
-        out + limited + no_room,
+        out + limited,
         inp,
-        "answered + limited + no room = Ends received: {down}"
+        "answered + limited = Ends received: {down}"
     );
+    assert_eq!(unknown, inp, "every End was of no known session: {down}");
+    assert_eq!(u(&down, "peers"), 0, "no state was kept: {down}");
     // Windows start at least a second apart, and only while Ends arrive:
     // at most floor(sending time) + 1 of them (0.1 s slack for delivery).
     let windows = (sending + 0.1).floor() as usize + 1;

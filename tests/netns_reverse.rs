@@ -266,6 +266,7 @@ fn start_bytes(session: u64, cookie: u64, nonce: u64) -> Vec<u8> {
             batch: 32,
         },
         answer_wait_ns: 0,
+        run: wire::Run::default(),
         tag: [0; wire::TAG_LEN],
     })
     .to_vec()
@@ -331,6 +332,7 @@ fn a_spoofer_can_never_aim_a_stream_at_its_victim() {
                 ..Default::default()
             },
             nonce: 7,
+            ..Default::default()
         })
         .to_vec();
         socket.send_to(&hello, server_addr).unwrap();
@@ -365,6 +367,7 @@ fn a_spoofer_can_never_aim_a_stream_at_its_victim() {
                 ..Default::default()
             },
             nonce: i,
+            ..Default::default()
         });
         datagrams.push(forged(victim, server_addr, &hello));
         datagrams.push(forged(victim, server_addr, &start_bytes(0x8000 + i, 0, i)));

@@ -37,6 +37,21 @@ fn wait_captured(relay: &Relay, dir: Dir, kind: Option<u8>) -> Vec<u8> {
     first.expect("seen")
 }
 
+/// The session of the load's client: the one whose Hello names its run
+/// (bytes 40..48; the prober's Hello, from a socket of its own, names
+/// none).
+fn load_session(relay: &Relay) -> u64 {
+    let mut session = None;
+    wait_until(WAIT, "the load's Hello", || {
+        session = relay
+            .stats()
+            .load_hello()
+            .map(|h| u64::from_be_bytes(h[8..16].try_into().unwrap()));
+        session.is_some()
+    });
+    session.expect("seen")
+}
+
 fn forged_end_ack(session: u64, nonce: u64) -> [u8; wire::END_LEN] {
     wire::encode_end_ack(&wire::EndAck {
         session,
@@ -103,8 +118,7 @@ fn run_with_a_spoofed_end(server: &Server, client_args: &[&str]) -> (common::udp
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         client_outcome(&args)
     });
-    let hello = wait_captured(&relay, Dir::ToServer, kind::HELLO);
-    let session = u64::from_be_bytes(hello[8..16].try_into().unwrap());
+    let session = load_session(&relay);
     wait_until(WAIT, "300 data datagrams forwarded", || {
         relay.stats().forwarded(Dir::ToServer, kind::DATA) >= 300
     });
@@ -398,16 +412,32 @@ fn a_full_server_says_so() {
         "127.0.0.1:0",
         &["--max-peers", "4", "--idle-timeout", "30s"],
     );
+    // Four sessions proven from one socket: a Hello, its cookie, the Hello
+    // that echoes it (a Hello alone creates nothing).
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     for session in 1..=4u64 {
-        let hello = wire::encode_hello(&wire::Hello {
+        let mut hello = wire::Hello {
             header: wire::Header {
                 session,
                 ..wire::Header::default()
             },
             nonce: session,
-        });
-        s.send_to(&hello, &server.addr).unwrap();
+            ..Default::default()
+        };
+        for _ in 0..2 {
+            s.send_to(&wire::encode_hello(&hello), &server.addr)
+                .unwrap();
+            let mut buf = [0u8; 128];
+            let n = s.recv(&mut buf).expect("a HelloAck");
+            let Ok(wire::Message::HelloAck(ack)) = wire::decode(&buf[..n]) else {
+                panic!("not a HelloAck")
+            };
+            hello.cookie = ack.cookie;
+            if hello.cookie != 0 && ack.flags & wire::ACK_PROVEN != 0 {
+                break;
+            }
+        }
     }
     let out = client_outcome(&["-s", &server.addr, "-n", "10"]);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
@@ -523,8 +553,7 @@ fn forged_send_times_cannot_blow_up_jitter() {
             "-s", &target, "-b", "1000", "-n", "2000", "--rate", "20Mbit",
         ])
     });
-    let hello = wait_captured(&relay, Dir::ToServer, kind::HELLO);
-    let session = u64::from_be_bytes(hello[8..16].try_into().unwrap());
+    let session = load_session(&relay);
     wait_until(WAIT, "500 data datagrams forwarded", || {
         relay.stats().forwarded(Dir::ToServer, kind::DATA) >= 500
     });

@@ -88,7 +88,9 @@
 //! - **Leaves**, which import nothing above them:
 //!   - [`units`]: sizes, rates and durations as people write them;
 //!   - [`wire`]: the datagram header, the start probe and the end-of-test
-//!     messages; pure encode/decode; [`auth`]: `--psk`'s HMAC;
+//!     messages, the reverse stream's ([`wire::stream`]) and the version
+//!     negotiation answer ([`wire::versions`]); pure encode/decode;
+//!     [`auth`]: `--psk`'s HMAC;
 //!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost;
 //!     [`stats::samples`] summaries, [`stats::histogram`] latencies,
 //!     [`stats::delay`] queue delay and round trips, [`stats::drops`]

@@ -226,8 +226,37 @@ impl fmt::Display for HumanBytes {
     }
 }
 
+/// A rate in bits per second as a person reads it, scaled: `97.3 Mbit/s`,
+/// `1.234 Gbit/s`, `512 kbit/s`, `800 bit/s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HumanRate(pub u64);
+
+impl fmt::Display for HumanRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.0 as f64;
+        if r >= 1e9 {
+            write!(f, "{:.3} Gbit/s", r / 1e9)
+        } else if r >= 1e6 {
+            write!(f, "{:.1} Mbit/s", r / 1e6)
+        } else if r >= 1e3 {
+            write!(f, "{:.1} kbit/s", r / 1e3)
+        } else {
+            write!(f, "{} bit/s", self.0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rates_read_as_people_write_them() {
+        use super::HumanRate;
+        assert_eq!(HumanRate(1_234_000_000).to_string(), "1.234 Gbit/s");
+        assert_eq!(HumanRate(97_300_000).to_string(), "97.3 Mbit/s");
+        assert_eq!(HumanRate(512_000).to_string(), "512.0 kbit/s");
+        assert_eq!(HumanRate(800).to_string(), "800 bit/s");
+    }
+
     #[test]
     fn percentages() {
         assert_eq!(parse_percent("2"), Ok(2.0));

@@ -602,6 +602,15 @@ impl RelayCounts {
             .collect()
     }
 
+    /// The first Hello of the load's session: the one that names its run
+    /// (bytes 40..48). The round-trip prober says Hello too, from a socket
+    /// and session of its own, naming none.
+    pub fn load_hello(&self) -> Option<&[u8]> {
+        self.captured_kind(Dir::ToServer, kind::HELLO)
+            .into_iter()
+            .find(|h| h.len() >= 48 && h[40..48] != [0; 8])
+    }
+
     /// Datagrams sent with [`Relay::inject_to_server`] /
     /// [`Relay::inject_to_client`].
     pub fn injected(&self, dir: Dir) -> u64 {

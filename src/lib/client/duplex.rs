@@ -93,6 +93,16 @@ pub fn run(
     progress: &dyn SendProgress,
     events: Option<ReceiveEvents>,
 ) -> Result<DuplexReport> {
+    // One run: its uploads and its reverse streams (`--one-off` waits for
+    // every one of them).
+    let halves = if cfg.traffic == Traffic::Bidir { 2 } else { 1 };
+    let cfg = &ClientConfig {
+        run: Some(wire::Run {
+            id: crate::auth::random_u64(),
+            clients: (cfg.clients * halves) as u64,
+        }),
+        ..cfg.clone()
+    };
     let (upload, received) = std::thread::scope(|scope| {
         let upload = (cfg.traffic == Traffic::Bidir)
             .then(|| scope.spawn(|| super::run_with_progress(cfg, shutdown, progress)));
@@ -241,6 +251,15 @@ fn queue_of(r: &PeerReport) -> Option<QueueFigures> {
 /// What capped the reverse streams: the verdict's rules with the ends
 /// swapped (the server sent, this client received).
 fn reverse_verdict(cfg: &ClientConfig, streams: &[ReverseStream]) -> Verdict {
+    let mut verdict = judge_reverse(cfg, streams);
+    if let Some(b) = streams.iter().find_map(|d| d.server_breaker) {
+        verdict.text = format!("{}; {}", verdict.text, b.words());
+    }
+    verdict
+}
+
+/// The verdict's rules with the ends swapped.
+fn judge_reverse(cfg: &ClientConfig, streams: &[ReverseStream]) -> Verdict {
     let run = match trial_run(cfg, streams) {
         Ok(run) => run,
         Err(_) => {

@@ -246,25 +246,49 @@ pub(super) struct ServerInfo {
 }
 
 /// The start probe: is a udp_server at `server`, with room for us, and do
-/// we agree about the pre-shared key?
+/// we agree about the pre-shared key? Two round trips when `confirm`: a
+/// Hello brings the address cookie, and a Hello that echoes it creates
+/// the session at the server, proven (an upload's data counts only then);
+/// one without (a reverse stream's Start echoes the cookie instead).
 pub(super) fn probe(
     socket: &UdpSocket,
     tx: &mut Transmitter,
     cfg: &ClientConfig,
     session: u64,
+    confirm: bool,
     shutdown: &Shutdown,
 ) -> Result<ServerInfo> {
-    let question = probe_question(socket, tx, session);
+    let run = run_of(cfg);
+    let question = probe_question(socket, tx, session, run, 0);
     let outcome = exchange_all(vec![question], cfg.server, shutdown).pop();
-    probe_outcome(outcome.unwrap_or(Exchange::Silent), tx, cfg)
+    let info = probe_outcome(outcome.unwrap_or(Exchange::Silent), tx, cfg, false)?;
+    if !confirm {
+        return Ok(info);
+    }
+    let question = probe_question(socket, tx, session, run, info.cookie);
+    let outcome = exchange_all(vec![question], cfg.server, shutdown).pop();
+    probe_outcome(outcome.unwrap_or(Exchange::Silent), tx, cfg, true)
 }
 
-/// The start probe's question (a Hello) for session `session`.
+/// The run a Hello or a Start names: the configured one, or a run of
+/// this config's clients that says no id.
+pub(super) fn run_of(cfg: &ClientConfig) -> wire::Run {
+    cfg.run.unwrap_or(wire::Run {
+        id: 0,
+        clients: cfg.clients as u64,
+    })
+}
+
+/// The start probe's question (a Hello) for session `session`: with
+/// `cookie` 0 it asks for the address cookie; with the cookie, it
+/// confirms. A version negotiation answer is taken too.
 pub(super) fn probe_question<'q, 'a>(
     socket: &'q UdpSocket,
     tx: &'q mut Transmitter<'a>,
     session: u64,
-) -> Question<'q, 'a, HelloAck> {
+    run: wire::Run,
+    cookie: u64,
+) -> Question<'q, 'a, Hearing> {
     let started = Instant::now();
     let ask = move |nonce| {
         wire::encode_hello(&Hello {
@@ -274,13 +298,16 @@ pub(super) fn probe_question<'q, 'a>(
                 send_time_ns: started.elapsed().as_nanos() as u64,
             },
             nonce,
+            run,
+            cookie,
         })
         .to_vec()
     };
     let accept = move |message, _: &[u8], nonces: &[u64]| match message {
         Message::HelloAck(ack) if ack.session == session && nonces.contains(&ack.nonce) => {
-            Some(ack)
+            Some(Hearing::Ack(ack))
         }
+        Message::Versions(v) if v.session == session => Some(Hearing::Versions(v)),
         _ => None,
     };
     Question {
@@ -292,23 +319,37 @@ pub(super) fn probe_question<'q, 'a>(
     }
 }
 
+/// What a Hello heard back.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Hearing {
+    Ack(HelloAck),
+    /// The server speaks other versions of the protocol.
+    Versions(wire::Versions),
+}
+
 /// What the probe's outcome means: what it learned about the server, or
 /// why the run cannot start (`tx` is the transmitter it asked with).
+/// `confirmed`: the Hello echoed the cookie, so the answer must say the
+/// session exists.
 pub(super) fn probe_outcome(
-    outcome: Exchange<HelloAck>,
+    outcome: Exchange<Hearing>,
     tx: &Transmitter,
     cfg: &ClientConfig,
+    confirmed: bool,
 ) -> Result<ServerInfo> {
     let server = cfg.server;
     let ack = match outcome {
-        Exchange::Answered(ack) => ack,
+        Exchange::Answered(Hearing::Ack(ack)) => ack,
+        Exchange::Answered(Hearing::Versions(v)) => {
+            return Err(Error::runtime(other_version(server, &v)))
+        }
         Exchange::Refused => return Err(tx.nobody_listening()),
         Exchange::Interrupted => {
             return Err(Error::runtime("interrupted before the test began"))
         }
         Exchange::Silent => {
             return Err(Error::runtime(format!(
-                "no udp_server answered at {server} within {} s: check the address, that udp_server runs there, and that UDP is not filtered on the way (to send to something that is not udp_server, such as nc or sockperf, add --no-server)",
+                "no udp_server answered at {server} within {} s: check the address, that udp_server runs there (of this release or a later one: older ones do not answer other versions), and that UDP is not filtered on the way (to send to something that is not udp_server, such as nc or sockperf, add --no-server)",
                 PROBE_TIMEOUT.as_secs()
             )))
         }
@@ -316,6 +357,11 @@ pub(super) fn probe_outcome(
     if ack.flags & wire::ACK_BUSY != 0 {
         return Err(Error::runtime(format!(
             "the udp_server at {server} is full: its session table (--max-peers), or this address's share of it, is in use; try again later"
+        )));
+    }
+    if confirmed && ack.flags & wire::ACK_PROVEN == 0 {
+        return Err(Error::runtime(format!(
+            "the udp_server at {server} did not take this address's cookie back (the address changed between two Hellos: a NAT that remaps ports?)"
         )));
     }
     let server_has_key = ack.flags & wire::ACK_AUTH != 0;
@@ -337,6 +383,16 @@ pub(super) fn probe_outcome(
         cookie: ack.cookie,
         recv_buffer: ack.recv_buffer,
     })
+}
+
+/// Why a server that answered with a version negotiation cannot be used.
+pub fn other_version(server: SocketAddr, v: &wire::Versions) -> String {
+    let spoken: Vec<String> = v.spoken().iter().map(u8::to_string).collect();
+    format!(
+        "the udp_server at {server} speaks wire version {}; this udp_client speaks {}: run the same release on both hosts (`udp_server --version`, `udp_client --version`)",
+        spoken.join(", "),
+        wire::VERSION
+    )
 }
 
 /// The end-of-test question: `end`, asked until the server answers one of

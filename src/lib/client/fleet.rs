@@ -18,7 +18,6 @@
 
 use super::*;
 use crate::meter::stream::{send_streams, Sent, StreamSpec};
-use crate::wire::HelloAck;
 
 /// Worker threads for `clients` clients on a host with `cores` cores: no
 /// more than the cores, never more than the clients.
@@ -143,16 +142,31 @@ fn probe_all(
             )
         })
         .collect();
+    // Two round trips, every socket at once: the cookie, then the Hello
+    // that echoes it and creates the session at the server.
+    let run = run_of(cfg);
     let questions = opened
         .iter()
         .zip(plain.iter_mut())
-        .map(|(o, tx)| probe_question(&o.socket, tx, o.session))
+        .map(|(o, tx)| probe_question(&o.socket, tx, o.session, run, 0))
         .collect();
-    let outcomes: Vec<Exchange<HelloAck>> = exchange_all(questions, cfg.server, shutdown);
+    let outcomes: Vec<Exchange<Hearing>> = exchange_all(questions, cfg.server, shutdown);
+    let cookies = outcomes
+        .into_iter()
+        .zip(&plain)
+        .map(|(outcome, tx)| probe_outcome(outcome, tx, cfg, false).map(|info| info.cookie))
+        .collect::<Result<Vec<u64>>>()?;
+    let questions = opened
+        .iter()
+        .zip(plain.iter_mut())
+        .zip(cookies)
+        .map(|((o, tx), cookie)| probe_question(&o.socket, tx, o.session, run, cookie))
+        .collect();
+    let outcomes: Vec<Exchange<Hearing>> = exchange_all(questions, cfg.server, shutdown);
     outcomes
         .into_iter()
         .zip(&plain)
-        .map(|(outcome, tx)| probe_outcome(outcome, tx, cfg))
+        .map(|(outcome, tx)| probe_outcome(outcome, tx, cfg, true))
         .collect()
 }
 

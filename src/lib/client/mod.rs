@@ -75,6 +75,22 @@ pub fn run_with_progress(
     progress: &dyn SendProgress,
 ) -> Result<RunReport> {
     let started = SystemTime::now();
+    // Every session of this run says so in its Hello (`--one-off` waits
+    // for all of them); -R and --bidir set the run for both halves.
+    let with_run;
+    let cfg = match cfg.run {
+        Some(_) => cfg,
+        None => {
+            with_run = ClientConfig {
+                run: Some(wire::Run {
+                    id: random_u64(),
+                    clients: cfg.clients as u64,
+                }),
+                ..cfg.clone()
+            };
+            &with_run
+        }
+    };
     fleet::make_room(cfg.clients)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let shares = shares(cfg.clients, workers_for(cfg.clients, cores));

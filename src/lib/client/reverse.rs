@@ -57,6 +57,50 @@ pub struct ReverseStream {
     pub answered: bool,
     /// The client's receive thread's CPU over the stream.
     pub receive_cpu: Option<CpuCost>,
+    /// What the server's circuit breaker did to this stream, as its End
+    /// says (absent when it did nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_breaker: Option<ServerBreaker>,
+}
+
+/// The server's circuit breaker slowed the stream (this client took in
+/// less than half of what was sent for a while), or stopped it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServerBreaker {
+    pub backoffs: u64,
+    /// The rate it ended at, bit/s.
+    pub rate_bps: Option<u64>,
+    pub stopped: bool,
+}
+
+impl ServerBreaker {
+    /// What the server's End says of its breaker.
+    pub fn of(end: &wire::End) -> Option<ServerBreaker> {
+        let s = end.sender?;
+        let stopped = s.stopped & wire::STOPPED_BREAKER != 0;
+        (s.breaker_backoffs > 0 || stopped).then_some(ServerBreaker {
+            backoffs: s.breaker_backoffs,
+            rate_bps: (s.breaker_rate_bps > 0).then_some(s.breaker_rate_bps),
+            stopped,
+        })
+    }
+
+    /// In words, for the verdict.
+    pub fn words(&self) -> String {
+        let rate = self.rate_bps.map_or_else(String::new, |r| {
+            format!(" to {}", crate::units::HumanRate(r))
+        });
+        let slowed = format!(
+            "the server's circuit breaker slowed the stream {} time{}{rate}: this client took in less than half of what was sent",
+            self.backoffs,
+            if self.backoffs == 1 { "" } else { "s" },
+        );
+        if self.stopped {
+            format!("{slowed}, and then it stopped the stream")
+        } else {
+            slowed
+        }
+    }
 }
 
 const NOTHING_ARRIVED: &str = "nothing arrived";
@@ -195,6 +239,8 @@ pub fn receive_one(
         max_peers: 64,
         end_grace: crate::config::DEFAULT_END_GRACE,
         psk: cfg.psk.clone(),
+        // The stream this client asked for: proven by asking.
+        expected: vec![(cfg.server, session)],
     };
     let stop = Shutdown::new();
     let mut receiving = Receiving {
@@ -259,6 +305,7 @@ pub fn receive_one(
         // The receive thread's CPU over the stream, as the table measured
         // it for the session; over the whole run where it could not.
         receive_cpu: received.cpu.or(summary.receive_cpu),
+        server_breaker: received.declared.as_ref().and_then(ServerBreaker::of),
         received,
     })
 }

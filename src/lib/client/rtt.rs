@@ -8,16 +8,17 @@
 //! do too. Behind a flow-fair queue (fq_codel), the probes measure what
 //! other flows feel, which is also what a call beside a reverse stream feels.
 //!
-//! Why the first probes are not counted: the server echoes only probes
-//! that carry a cookie for their address (`server::probe`); the first
-//! answer brings it. Probes are counted from the first one sent with a
-//! cookie. A probe unanswered when the run ends (after a last wait) is
-//! lost.
+//! Why a Hello first: the server echoes only probes that carry a cookie
+//! for their address (`server::probe`), and answers them from their own
+//! budget, which forged probes cannot spend. The prober's Hello (sent at
+//! the probe rate until answered) brings the cookie. Probes are counted
+//! from the first one sent with a cookie; every answer carries a fresh
+//! one. A probe unanswered when the run ends (after a last wait) is lost.
 
 use super::open_socket;
 use crate::error::Result;
 use crate::stats::delay::{RoundTripFigures, RoundTrips};
-use crate::wire::{self, Header, Message, Probe, PROBE_ECHOED};
+use crate::wire::{self, Header, Hello, Message, Probe, PROBE_ECHOED};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,15 +89,24 @@ pub fn run(socket: &UdpSocket, phases: &Phases) -> RttRecord {
             load_start = Some(now.duration_since(started).as_secs_f64());
         }
         if done_at.is_none() && now >= next_send {
-            let probe = Probe {
-                header: Header {
-                    session,
-                    seq,
-                    send_time_ns: now.duration_since(started).as_nanos() as u64,
-                },
-                cookie,
+            let header = Header {
+                session,
+                seq,
+                send_time_ns: now.duration_since(started).as_nanos() as u64,
             };
-            if socket.send(&wire::encode_probe(&probe)).is_ok() && cookie != 0 {
+            // Until a HelloAck brings the cookie, a Hello goes instead:
+            // the server answers only probes that echo it from their
+            // flow's own budget.
+            let message = match cookie {
+                0 => wire::encode_hello(&Hello {
+                    header,
+                    nonce: session,
+                    ..Hello::default()
+                })
+                .to_vec(),
+                _ => wire::encode_probe(&Probe { header, cookie }).to_vec(),
+            };
+            if socket.send(&message).is_ok() && cookie != 0 {
                 trips.sent(loaded);
                 outstanding.insert(seq, loaded);
                 while outstanding.len() > OUTSTANDING {
@@ -118,8 +128,14 @@ pub fn run(socket: &UdpSocket, phases: &Phases) -> RttRecord {
             continue;
         };
         let arrived = Instant::now();
-        let Ok(Message::ProbeAck(ack)) = wire::decode(&buf[..n]) else {
-            continue;
+        let ack = match wire::decode(&buf[..n]) {
+            Ok(Message::ProbeAck(ack)) => ack,
+            Ok(Message::HelloAck(hello)) if hello.session == session && hello.cookie != 0 => {
+                answered = true;
+                cookie = hello.cookie;
+                continue;
+            }
+            _ => continue,
         };
         if ack.header.session != session {
             continue;

@@ -1,4 +1,4 @@
-//! The client's side of starting a reverse stream (`-R`, and the download
+//! The client's side of starting a reverse stream (`-R`, and the reverse
 //! half of `--bidir`): the Hello that fetches this address's cookie, the
 //! Start that echoes it with what to send, and the first Feedback that
 //! tells the server the client is there.
@@ -54,8 +54,14 @@ pub fn request(cfg: &ClientConfig) -> StreamRequest {
     }
 }
 
-/// Why the server refused, in words a user can act on.
-pub fn refusal(server: std::net::SocketAddr, status: u64, limit: u64) -> String {
+/// Why the server refused, in words a user can act on. `asked` is what
+/// this client asked for, and `ack` the refusal.
+pub fn refusal(
+    server: std::net::SocketAddr,
+    asked: &StreamRequest,
+    ack: &wire::StartAck,
+) -> String {
+    let (status, limit) = (ack.status, ack.limit);
     let why = match status {
         wire::START_BAD_COOKIE => {
             "it did not accept this address's cookie (the address changed between the Hello and the Start: a NAT that remaps ports?)".to_string()
@@ -64,9 +70,30 @@ pub fn refusal(server: std::net::SocketAddr, status: u64, limit: u64) -> String 
         wire::START_TOO_MANY_STREAMS => format!(
             "it already sends its most reverse streams at once ({limit}, --max-reverse-streams); try again later"
         ),
-        wire::START_TOO_LONG => format!(
-            "the stream would run longer than it allows ({} s, --max-duration): ask for less (-t, --duration) or a higher --rate",
-            Duration::from_nanos(limit).as_secs_f64()
+        wire::START_TOO_LONG => {
+            let most = Duration::from_nanos(limit).as_secs_f64();
+            let bytes = match asked.amount {
+                Amount::Bytes(n) => Some(n),
+                Amount::Packets(n) => Some(n.saturating_mul(asked.buffer_size)),
+                Amount::Nanos(_) => None,
+            };
+            match (bytes, ack.rate_bps) {
+                (Some(bytes), rate) if rate > 0 => format!(
+                    "{} at {} takes {} s, longer than it sends any stream ({most} s, --max-duration): ask for less (-t, --duration) or a higher --rate",
+                    crate::units::HumanBytes(bytes),
+                    crate::units::HumanRate(rate),
+                    fmt_seconds(bytes as f64 * 8.0 / rate as f64),
+                ),
+                _ => format!(
+                    "the stream would run longer than it allows ({most} s, --max-duration): ask for less (-t, --duration) or a higher --rate"
+                ),
+            }
+        }
+        wire::START_TOO_SMALL => format!(
+            "datagrams under {limit} bytes have no room for a sequence number, so their loss could not be counted: use -b {limit} or more"
+        ),
+        wire::START_SOURCE_SHARE => format!(
+            "this address (its IPv4 address, or its IPv6 /64) already has its share of the server's reverse streams ({limit}, --max-reverse-streams-per-source): fewer -P, or try again later"
         ),
         wire::START_TOO_FAST => format!(
             "--rate is above its --max-rate ({:.3} Gbit/s): ask for at most that",
@@ -80,6 +107,15 @@ pub fn refusal(server: std::net::SocketAddr, status: u64, limit: u64) -> String 
     format!("the udp_server at {server} refused to send: {why}")
 }
 
+/// Seconds in words: `81 s`, `2.3 h`.
+fn fmt_seconds(s: f64) -> String {
+    if s >= 7200.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{s:.0}")
+    }
+}
+
 /// Asks the server at `cfg.server` to send session `session` to this
 /// socket, and sends the first Feedback. Errors say why the server
 /// refused.
@@ -91,7 +127,7 @@ pub fn request_stream(
 ) -> Result<Granted> {
     let server = cfg.server;
     let mut tx = Transmitter::new(socket, server, cfg.connected, 64, 1, GsoChoice::OFF);
-    let info = probe(socket, &mut tx, cfg, session, shutdown)?;
+    let info = probe(socket, &mut tx, cfg, session, false, shutdown)?;
     if info.cookie == 0 {
         return Err(Error::runtime(format!(
             "the udp_server at {server} cannot send (-R, --bidir): it is an older version; upgrade it"
@@ -108,6 +144,7 @@ pub fn request_stream(
         direction: Direction::ServerToClient,
         request: request(cfg),
         answer_wait_ns: (cfg.end_timeout + info.end_grace).as_nanos() as u64,
+        run: super::run_of(cfg),
         tag: [0; wire::TAG_LEN],
     };
     let ask = |nonce| {
@@ -148,7 +185,7 @@ pub fn request_stream(
         }
     };
     if ack.status != wire::START_OK {
-        return Err(Error::runtime(refusal(server, ack.status, ack.limit)));
+        return Err(Error::runtime(refusal(server, &start.request, &ack)));
     }
     let granted = Granted {
         rate_bps: (ack.rate_bps > 0).then_some(ack.rate_bps),

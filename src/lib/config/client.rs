@@ -356,6 +356,10 @@ pub struct ClientConfig {
     pub sched: Option<Sched>,
     /// `--psk`: the End is tagged, and only tagged answers are taken.
     pub psk: Option<Psk>,
+    /// The run the sessions belong to, as the Hello and the Start say it
+    /// (`udp_server --one-off` waits for every session of a run): set by
+    /// the run itself; None until then.
+    pub run: Option<crate::wire::Run>,
     /// A JSON report (also set by `--json-stream`).
     pub json: bool,
     /// `--json-stream`: NDJSON events as they happen.
@@ -730,6 +734,7 @@ impl ClientConfig {
             sndbuf: sndbuf.map(|b| b as usize),
             dont_fragment: l.dont_fragment.unwrap_or(false),
             psk,
+            run: None,
             sched,
             json: l.json.unwrap_or(false) || args.json_stream,
             json_stream: args.json_stream,

@@ -115,9 +115,14 @@ pub struct ServerArgs {
     #[arg(long, value_name = "RATE", value_parser = super::rate_arg)]
     pub max_rate: Option<u64>,
     /// Reverse streams sent at once; more are refused with the reason; 0
-    /// refuses them all [default: 8].
+    /// refuses them all [default: 32].
     #[arg(long, value_name = "N")]
     pub max_reverse_streams: Option<usize>,
+    /// Reverse streams one source (an IPv4 address, an IPv6 /64) may have
+    /// at once, granted or sending, so that no host can take every slot
+    /// [default: a quarter of --max-reverse-streams, at least 1].
+    #[arg(long, value_name = "N")]
+    pub max_reverse_streams_per_source: Option<usize>,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -151,13 +156,14 @@ pub struct ServerFile {
     pub max_duration: Option<DurationValue>,
     pub max_rate: Option<RateValue>,
     pub max_reverse_streams: Option<usize>,
+    pub max_reverse_streams_per_source: Option<usize>,
 }
 
 crate::impl_layer!(ServerFile {
     option: [
         interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
         scheduler, priority, psk_file, json, one_off, metrics, metrics_retain, max_duration,
-        max_rate, max_reverse_streams,
+        max_rate, max_reverse_streams, max_reverse_streams_per_source,
     ]
     group: [[listen, port]]
 });
@@ -205,6 +211,7 @@ impl ServerFile {
             max_duration: args.max_duration.map(DurationValue::Parsed),
             max_rate: args.max_rate.map(RateValue::Parsed),
             max_reverse_streams: args.max_reverse_streams,
+            max_reverse_streams_per_source: args.max_reverse_streams_per_source,
         }
     }
 }
@@ -265,6 +272,8 @@ pub struct StreamCaps {
     pub max_rate_bps: Option<u64>,
     /// Streams sent at once (`--max-reverse-streams`); 0 refuses them all.
     pub max_streams: usize,
+    /// ... and from one source (`--max-reverse-streams-per-source`).
+    pub max_per_source: usize,
 }
 
 /// `--max-rate`'s default for a client that is not on this host.
@@ -272,7 +281,13 @@ pub const MAX_RATE_OFF_LOOPBACK: u64 = 10_000_000_000;
 /// `--max-duration`'s default.
 pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(60);
 /// `--max-reverse-streams`'s default.
-pub const DEFAULT_MAX_STREAMS: usize = 8;
+pub const DEFAULT_MAX_STREAMS: usize = 32;
+
+/// `--max-reverse-streams-per-source`'s default for `max_streams`: a
+/// quarter, so that four sources at least always find room, but one.
+pub fn default_per_source(max_streams: usize) -> usize {
+    (max_streams / 4).max(1)
+}
 
 impl Default for StreamCaps {
     fn default() -> Self {
@@ -280,6 +295,7 @@ impl Default for StreamCaps {
             max_duration: DEFAULT_MAX_DURATION,
             max_rate_bps: None,
             max_streams: DEFAULT_MAX_STREAMS,
+            max_per_source: default_per_source(DEFAULT_MAX_STREAMS),
         }
     }
 }
@@ -386,10 +402,19 @@ impl ServerConfig {
                 "--max-reverse-streams {max_streams}: must be between 0 and {MAX_PEERS_LIMIT}"
             )));
         }
+        let max_per_source = l
+            .max_reverse_streams_per_source
+            .unwrap_or_else(|| default_per_source(max_streams));
+        if max_per_source == 0 || max_per_source > max_streams.max(1) {
+            return Err(Error::usage(format!(
+                "--max-reverse-streams-per-source {max_per_source}: must be between 1 and --max-reverse-streams ({max_streams})"
+            )));
+        }
         let streams = StreamCaps {
             max_duration,
             max_rate_bps,
             max_streams,
+            max_per_source,
         };
         // Whether this platform has the method is the role's to say, at
         // bind (server::bind).

@@ -77,6 +77,22 @@ impl Pacer {
         }
     }
 
+    /// The rate it paces at, bit/s.
+    pub fn rate_bps(&self) -> u64 {
+        self.rate_bps.min(u128::from(u64::MAX)) as u64
+    }
+
+    /// Paces at `rate_bps` from `now` on, `sent_bytes` having been sent:
+    /// the schedule is laid anew so that what was sent at the old rate is
+    /// neither owed nor forgiven (a sender told to slow down does not
+    /// send a burst to catch up, nor pause to pay back).
+    pub fn set_rate(&mut self, rate_bps: u64, now: Instant, sent_bytes: u64) {
+        self.rate_bps = u128::from(rate_bps.max(1));
+        // Where `sent_bytes` falls on the new schedule is `now`.
+        self.forgiven = Duration::ZERO;
+        self.start = Some(now.checked_sub(self.offset(sent_bytes)).unwrap_or(now));
+    }
+
     /// Time the schedule moved later because the sender fell behind by
     /// more than [`MAX_DEBT`].
     pub fn forgiven(&self) -> Duration {
@@ -298,6 +314,22 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_rate_neither_owes_nor_forgives_what_was_sent() {
+        let t0 = Instant::now();
+        // 8 Mbit/s: a byte a microsecond.
+        let mut p = Pacer::new(8_000_000, true);
+        assert!(matches!(p.release(t0, 0, 1000), Release::Send(1)));
+        assert_eq!(p.due(1000), Some(t0 + Duration::from_micros(1000)));
+        // 3 ms later, 1000 bytes sent (the sender was slow), the rate
+        // halves: the next byte is due now, and 500 more take a ms.
+        let now = t0 + Duration::from_millis(3);
+        p.set_rate(4_000_000, now, 1000);
+        assert_eq!(p.rate_bps(), 4_000_000);
+        assert_eq!(p.due(1000), Some(now));
+        assert_eq!(p.due(1500), Some(now + Duration::from_millis(1)));
+    }
 
     #[test]
     fn backoff_doubles_to_cap_and_resets() {

@@ -98,6 +98,9 @@ pub struct ReceiverConfig {
     pub end_grace: Duration,
     /// `--psk`: Ends must carry its tag, and answers carry it.
     pub psk: Option<Psk>,
+    /// Sessions proven before they begin: a receiver that asked for them
+    /// (a reverse stream's client) knows their source.
+    pub expected: Vec<(SocketAddr, u64)>,
 }
 
 /// What the engine counted over its whole run.
@@ -441,6 +444,10 @@ pub fn run<R: Role>(
         },
         start,
     );
+    let mut table = table;
+    for &key in &cfg.expected {
+        table.expect(key, start);
+    }
     let shared = Mutex::new(Shared { table, control });
     let receive_cpu = ReceiveCpu::new(bound.sockets.len(), start);
     let buffer_watch = BufferWatch::new(bound.sockets.len(), start);

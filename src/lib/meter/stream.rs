@@ -71,6 +71,12 @@ impl StreamSpec {
 /// bar, a server's live counters). Called from every sending thread.
 pub trait SendProgress: Sync {
     fn add(&self, bytes: u64);
+    /// The rate a paced stream should hold from now on, when whoever runs
+    /// it has changed it (a reverse stream's circuit breaker); None to
+    /// keep the rate it has.
+    fn rate_bps(&self) -> Option<u64> {
+        None
+    }
     /// Stream `session` closed an interval.
     fn interval(&self, _session: &str, _interval: &SendInterval) {}
 }
@@ -261,6 +267,19 @@ impl StreamSender {
             }
             let per_message = tx.segments_per_message(self.spec.max_payload);
             let mut count = per_message * tx.batch();
+            if let Some(rate) = progress.rate_bps() {
+                // Told to hold another rate (paced from here on, if it was
+                // not), from what it has sent.
+                match self.pacer.as_mut() {
+                    Some(p) if p.rate_bps() == rate => {}
+                    Some(p) => p.set_rate(rate, Instant::now(), self.bytes),
+                    None => {
+                        let mut p = Pacer::new(rate, self.spec.precise_pacing);
+                        p.set_rate(rate, Instant::now(), self.bytes);
+                        self.pacer = Some(p);
+                    }
+                }
+            }
             if let Some(p) = self.pacer.as_mut() {
                 match p.release(Instant::now(), self.bytes, size) {
                     Release::Send(due) => count = count.min(due as usize),

@@ -21,7 +21,7 @@ pub mod total;
 
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
-use crate::meter::account::{ConflictReport, Event, LateReport, PeerReport};
+use crate::meter::account::{ConflictReport, Event, LateReport, PeerReport, VersionReport};
 use crate::meter::receiver::{self, Bound, Gauges, Pass, ReceiverConfig, ReceiverSummary, Role};
 use crate::shutdown::Shutdown;
 use reverse::send::{self, StreamOrder, StreamResult};
@@ -104,6 +104,8 @@ pub enum ServerEvent {
     Late(LateReport),
     /// A session's End is contradicted: a forged End, or a confused client.
     Conflict(ConflictReport),
+    /// A source sent datagrams of another version of netspeed.
+    WrongVersion(VersionReport),
     /// A reverse stream (the server sent) finished.
     StreamDone(StreamReport),
     /// An interval of a reverse stream that is sending.
@@ -120,6 +122,7 @@ impl From<Event> for ServerEvent {
             Event::Done(r) => ServerEvent::PeerDone(r),
             Event::Late(r) => ServerEvent::Late(r),
             Event::Conflict(r) => ServerEvent::Conflict(r),
+            Event::WrongVersion(r) => ServerEvent::WrongVersion(r),
         }
     }
 }
@@ -127,18 +130,41 @@ impl From<Event> for ServerEvent {
 /// Totals over the server's whole run: the receive engine's.
 pub type ServerSummary = ReceiverSummary;
 
-/// The event that ends a `--one-off` server: a tagged session finalised
-/// because its End arrived (and was answered). Untagged sources, sessions
-/// that went idle or were evicted, late and conflict reports do not: a
-/// port scan or a client that died mid-test leaves the server waiting for
-/// a real test.
-fn serves_one_off(event: &ServerEvent) -> bool {
-    match event {
-        ServerEvent::PeerDone(r) => {
-            r.tagged && r.reason == Some(crate::meter::account::DoneReason::End)
+/// What ends a `--one-off` server: every session of the first udp_client
+/// run finished because its End arrived and was answered (uploads), or
+/// its client answered the stream's End (reverse streams). A run says in
+/// each Hello and Start how many sessions it has (`-P N`, both halves of
+/// `--bidir`). Untagged sources, sessions that went idle or were evicted,
+/// late and conflict reports do not count: a port scan or a client that
+/// died mid-test leaves the server waiting for a real test.
+#[derive(Debug, Default)]
+struct OneOff {
+    /// The first run served, and how many of its sessions are done.
+    run: Option<crate::wire::Run>,
+    served: u64,
+}
+
+impl OneOff {
+    /// Whether `event` completes the first run.
+    fn completes(&mut self, event: &ServerEvent) -> bool {
+        let run = match event {
+            ServerEvent::PeerDone(r)
+                if r.tagged && r.reason == Some(crate::meter::account::DoneReason::End) =>
+            {
+                r.run
+            }
+            ServerEvent::StreamDone(r) if r.reason == StreamEnd::Answered => r.run,
+            _ => return false,
+        };
+        // A session that named no run is a run of its own.
+        let run = run
+            .filter(|r| r.id != 0)
+            .unwrap_or(crate::wire::Run { id: 0, clients: 1 });
+        let first = *self.run.get_or_insert(run);
+        if run.id == first.id {
+            self.served += 1;
         }
-        ServerEvent::StreamDone(r) => r.reason == StreamEnd::Answered,
-        _ => false,
+        self.served >= first.clients.max(1)
     }
 }
 
@@ -406,6 +432,7 @@ pub fn run_with(
         idle_timeout: cfg.idle_timeout,
         end_grace: cfg.end_grace,
         psk: cfg.psk.clone(),
+        expected: Vec::new(),
     };
     let summary = std::thread::scope(|scope| {
         let mut server = Server {
@@ -418,6 +445,7 @@ pub fn run_with(
             senders: Vec::new(),
             sent: mpsc::channel(),
         };
+        let mut one_off = OneOff::default();
         receiver::run(
             bound,
             &receiver_cfg,
@@ -426,8 +454,8 @@ pub fn run_with(
             shutdown,
             &mut |event| {
                 // --one-off stops through the same flag as Ctrl-C, once the
-                // session's answer is sent and its summary out.
-                let served = cfg.one_off && serves_one_off(&event);
+                // run's last answer is sent and its summary out.
+                let served = cfg.one_off && one_off.completes(&event);
                 events(event);
                 if served {
                     shutdown.trigger();

@@ -274,6 +274,8 @@ mod tests {
         );
         let a: SocketAddr = "10.0.0.1:1000".parse().unwrap();
         let b: SocketAddr = "10.0.0.2:1000".parse().unwrap();
+        // Proven sessions: only they are reported one by one.
+        assert!(table.expect((a, 1), t0) && table.expect((b, 2), t0));
         let mut meter = TotalMeter::new(t0, true, 1 << 20, Counters::of(&table.totals, None, None));
         let (mut totals, mut done) = (Vec::new(), Vec::new());
         let mut seq = (0, 0);
@@ -288,14 +290,7 @@ mod tests {
                 seq.1 += 1;
             }
             let mut events = Vec::new();
-            let mut sink = |e| {
-                events.push(match e {
-                    crate::meter::account::Event::Interval(r) => ServerEvent::Interval(r),
-                    crate::meter::account::Event::Done(r) => ServerEvent::PeerDone(r),
-                    crate::meter::account::Event::Late(r) => ServerEvent::Late(r),
-                    crate::meter::account::Event::Conflict(r) => ServerEvent::Conflict(r),
-                })
-            };
+            let mut sink = |e| events.push(ServerEvent::from(e));
             if step % 2 == 0 {
                 table.tick_intervals(now, None, &mut sink);
             }

@@ -1,74 +1,191 @@
 //! Who gets a slot in the table, and who gets an answer: the session
 //! and untagged-source slabs and their bounds, the separate budgets of
-//! sessions that began with a Hello and sessions seen only in data (each
-//! with its per-IP share), the rule that lets a Hello take the slot of a
-//! session seen only in data, the overflow bucket, and the answer limiter
-//! (per proven session, else per source address and IP). See the
-//! module docs of [`super`] for why.
+//! proven sessions and sessions seen only in data (each with its share
+//! per source), the rule that lets a proven session take the slot of a
+//! session seen only in data, the overflow bucket, and the answer
+//! budgets (per proven session; per flow for proof without state; per
+//! source address, per source and server-wide for everything else, kept
+//! in hashed buckets, not per source). See the module docs of [`super`]
+//! for why.
 
 use super::*;
 
-/// What an answer is charged to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Charge {
-    /// A session that began with a Hello: its own budget, which no other
-    /// sender can spend.
-    Session(SessionKey),
-    /// Anything else, from this address and port ...
-    Source(SocketAddr),
-    /// ... and from this IP, whatever the port.
-    Ip(IpAddr),
+/// Who asks for an answer, as far as the request shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker {
+    /// A request that echoed a valid cookie but has no state of its own
+    /// (a probe, a Start): charged to its flow (address, port, session).
+    Proven(SessionKey),
+    /// Anything else: charged to its source address, its source (an IPv4
+    /// address, an IPv6 /64) and the server's whole unproven budget.
+    Unproven(SocketAddr),
+    /// A probe without a valid cookie: as [`Asker::Unproven`], and to a
+    /// small budget of its own, so that a flood of them cannot take what
+    /// the Hellos need.
+    UnprovenProbe(SocketAddr),
 }
 
-impl Charge {
-    fn limit(self) -> u32 {
-        match self {
-            Charge::Session(_) => ANSWERS_PER_SESSION,
-            Charge::Source(_) => ANSWERS_PER_SOURCE,
-            Charge::Ip(_) => ANSWERS_PER_SECOND,
-        }
+/// Answer budgets kept without state per source: counts in fixed arrays
+/// of buckets, chosen by a hash keyed at random when the table starts, so
+/// that a flood from forged sources creates nothing and cannot aim at the
+/// bucket of an address it does not own. Each count lives one second.
+///
+/// Why no budget per IP address of the kind a proven session has: before
+/// proof every answer is no larger than its request (the server never
+/// amplifies), so what an unproven source can draw toward an address is
+/// bounded by what it sends, and by the per-source buckets here; and
+/// state per forged source is exactly what a flood would fill.
+pub(super) struct AnswerBudget {
+    epoch: Instant,
+    hasher: std::collections::hash_map::RandomState,
+    /// Unproven, per source address and port ...
+    sources: Buckets,
+    /// ... per source (IPv4 address, IPv6 /64) ...
+    prefixes: Buckets,
+    /// ... and proven without state, per flow.
+    flows: Buckets,
+    /// The current second, and the unproven answers given in it, all
+    /// sources together, and to probes.
+    second: u32,
+    unproven: u32,
+    unproven_probes: u32,
+}
+
+/// Buckets in each array: a flood spread over many sources puts
+/// (rate / BUCKETS) answers a second in each, far under a bucket's limit.
+const BUCKETS: usize = 4096;
+
+/// Fixed-size counters, each of one second.
+struct Buckets(Box<[(u32, u32)]>);
+
+impl Buckets {
+    fn new() -> Self {
+        Buckets(vec![(0, 0); BUCKETS].into_boxed_slice())
     }
-}
 
-/// Limits answers in one-second windows: a proven session's per session,
-/// everything else per source address and per source IP. Why both: a
-/// flood of requests from one port of a client's own IP (forged or not)
-/// spends that port's budget and stops there, so it cannot spend the IP's
-/// budget that the real client's Hello needs, nor the budget of the real
-/// client's session for its End.
-pub(super) struct AnswerLimiter {
-    pub(super) window_start: Instant,
-    pub(super) counts: HashMap<Charge, u32>,
-    /// Most entries in a window (a bound on memory under a flood).
-    pub(super) max_entries: usize,
-}
-
-impl AnswerLimiter {
-    fn charge(&mut self, key: Charge, now: Instant) -> bool {
-        if now.saturating_duration_since(self.window_start) >= Duration::from_secs(1) {
-            self.window_start = now;
-            self.counts.clear();
+    /// Counts one in bucket `hash` for `second`, if it is under `limit`.
+    fn take(&mut self, hash: u64, second: u32, limit: u32) -> bool {
+        let slot = &mut self.0[(hash as usize) % BUCKETS];
+        if slot.0 != second {
+            *slot = (second, 0);
         }
-        if self.counts.len() >= self.max_entries && !self.counts.contains_key(&key) {
+        if slot.1 >= limit {
             return false;
         }
-        let count = self.counts.entry(key).or_insert(0);
-        if *count >= key.limit() {
-            return false;
-        }
-        *count += 1;
+        slot.1 += 1;
         true
     }
 
-    /// An answer to a session that began with a Hello.
-    pub(super) fn allow_session(&mut self, key: SessionKey, now: Instant) -> bool {
-        self.charge(Charge::Session(key), now)
+    /// Whether bucket `hash` has room for one more in `second`.
+    fn has_room(&self, hash: u64, second: u32, limit: u32) -> bool {
+        let slot = self.0[(hash as usize) % BUCKETS];
+        slot.0 != second || slot.1 < limit
+    }
+}
+
+/// A source, as budgets and shares count it: an IPv4 address, or an IPv6
+/// /64 (what one host, or one site, usually has). An IPv4 address mapped
+/// into IPv6 is its IPv4 address.
+pub fn source_prefix(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut octets = v6.octets();
+                octets[8..].fill(0);
+                IpAddr::V6(std::net::Ipv6Addr::from(octets))
+            }
+        },
+    }
+}
+
+impl AnswerBudget {
+    pub(super) fn new(now: Instant) -> Self {
+        AnswerBudget {
+            epoch: now,
+            hasher: std::collections::hash_map::RandomState::new(),
+            sources: Buckets::new(),
+            prefixes: Buckets::new(),
+            flows: Buckets::new(),
+            second: 0,
+            unproven: 0,
+            unproven_probes: 0,
+        }
     }
 
-    /// An answer to anyone else (a Hello, a Start, an End of a session
-    /// seen only in data): charged to the source address, then to its IP.
-    pub(super) fn allow(&mut self, from: SocketAddr, now: Instant) -> bool {
-        self.charge(Charge::Source(from), now) && self.charge(Charge::Ip(from.ip()), now)
+    fn hash(&self, value: impl std::hash::Hash) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(value)
+    }
+
+    fn second(&mut self, now: Instant) -> u32 {
+        let second = now.saturating_duration_since(self.epoch).as_secs() as u32;
+        if second != self.second {
+            self.second = second;
+            self.unproven = 0;
+            self.unproven_probes = 0;
+        }
+        second
+    }
+
+    /// Charges one answer to `asker`; false when its budget is spent.
+    pub(super) fn allow(&mut self, asker: Asker, now: Instant) -> bool {
+        let second = self.second(now);
+        match asker {
+            Asker::Proven(flow) => {
+                let hash = self.hash(("flow", flow));
+                self.flows.take(hash, second, ANSWERS_PER_FLOW)
+            }
+            Asker::Unproven(from) | Asker::UnprovenProbe(from) => {
+                let probe = matches!(asker, Asker::UnprovenProbe(_));
+                if self.unproven >= UNPROVEN_ANSWERS
+                    || (probe && self.unproven_probes >= UNPROVEN_PROBE_ANSWERS)
+                {
+                    return false;
+                }
+                let source = self.hash(("source", from));
+                let prefix = self.hash(("prefix", source_prefix(from.ip())));
+                // Both buckets must have room before either is charged.
+                if !(self.sources.has_room(source, second, ANSWERS_PER_SOURCE)
+                    && self.prefixes.has_room(prefix, second, ANSWERS_PER_PREFIX))
+                {
+                    return false;
+                }
+                self.sources.take(source, second, ANSWERS_PER_SOURCE);
+                self.prefixes.take(prefix, second, ANSWERS_PER_PREFIX);
+                self.unproven += 1;
+                if probe {
+                    self.unproven_probes += 1;
+                }
+                true
+            }
+        }
+    }
+}
+
+/// A proven session's own answer budget: kept in the session, so no other
+/// sender can spend it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct SessionBudget {
+    second: Option<u64>,
+    count: u32,
+}
+
+impl SessionBudget {
+    pub(super) fn allow(&mut self, now: Instant, epoch: Instant) -> bool {
+        let second = now.saturating_duration_since(epoch).as_secs();
+        if self.second != Some(second) {
+            *self = SessionBudget {
+                second: Some(second),
+                count: 0,
+            };
+        }
+        if self.count >= ANSWERS_PER_SESSION {
+            return false;
+        }
+        self.count += 1;
+        true
     }
 }
 
@@ -223,7 +340,8 @@ impl PeerTable {
     }
 
     /// The slot of session `key`, creating it if there is room: see the
-    /// module docs for who gets room. `proven` says the datagram is a Hello.
+    /// module docs for who gets room. `proven` says the datagram proved
+    /// the session's address (a Hello that echoed its cookie).
     pub(super) fn session_slot(
         &mut self,
         key: SessionKey,
@@ -240,27 +358,27 @@ impl PeerTable {
                 t.proven = true;
                 if !finished {
                     self.unproven_sessions -= 1;
-                    let ip = key.0.ip();
-                    decrement(&mut self.unproven_per_ip, ip);
-                    *self.proven_per_ip.entry(ip).or_insert(0) += 1;
+                    let source = source_prefix(key.0.ip());
+                    decrement(&mut self.unproven_per_source, source);
+                    *self.proven_per_source.entry(source).or_insert(0) += 1;
                 }
             }
             return Some(slot);
         }
-        // Two budgets: sessions that began with a Hello (a quarter of the
-        // table per IP), and sessions seen only in data (half the table,
-        // a quarter of that per IP). Data alone can then never take the
-        // room a Hello needs: a full table makes room by evicting it.
-        let ip = key.0.ip();
+        // Two budgets: proven sessions (a quarter of the table per source),
+        // and sessions seen only in data (half the table, a quarter of that
+        // per source). Data alone can then never take the room a proven
+        // session needs: a full table makes room by evicting it.
+        let ip = source_prefix(key.0.ip());
         let per_ip = if proven {
-            &self.proven_per_ip
+            &self.proven_per_source
         } else {
-            &self.unproven_per_ip
+            &self.unproven_per_source
         };
         let bound = if proven {
             self.sessions_per_ip_bound()
         } else {
-            self.unproven_per_ip_bound()
+            self.unproven_per_source_bound()
         };
         if per_ip.get(&ip).copied().unwrap_or(0) >= bound {
             return None;
@@ -282,8 +400,9 @@ impl PeerTable {
             untagged_packets: 0,
             proven,
             conflict: None,
-            unknown_start: false,
             frozen: None,
+            answers: SessionBudget::default(),
+            run: None,
         });
         let mut peer = Peer::new(key.0, now, socket);
         self.start_peer(&mut peer, socket);
@@ -293,9 +412,9 @@ impl PeerTable {
             self.unproven_sessions += 1;
         }
         let per_ip = if proven {
-            &mut self.proven_per_ip
+            &mut self.proven_per_source
         } else {
-            &mut self.unproven_per_ip
+            &mut self.unproven_per_source
         };
         *per_ip.entry(ip).or_insert(0) += 1;
         self.by_addr.insert(key.0, key);
@@ -338,12 +457,12 @@ impl PeerTable {
     /// A session that is no longer counted among the unfinished ones.
     pub(super) fn session_ended(&mut self, key: SessionKey, proven: bool, socket: usize) {
         self.active_sessions -= 1;
-        let ip = key.0.ip();
+        let ip = source_prefix(key.0.ip());
         if proven {
-            decrement(&mut self.proven_per_ip, ip);
+            decrement(&mut self.proven_per_source, ip);
         } else {
             self.unproven_sessions -= 1;
-            decrement(&mut self.unproven_per_ip, ip);
+            decrement(&mut self.unproven_per_source, ip);
         }
         self.end_peer(socket);
     }
@@ -390,8 +509,17 @@ impl PeerTable {
         self.join(socket);
     }
 
-    /// The slot for a Hello's or End's session; None (counted) when the
-    /// table is full: the request goes unanswered.
+    /// Session `key`, created proven if it is not known: a receiver that
+    /// asked for it (a reverse stream's client) expects it, so no Hello
+    /// is needed to prove it. False when there is no room.
+    pub fn expect(&mut self, key: SessionKey, now: Instant) -> bool {
+        let key = (canonical(key.0), key.1);
+        let mut replies = Vec::new();
+        self.session_slot(key, now, 0, true, &mut replies).is_some()
+    }
+
+    /// The slot for a confirming Hello's session; None (counted) when the
+    /// table, or its source's share, is full.
     pub(super) fn control_slot(
         &mut self,
         key: SessionKey,
@@ -402,7 +530,7 @@ impl PeerTable {
     ) -> Option<usize> {
         let slot = self.session_slot(key, now, socket, proven, replies);
         if slot.is_none() {
-            self.totals.ends_table_full += 1;
+            self.totals.hellos_table_full += 1;
         }
         slot
     }

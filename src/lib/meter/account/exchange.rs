@@ -20,6 +20,10 @@ impl PeerTable {
             self.overflow(len, meta.socket);
             return;
         };
+        if !self.tagged.get(slot).tagged.proven {
+            self.totals.not_proven.unproven_packets += 1;
+            self.totals.not_proven.unproven_bytes += len as u64;
+        }
         // After an End, a sequence number at or beyond its total says the
         // End was not this sender's last word.
         let beyond = self
@@ -111,10 +115,16 @@ impl PeerTable {
         self.attention = true;
     }
 
+    /// A Hello. Without the cookie of its address (the first round trip)
+    /// it is answered with that cookie and creates nothing: it proves
+    /// nothing about its source. With it (`proven`), the session is
+    /// created, proven, or found; the answer says so (`ACK_PROVEN`), or
+    /// that there is no room (`ACK_BUSY`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_hello(
         &mut self,
         hello: Hello,
+        proven: bool,
         cookie: u64,
         addr: SocketAddr,
         from: SocketAddr,
@@ -123,17 +133,6 @@ impl PeerTable {
         replies: &mut Vec<Reply>,
     ) {
         let key = (addr, hello.header.session);
-        let slot = self.control_slot(key, now, meta.socket, true, replies);
-        if let Some(slot) = slot {
-            let peer = self.tagged.get_mut(slot);
-            if !peer.is_finished() {
-                peer.seen(now, meta.drops, meta.cpu);
-            }
-        }
-        if !self.limiter.allow(addr, now) {
-            self.totals.answers_limited += 1;
-            return;
-        }
         let mut flags = 0;
         if self.cfg.gro {
             flags |= wire::ACK_GRO;
@@ -141,10 +140,37 @@ impl PeerTable {
         if self.cfg.psk.is_some() {
             flags |= wire::ACK_AUTH;
         }
-        if slot.is_none() {
-            // Say so, rather than leave the client to conclude that no
-            // server is there.
-            flags |= wire::ACK_BUSY;
+        let slot = if proven {
+            self.control_slot(key, now, meta.socket, true, replies)
+        } else {
+            self.totals.not_proven.hellos += 1;
+            None
+        };
+        let allowed = match slot {
+            Some(slot) => {
+                let epoch = self.epoch;
+                let peer = self.tagged.get_mut(slot);
+                if !peer.is_finished() {
+                    peer.seen(now, meta.drops, meta.cpu);
+                }
+                if hello.run.id != 0 {
+                    peer.tagged.run.get_or_insert(hello.run);
+                }
+                flags |= wire::ACK_PROVEN;
+                peer.tagged.answers.allow(now, epoch)
+            }
+            None => {
+                if proven {
+                    // Say so, rather than leave the client to conclude
+                    // that no server is there.
+                    flags |= wire::ACK_BUSY;
+                }
+                self.budget.allow(Asker::Unproven(addr), now)
+            }
+        };
+        if !allowed {
+            self.totals.answers_limited += 1;
+            return;
         }
         let ack = HelloAck {
             session: hello.header.session,
@@ -181,15 +207,16 @@ impl PeerTable {
             }
         }
         let key = (addr, end.header.session);
-        let known = self.tagged.find(&key).is_some();
-        let Some(slot) = self.control_slot(key, now, meta.socket, false, replies) else {
+        let Some(slot) = self.tagged.find(&key) else {
+            // No session: the server never saw it start (or forgot it),
+            // or the End is forged. Answered "no record", no larger than
+            // the End and within the source's budget; nothing is kept.
+            self.totals.not_proven.ends_unknown += 1;
+            self.answer_unknown(&end, from, now, meta, replies);
             return;
         };
-        if !known {
-            // No Hello and no data came first: the server never saw this
-            // session start (or forgot it), so its figures are not the
-            // session's.
-            self.tagged.get_mut(slot).tagged.unknown_start = true;
+        if !self.tagged.get(slot).tagged.proven {
+            self.totals.not_proven.ends_unproven += 1;
         }
         let reply = ReplyTo {
             to: from,
@@ -253,15 +280,12 @@ impl PeerTable {
         replies: &mut Vec<Reply>,
     ) {
         let from = canonical(reply.to);
-        let proven = self.tagged.get(slot).tagged.proven;
-        let key = (
-            self.tagged.get(slot).addr,
-            self.tagged.get(slot).tagged.session,
-        );
-        let allowed = if proven {
-            self.limiter.allow_session(key, now)
+        let epoch = self.epoch;
+        let t = &mut self.tagged.get_mut(slot).tagged;
+        let allowed = if t.proven {
+            t.answers.allow(now, epoch)
         } else {
-            self.limiter.allow(from, now)
+            self.budget.allow(Asker::Unproven(from), now)
         };
         if !allowed {
             self.totals.answers_limited += 1;
@@ -280,6 +304,51 @@ impl PeerTable {
             to: reply.to,
             from: reply.local,
             socket: reply.socket,
+        });
+    }
+
+    /// The answer to an End of a session the table does not know: its
+    /// figures are not the session's (`ACK_NO_RECORD`), and nothing is
+    /// kept.
+    fn answer_unknown(
+        &mut self,
+        end: &End,
+        to: SocketAddr,
+        now: Instant,
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        if !self.budget.allow(Asker::Unproven(canonical(to)), now) {
+            self.totals.answers_limited += 1;
+            return;
+        }
+        let unknown = wire::UNKNOWN;
+        let ack = wire::EndAck {
+            session: end.header.session,
+            flags: wire::ACK_NO_RECORD,
+            nonce: end.nonce,
+            lost: end.sent_packets,
+            lost_fewest: end.sent_packets,
+            drops_start: unknown,
+            drops_end: unknown,
+            cpu_user_ns: unknown,
+            cpu_system_ns: unknown,
+            queue_p50_ns: unknown,
+            queue_p90_ns: unknown,
+            queue_p99_ns: unknown,
+            queue_max_ns: unknown,
+            clock_skew_ppb: unknown,
+            ..wire::EndAck::default()
+        };
+        let bytes = match &self.cfg.psk {
+            Some(psk) => wire::encode_end_ack_tagged(&ack, psk),
+            None => wire::encode_end_ack(&ack),
+        };
+        replies.push(Reply {
+            bytes: ReplyBytes::End(bytes),
+            to,
+            from: meta.local,
+            socket: meta.socket,
         });
     }
 
@@ -315,7 +384,13 @@ impl PeerTable {
         let shared = self.tagged.get(slot).shared_now(&self.flags);
         self.tagged.get_mut(slot).shared = shared;
         let session = self.tagged.get(slot);
-        self.write_done(session, Some(&session.tagged), reason, events);
+        if proven {
+            self.write_done(session, Some(&session.tagged), reason, events);
+        } else {
+            // Never proven: counted in the totals, not reported one by one
+            // (a flood of forged sessions must not flood the log).
+            self.totals.not_proven.unproven_sessions += 1;
+        }
         self.session_ended(key, proven, socket);
         let keep = self.keep_for(self.tagged.get(slot));
         self.expiry_ids += 1;

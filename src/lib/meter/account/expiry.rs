@@ -90,7 +90,8 @@ impl PeerTable {
             .map(|s| (&mut s.peer, Some(&mut *s.tagged)));
         let sources = self.untagged.slots.iter_mut().flatten().map(|p| (p, None));
         for (peer, mut t) in sessions.chain(sources) {
-            if peer.is_finished() {
+            // Sessions never proven are counted in the totals only.
+            if peer.is_finished() || t.as_ref().is_some_and(|t| !t.proven) {
                 continue;
             }
             let shared = peer.shared_now(flags);
@@ -106,6 +107,15 @@ impl PeerTable {
                 });
             }
         }
+        self.flush_wrong_versions(now, events);
+    }
+
+    /// One report per source that sent another version since the last.
+    fn flush_wrong_versions(&mut self, now: Instant, events: &mut dyn FnMut(Event)) {
+        self.versions_flushed = now;
+        for report in self.take_wrong_versions() {
+            events(Event::WrongVersion(report));
+        }
     }
 
     /// Finalises sessions whose grace period is over or that went idle,
@@ -119,6 +129,13 @@ impl PeerTable {
         replies: &mut Vec<Reply>,
     ) {
         self.flush_queued(events);
+        if !self.cfg.intervals
+            && now.saturating_duration_since(self.versions_flushed) >= Duration::from_secs(1)
+        {
+            // Without interval lines, other versions are reported once a
+            // second per source.
+            self.flush_wrong_versions(now, events);
+        }
         let idle = self.cfg.idle_timeout;
         let mut due = Vec::new();
         for peer in self.tagged.slots.iter_mut().flatten() {
@@ -240,6 +257,7 @@ impl PeerTable {
         for peer in self.untagged.peers() {
             self.write_done(peer, None, DoneReason::Shutdown, events);
         }
+        self.flush_wrong_versions(now, events);
         for peer in self.tagged.peers() {
             if let Some(report) = late_report(peer) {
                 events(Event::Late(report));
@@ -251,7 +269,7 @@ impl PeerTable {
         self.expiry.clear();
         self.active_sessions = 0;
         self.unproven_sessions = 0;
-        self.proven_per_ip.clear();
-        self.unproven_per_ip.clear();
+        self.proven_per_source.clear();
+        self.unproven_per_source.clear();
     }
 }

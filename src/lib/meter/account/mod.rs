@@ -21,17 +21,24 @@
 //!   with the summary; datagrams that arrive now are *late*, counted against
 //!   the record and reported as such, never as a new peer.
 //!
-//! Why sessions that began with a Hello come first: every udp_client says
-//! Hello, and the answer proves the session can hear us. Sessions seen only
-//! in data (forged, or a sender of another kind) have a budget of their
-//! own, half the table and a quarter of that per source IP, and a Hello
-//! that finds the table full takes the slot of the one silent longest.
-//! Proven sessions are counted apart: one source IP holds at most a quarter
-//! of the table of them (but room for `--clients 1024`). Answers to a
-//! proven session come from its own budget; everything else is answered
-//! within a budget per source address and per IP. A flood from another
-//! port of a client's own IP can then neither take the room its Hello
-//! needs nor the answers it asks for.
+//! Why nothing before proof: a Hello proves nothing about its source
+//! address, which anyone can forge. So a Hello creates nothing: it is
+//! answered, no larger than itself, with the address cookie (QUIC's
+//! Retry, DTLS's HelloVerifyRequest), and only a Hello that echoes that
+//! cookie creates a session, proven: its source receives where it sends
+//! from. Sessions seen only in data (forged, or a sender that never said
+//! Hello) have a budget of their own, half the table and a quarter of
+//! that per source (an IPv4 address, an IPv6 /64); a proven session that
+//! finds the table full takes the slot of the one silent longest, and
+//! they are never reported one by one: their datagrams, Ends and probes
+//! are counted in the totals per reason. Proven sessions are counted
+//! apart: one source holds at most a quarter of the table of them (but
+//! room for `--clients 1024`). Answers to a proven session come from its
+//! own budget; everything else from budgets kept in hashed buckets (per
+//! source address and port, per source, server-wide), never in state per
+//! source. A flood of forged Hellos or probes, from anywhere or from a
+//! client's own address, can then take neither the room nor the answers
+//! a real client needs.
 //!
 //! The table is split by concern: this file holds its shape and the
 //! receive dispatch (a datagram in, decoded once, handed to the code that
@@ -52,15 +59,30 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-/// Answers (to End and Hello) allowed per source IP per second: room for
-/// `--clients 1024` on one host retrying twice within a second, while
-/// bounding what a flood of forged requests can draw out.
-pub const ANSWERS_PER_SECOND: u32 = 2048;
 /// Answers per source address (IP and port) per second, for requests not
 /// of a proven session: a client asks at most 5 times a second.
 pub const ANSWERS_PER_SOURCE: u32 = 64;
-/// Answers per session that began with a Hello, per second.
+/// Unproven answers per source (an IPv4 address, an IPv6 /64) per second:
+/// room for `--clients 1024` on one host asking twice within a second,
+/// and for a flood forged from that host's own address beside them. What
+/// an unproven source draws toward one address is at most this many
+/// answers, each no larger than its request.
+pub const ANSWERS_PER_PREFIX: u32 = 8192;
+/// Unproven answers per second, all sources together: the most work a
+/// flood of forged requests can make the server do.
+pub const UNPROVEN_ANSWERS: u32 = 65536;
+/// Of those, answers to probes without a valid cookie: a probe gets its
+/// cookie from a Hello, so a flood of these takes nothing a client needs.
+pub const UNPROVEN_PROBE_ANSWERS: u32 = 1024;
+/// Answers per proven session per second.
 pub const ANSWERS_PER_SESSION: u32 = 64;
+/// Answers per second to requests proven by their cookie but kept in no
+/// state (a client's probes, 20 a second; its Starts), per address, port
+/// and session.
+pub const ANSWERS_PER_FLOW: u32 = 128;
+/// Sources that sent datagrams of other versions, reported one line each
+/// per interval; more are only counted.
+pub const WRONG_VERSION_SOURCES: usize = 64;
 
 /// Sequence-number ranges (16 bytes each) the whole session table may hold;
 /// each session gets an equal share, at least [`MIN_RANGES_PER_SESSION`].
@@ -84,6 +106,7 @@ mod peer;
 mod report;
 
 use admission::*;
+pub use admission::{source_prefix, Asker};
 use peer::*;
 pub use report::*;
 
@@ -159,6 +182,9 @@ pub enum Event {
     Done(PeerReport),
     Late(LateReport),
     Conflict(ConflictReport),
+    /// A source sent datagrams of another version of netspeed (one per
+    /// source and interval).
+    WrongVersion(VersionReport),
 }
 
 /// Traffic that found its table full.
@@ -180,10 +206,11 @@ pub struct Totals {
     /// Peer entries ever created.
     pub peers: u64,
     pub overflow: Overflow,
-    /// Answers refused by the per-IP rate limit.
+    /// Answers refused by a budget.
     pub answers_limited: u64,
-    /// End messages of new sessions that found the table full: unanswered.
-    pub ends_table_full: u64,
+    /// Confirming Hellos that found the table (or their source's share)
+    /// full: answered busy.
+    pub hellos_table_full: u64,
     /// Datagrams for sessions already finished.
     pub late_packets: u64,
     pub late_bytes: u64,
@@ -197,6 +224,10 @@ pub struct Totals {
     pub ends_rejected: u64,
     /// Sessions whose End was contradicted (see `conflict` events).
     pub conflicts: u64,
+    /// What came from sessions never proven, by reason: answered without
+    /// state, or counted in bulk, never reported one by one.
+    #[serde(flatten)]
+    pub not_proven: NotProven,
     /// Control messages read (Hello, End, probes, a reverse stream's
     /// Start and Feedback, and any answer): not in `packets`.
     pub control_packets: u64,
@@ -204,6 +235,28 @@ pub struct Totals {
     /// datagrams: the basis of the socket's drops in datagrams.
     pub gro_buffers: u64,
     pub gro_datagrams: u64,
+}
+
+/// What the table saw of sessions never proven, by reason (a `total`
+/// event shows each over its span; `--metrics` since the start).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NotProven {
+    /// Hellos without a valid cookie: answered with the cookie, no state.
+    pub hellos: u64,
+    /// Ends for sessions the table does not know: answered "no record",
+    /// no state.
+    pub ends_unknown: u64,
+    /// Ends, and datagrams, of sessions seen only in data.
+    pub ends_unproven: u64,
+    pub unproven_packets: u64,
+    pub unproven_bytes: u64,
+    /// Sessions seen only in data that finished (idle, End, evicted).
+    pub unproven_sessions: u64,
+    /// Probes without a valid cookie.
+    pub probes_unproven: u64,
+    /// Datagrams with netspeed's magic and another version: answered with
+    /// the versions this server speaks.
+    pub wrong_version: u64,
 }
 
 /// An answer to send: bytes, destination (as received) and the receive
@@ -218,13 +271,14 @@ pub struct Reply {
 }
 
 /// An answer's bytes, without allocating: an EndAck, a HelloAck, a
-/// StartAck or a ProbeAck.
+/// StartAck or a ProbeAck (a version negotiation answer, rare, allocates).
 #[derive(Debug, Clone)]
 pub enum ReplyBytes {
     End([u8; wire::END_LEN]),
     Hello([u8; wire::HELLO_LEN]),
     Start([u8; wire::START_LEN]),
     Probe([u8; wire::PROBE_LEN]),
+    Versions(Vec<u8>),
 }
 
 impl ReplyBytes {
@@ -234,6 +288,7 @@ impl ReplyBytes {
             ReplyBytes::Hello(b) => b,
             ReplyBytes::Start(b) => b,
             ReplyBytes::Probe(b) => b,
+            ReplyBytes::Versions(b) => b,
         }
     }
 }
@@ -251,15 +306,19 @@ pub struct PeerTable {
     /// per source IP.
     active_sessions: usize,
     unproven_sessions: usize,
-    /// Unfinished sessions per source IP: those that began with a Hello,
-    /// and those seen only in data (separate budgets).
-    proven_per_ip: HashMap<IpAddr, usize>,
-    unproven_per_ip: HashMap<IpAddr, usize>,
+    /// Unfinished sessions per source (IPv4 address, IPv6 /64): proven
+    /// ones, and those seen only in data (separate budgets).
+    proven_per_source: HashMap<IpAddr, usize>,
+    unproven_per_source: HashMap<IpAddr, usize>,
+    /// Sources that sent another version this interval, and how many;
+    /// when they were last reported.
+    wrong_versions: BTreeMap<IpAddr, WrongVersion>,
+    versions_flushed: Instant,
     /// Finished sessions' records, by when they may go.
     expiry: BTreeMap<(Instant, u64), SessionKey>,
     expiry_ids: u64,
     epoch: Instant,
-    limiter: AnswerLimiter,
+    budget: AnswerBudget,
     sockets: Vec<SocketState>,
     flags: TableFlags,
     ranges_per_session: usize,
@@ -284,16 +343,14 @@ impl PeerTable {
             by_addr: HashMap::new(),
             active_sessions: 0,
             unproven_sessions: 0,
-            proven_per_ip: HashMap::new(),
-            unproven_per_ip: HashMap::new(),
+            proven_per_source: HashMap::new(),
+            unproven_per_source: HashMap::new(),
+            wrong_versions: BTreeMap::new(),
+            versions_flushed: now,
             expiry: BTreeMap::new(),
             expiry_ids: 0,
             epoch: now,
-            limiter: AnswerLimiter {
-                window_start: now,
-                counts: HashMap::new(),
-                max_entries: cfg.max_peers * 3,
-            },
+            budget: AnswerBudget::new(now),
             sockets: vec![SocketState::default(); sockets],
             flags: TableFlags {
                 gro: cfg.gro,
@@ -313,8 +370,9 @@ impl PeerTable {
         (self.cfg.max_peers * 4).clamp(1024, MAX_RECORDS)
     }
 
-    /// Most unfinished sessions from one source IP: a quarter of the table,
-    /// but always room for `--clients 1024` (or the whole table, if smaller).
+    /// Most unfinished proven sessions from one source (an IPv4 address,
+    /// an IPv6 /64): a quarter of the table, but always room for
+    /// `--clients 1024` (or the whole table, if smaller).
     pub fn sessions_per_ip_bound(&self) -> usize {
         (self.cfg.max_peers / 4).max(self.cfg.max_peers.min(1024))
     }
@@ -324,8 +382,8 @@ impl PeerTable {
         (self.cfg.max_peers / 2).max(1)
     }
 
-    /// ... and from one source IP: a quarter of that.
-    pub fn unproven_per_ip_bound(&self) -> usize {
+    /// ... and from one source: a quarter of that.
+    pub fn unproven_per_source_bound(&self) -> usize {
         (self.unproven_bound() / 4).max(1)
     }
 
@@ -492,7 +550,7 @@ impl PeerTable {
             return false;
         };
         let peer = self.tagged.get_mut(slot);
-        if peer.is_finished() {
+        if peer.is_finished() || !peer.tagged.proven {
             return false;
         }
         let t = &mut peer.tagged;
@@ -578,8 +636,11 @@ impl PeerTable {
             }
             Ok(Message::End(end)) => self.on_end(end, data, addr, from, at.now, meta, replies),
             Ok(Message::Hello(hello)) => {
-                let cookie = control.cookie(addr, hello.header.session, at.now);
-                self.on_hello(hello, cookie, addr, from, at.now, meta, replies)
+                let session = hello.header.session;
+                let proven = hello.cookie != 0
+                    && control.cookie_is_good(addr, session, hello.cookie, at.now);
+                let cookie = control.cookie(addr, session, at.now);
+                self.on_hello(hello, proven, cookie, addr, from, at.now, meta, replies)
             }
             Ok(
                 message @ (Message::Start(_)
@@ -587,12 +648,18 @@ impl PeerTable {
                 | Message::EndAck(_)
                 | Message::Probe(_)),
             ) => {
-                // Answered like a Hello: within the source's answer budget,
-                // never with more bytes than the request carried.
-                let limiter = &mut self.limiter;
+                if let Message::Probe(probe) = message {
+                    let session = probe.header.session;
+                    if !control.cookie_is_good(addr, session, probe.cookie, at.now) {
+                        self.totals.not_proven.probes_unproven += 1;
+                    }
+                }
+                // Answered within the asker's budget, never with more bytes
+                // than the request carried.
+                let budget = &mut self.budget;
                 let totals = &mut self.totals;
-                let mut may_answer = || {
-                    let allowed = limiter.allow(addr, at.now);
+                let mut may_answer = |asker: Asker| {
+                    let allowed = budget.allow(asker, at.now);
                     if !allowed {
                         totals.answers_limited += 1;
                     }
@@ -611,13 +678,95 @@ impl PeerTable {
                 // stream to launch, a report to pass on).
                 self.attention |= control.on_control(request, &mut may_answer, replies);
             }
-            Ok(Message::HelloAck(_) | Message::StartAck(_) | Message::ProbeAck(_)) => {}
+            Ok(
+                Message::HelloAck(_)
+                | Message::StartAck(_)
+                | Message::ProbeAck(_)
+                | Message::Versions(_),
+            ) => {}
+            Err(wire::WireError::BadVersion(version)) => {
+                self.on_wrong_version(data, version, addr, from, at.now, meta, replies)
+            }
             Err(_) => {
                 self.totals.packets += 1;
                 self.totals.bytes += data.len() as u64;
                 self.on_untagged(data.len(), addr, at.now, meta);
             }
         }
+    }
+
+    /// A datagram of another version of netspeed: answered with the
+    /// versions this one speaks (no larger than the datagram, within the
+    /// source's budget), counted, and reported once per source and
+    /// interval; never taken for a peer's data.
+    #[allow(clippy::too_many_arguments)]
+    fn on_wrong_version(
+        &mut self,
+        data: &[u8],
+        version: u8,
+        addr: SocketAddr,
+        from: SocketAddr,
+        now: Instant,
+        meta: Meta,
+        replies: &mut Vec<Reply>,
+    ) {
+        self.totals.not_proven.wrong_version += 1;
+        let ip = addr.ip();
+        if let Some(seen) = self.wrong_versions.get_mut(&ip) {
+            seen.add(version);
+        } else if self.wrong_versions.len() < WRONG_VERSION_SOURCES {
+            let mut seen = WrongVersion::default();
+            seen.add(version);
+            self.wrong_versions.insert(ip, seen);
+        }
+        let Some(answer) = wire::encode_versions(data) else {
+            return;
+        };
+        if !self.budget.allow(Asker::Unproven(addr), now) {
+            self.totals.answers_limited += 1;
+            return;
+        }
+        replies.push(Reply {
+            bytes: ReplyBytes::Versions(answer),
+            to: from,
+            from: meta.local,
+            socket: meta.socket,
+        });
+    }
+
+    /// The sources that sent datagrams of another version since the last
+    /// call, one report each.
+    pub(super) fn take_wrong_versions(&mut self) -> Vec<VersionReport> {
+        std::mem::take(&mut self.wrong_versions)
+            .into_iter()
+            .map(|(ip, seen)| VersionReport {
+                peer: ip.to_string(),
+                versions: seen.versions(),
+                datagrams: seen.datagrams,
+                speaks: wire::VERSIONS_SPOKEN.to_vec(),
+            })
+            .collect()
+    }
+}
+
+/// Datagrams of other versions from one source over an interval.
+#[derive(Debug, Default, Clone, Copy)]
+struct WrongVersion {
+    /// Bit v: version v was seen.
+    seen: [u64; 4],
+    datagrams: u64,
+}
+
+impl WrongVersion {
+    fn add(&mut self, version: u8) {
+        self.seen[(version / 64) as usize] |= 1 << (version % 64);
+        self.datagrams += 1;
+    }
+
+    fn versions(&self) -> Vec<u8> {
+        (0..=255u8)
+            .filter(|v| self.seen[(v / 64) as usize] & (1 << (v % 64)) != 0)
+            .collect()
     }
 }
 
@@ -685,18 +834,23 @@ pub struct ControlRequest<'a> {
 /// for every role; what a role sends is the role's business
 /// (`server::reverse`).
 pub trait Control {
-    /// Handles `request`. `may_answer` charges the source's answer budget
-    /// (call it before pushing an answer). Returns true when the thread
-    /// that finalises sessions should look at once.
+    /// Handles `request`. `may_answer` charges the asker's answer budget
+    /// (call it before pushing an answer, saying who asks as the request
+    /// shows it). Returns true when the thread that finalises sessions
+    /// should look at once.
     fn on_control(
         &mut self,
         request: ControlRequest,
-        may_answer: &mut dyn FnMut() -> bool,
+        may_answer: &mut dyn FnMut(Asker) -> bool,
         replies: &mut Vec<Reply>,
     ) -> bool;
 
     /// The cookie a HelloAck to `addr` for `session` carries; 0 for none.
     fn cookie(&self, addr: SocketAddr, session: u64, now: Instant) -> u64;
+
+    /// Whether `cookie` is the one made for `addr` and `session`, in the
+    /// current time slot or the one before.
+    fn cookie_is_good(&self, addr: SocketAddr, session: u64, cookie: u64, now: Instant) -> bool;
 }
 
 /// No control messages: they are ignored, and HelloAcks carry no cookie.
@@ -706,7 +860,7 @@ impl Control for NoControl {
     fn on_control(
         &mut self,
         _request: ControlRequest,
-        _may_answer: &mut dyn FnMut() -> bool,
+        _may_answer: &mut dyn FnMut(Asker) -> bool,
         _replies: &mut Vec<Reply>,
     ) -> bool {
         false
@@ -714,6 +868,16 @@ impl Control for NoControl {
 
     fn cookie(&self, _addr: SocketAddr, _session: u64, _now: Instant) -> u64 {
         0
+    }
+
+    fn cookie_is_good(
+        &self,
+        _addr: SocketAddr,
+        _session: u64,
+        _cookie: u64,
+        _now: Instant,
+    ) -> bool {
+        false
     }
 }
 

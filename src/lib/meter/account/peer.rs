@@ -77,15 +77,18 @@ pub(super) struct Tagged {
     pub(super) declared: Option<End>,
     /// Untagged datagrams from the same address, counted in this session.
     pub(super) untagged_packets: u64,
-    /// The session began with a Hello (or said one since).
+    /// A Hello echoed the cookie of its address: the session's source
+    /// receives where it sends from. Only a proven session is reported one
+    /// by one; one seen only in data is counted in the totals.
     pub(super) proven: bool,
     pub(super) conflict: Option<&'static str>,
-    /// Its End created the session: no Hello, no data before it (the
-    /// server restarted, or forgot the session).
-    pub(super) unknown_start: bool,
     /// Set when the session is finished with its End's totals: the figures
     /// no longer change, and the sequence set is freed.
     pub(super) frozen: Option<SeqFigures>,
+    /// Its answers this second: its own budget, no other sender's.
+    pub(super) answers: SessionBudget,
+    /// The udp_client run it belongs to, as its confirming Hello said.
+    pub(super) run: Option<wire::Run>,
 }
 
 /// Loss against what the sender declared, or estimated from sequence
@@ -337,9 +340,6 @@ impl Session {
         }
         if t.conflict.is_some() {
             flags |= wire::ACK_CONFLICT;
-        }
-        if t.unknown_start {
-            flags |= wire::ACK_NO_RECORD;
         }
         let delay = t.delay.run();
         let ns = |ms: f64| (ms * 1e6).round() as u64;

@@ -109,6 +109,22 @@ pub struct PeerReport {
     /// server's own figures from it.
     #[serde(skip)]
     pub declared: Option<End>,
+    /// The udp_client run the session belongs to (`--one-off`).
+    #[serde(skip)]
+    pub run: Option<wire::Run>,
+}
+
+/// Datagrams of other versions of netspeed from one source over an
+/// interval: a client (or server) of another release. Each was answered
+/// with the versions this one speaks.
+#[derive(Debug, Clone, Serialize)]
+pub struct VersionReport {
+    pub peer: String,
+    /// The versions it sent.
+    pub versions: Vec<u8>,
+    pub datagrams: u64,
+    /// The versions this server speaks.
+    pub speaks: Vec<u8>,
 }
 
 /// A session whose End is contradicted.
@@ -179,6 +195,7 @@ impl Peer {
             sent_packets: t.and_then(|t| t.declared.map(|d| d.sent_packets)),
             sent_bytes: t.and_then(|t| t.declared.map(|d| d.sent_bytes)),
             declared: t.and_then(|t| t.declared),
+            run: t.and_then(|t| t.run),
             lost: loss.map(|l| l.most),
             lost_fewest: loss.filter(|l| l.fewest != l.most).map(|l| l.fewest),
             loss_percent: loss.map(|l| percent(l.most, l.expected)),
@@ -343,6 +360,10 @@ pub(super) fn late_report(peer: &Session) -> Option<LateReport> {
     let State::Finished(f) = &peer.state else {
         return None;
     };
+    if !peer.tagged.proven {
+        // Counted in the totals (`late_packets`), not reported one by one.
+        return None;
+    }
     if f.late.packets <= f.late_reported {
         return None;
     }

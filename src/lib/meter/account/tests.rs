@@ -39,13 +39,42 @@ fn end_msg(session: u64, packets: u64, bytes: u64, nonce: u64) -> Vec<u8> {
 }
 
 fn hello(session: u64, nonce: u64) -> [u8; wire::HELLO_LEN] {
+    hello_with(session, nonce, 0)
+}
+
+fn hello_with(session: u64, nonce: u64, cookie: u64) -> [u8; wire::HELLO_LEN] {
     encode_hello(&Hello {
         header: Header {
             session,
             ..Header::default()
         },
         nonce,
+        cookie,
+        ..Hello::default()
     })
+}
+
+/// Cookies as the server makes them (one fixed key, one slot), so that
+/// the table's tests can prove a session's address.
+struct Cookies(crate::auth::CookieKey);
+
+impl Control for Cookies {
+    fn on_control(
+        &mut self,
+        _request: ControlRequest,
+        _may_answer: &mut dyn FnMut(Asker) -> bool,
+        _replies: &mut Vec<Reply>,
+    ) -> bool {
+        false
+    }
+
+    fn cookie(&self, addr: SocketAddr, session: u64, _now: Instant) -> u64 {
+        self.0.cookie(addr, session, 1)
+    }
+
+    fn cookie_is_good(&self, addr: SocketAddr, session: u64, cookie: u64, _now: Instant) -> bool {
+        self.0.check(addr, session, cookie, 1)
+    }
 }
 
 fn addr(s: &str) -> SocketAddr {
@@ -59,6 +88,7 @@ struct Sink {
     intervals: Vec<PeerReport>,
     late: Vec<LateReport>,
     conflicts: Vec<ConflictReport>,
+    versions: Vec<VersionReport>,
 }
 
 impl Sink {
@@ -68,6 +98,7 @@ impl Sink {
             Event::Interval(r) => self.intervals.push(r),
             Event::Late(r) => self.late.push(r),
             Event::Conflict(r) => self.conflicts.push(r),
+            Event::WrongVersion(r) => self.versions.push(r),
         }
     }
 }
@@ -80,6 +111,10 @@ struct Harness {
     sink: Sink,
     /// The socket's drop counter, as each datagram sent reports it.
     drops: Option<u32>,
+    cookies: Cookies,
+    /// Sessions are proven before their first datagram, as a client's
+    /// are by its Hello; false for the tests of what is not proven.
+    proving: bool,
 }
 
 impl Harness {
@@ -101,13 +136,42 @@ impl Harness {
             t0,
             sink: Sink::default(),
             drops: None,
+            cookies: Cookies(crate::auth::CookieKey::from_bytes([7; 32])),
+            proving: true,
         }
     }
 
     /// `bytes` arrive from `from`; the answer, if one is sent at once.
     fn send(&mut self, bytes: &[u8], from: SocketAddr, at: Duration) -> Option<Reply> {
+        let now = self.t0 + at;
+        let rx = Rx {
+            from,
+            arrived: now,
+            processed: now,
+            socket: 0,
+            drops: self.drops,
+            ..Rx::default()
+        };
+        let mut replies = Vec::new();
         self.table
-            .on_datagram(bytes, from, self.t0 + at, 0, self.drops)
+            .on_receive_with(bytes, &rx, &mut replies, &mut self.cookies);
+        replies.pop()
+    }
+
+    /// The same table, its sessions not proven unless a Hello proves
+    /// them.
+    fn unproven(mut self) -> Self {
+        self.proving = false;
+        self
+    }
+
+    /// Proves `session` from `from`, if the harness does and the table
+    /// does not know it yet.
+    fn prove(&mut self, from: SocketAddr, session: u64, at: Duration) {
+        let key = (canonical(from), session);
+        if self.proving && self.table.tagged.peers_find(&key).is_none() {
+            self.table.expect(key, self.t0 + at);
+        }
     }
 
     fn data(
@@ -118,6 +182,7 @@ impl Harness {
         len: usize,
         at: Duration,
     ) -> Option<Reply> {
+        self.prove(from, session, at);
         self.send(&data(session, seq, len), from, at)
     }
 
@@ -130,11 +195,19 @@ impl Harness {
         nonce: u64,
         at: Duration,
     ) -> Option<Reply> {
+        self.prove(from, session, at);
         self.send(&end_msg(session, packets, bytes, nonce), from, at)
     }
 
-    /// A Hello whose nonce is its session id.
+    /// A client's start: a Hello, and the Hello that echoes the cookie
+    /// of the answer (nonces: the session id). The second answer, if any.
     fn hello(&mut self, from: SocketAddr, session: u64, at: Duration) -> Option<Reply> {
+        let cookie = self.cookies.cookie(canonical(from), session, self.t0 + at);
+        self.send(&hello_with(session, session, cookie), from, at)
+    }
+
+    /// A Hello without a cookie (the first round trip, or a forged one).
+    fn hello_ask(&mut self, from: SocketAddr, session: u64, at: Duration) -> Option<Reply> {
         self.send(&hello(session, session), from, at)
     }
 
@@ -294,20 +367,20 @@ fn garbage_cannot_evict_a_session() {
 }
 
 #[test]
-fn ends_that_find_the_table_full_are_counted() {
+fn hellos_that_find_the_table_full_are_answered_busy_and_counted() {
     let mut t = Harness::with_max_peers(2);
     let a = addr("10.0.0.1:9");
-    for i in 0..5 {
-        t.end(a, i, 0, 0, 0, START);
-    }
-    // An End without a Hello makes an unproven session: at most half the
-    // table.
-    assert_eq!(t.table.totals.ends_table_full, 4);
+    let busy = (0..5)
+        .filter(|&i| hello_flags(t.hello(a, i, START)) & wire::ACK_BUSY != 0)
+        .count();
+    assert_eq!(busy, 3);
+    assert_eq!(t.table.totals.hellos_table_full, 3);
+    assert_eq!(t.table.len(), 2);
 }
 
 #[test]
-fn a_hello_takes_the_slot_of_a_session_seen_only_in_data() {
-    let mut t = Harness::with_max_peers(4);
+fn a_proven_session_takes_the_slot_of_a_session_seen_only_in_data() {
+    let mut t = Harness::with_max_peers(4).unproven();
     // A flood of forged data sessions (from many addresses: one IP holds
     // a quarter of their budget) fills its half of the table.
     for port in 0..10u16 {
@@ -325,14 +398,10 @@ fn a_hello_takes_the_slot_of_a_session_seen_only_in_data() {
     }
     assert_eq!(t.table.totals.sessions_evicted, 2);
     t.expire(MS * 30);
-    let evicted: Vec<_> = t
-        .sink
-        .done
-        .iter()
-        .filter(|r| r.reason == Some(DoneReason::Evicted))
-        .collect();
-    assert_eq!(evicted.len(), 2);
-    assert_eq!(evicted[0].peer, "10.0.1.0:0", "{evicted:?}");
+    // Never proven: counted, not reported one by one.
+    assert!(t.sink.done.is_empty(), "{:?}", t.sink.done);
+    assert_eq!(t.table.totals.not_proven.unproven_sessions, 2);
+    assert_eq!(t.table.totals.not_proven.unproven_packets, 2);
     // Now the table is full of proven sessions: say so.
     let from = SocketAddr::from(([10, 0, 0, 4], 1));
     let flags = hello_flags(t.hello(from, 200, MS * 40));
@@ -467,12 +536,19 @@ fn shutting_down_with_a_full_record_table_does_not_panic() {
 }
 
 #[test]
-fn an_end_for_a_session_never_seen_says_so() {
+fn an_end_for_a_session_never_seen_says_so_and_leaves_nothing() {
     let mut t = Harness::new();
     let a = addr("127.0.0.1:5000");
-    t.end(a, 7, 10, 1000, 1, START);
-    let ack = t.first_ack(200 * MS);
+    // Answered at once, no larger than the End, and nothing is kept: a
+    // flood of forged Ends leaves no state and no summaries.
+    let reply = t.send(&end_msg(7, 10, 1000, 1), a, START).unwrap();
+    assert!(reply.bytes.as_slice().len() <= wire::END_LEN);
+    let ack = ack_of(&reply);
     assert_ne!(ack.flags & wire::ACK_NO_RECORD, 0);
+    assert_eq!((ack.received_packets, ack.lost), (0, 10));
+    t.expire(200 * MS);
+    assert!(t.table.is_empty() && t.sink.done.is_empty());
+    assert_eq!(t.table.totals.not_proven.ends_unknown, 1);
     // With a Hello first, all data lost is a real 100 % loss.
     let b = addr("127.0.0.1:5001");
     t.hello(b, 8, START);
@@ -483,49 +559,67 @@ fn an_end_for_a_session_never_seen_says_so() {
 }
 
 #[test]
-fn answers_are_rate_limited_per_source_and_per_ip() {
+fn unproven_answers_are_bounded_per_source_and_per_prefix_and_create_nothing() {
     let mut t = Harness::with_max_peers(4096);
     let a = addr("10.0.0.1:9");
     let answered = (0..3000)
-        .filter(|&i| t.hello(a, i, START).is_some())
+        .filter(|&i| t.hello_ask(a, i, START).is_some())
         .count();
     assert_eq!(
         answered, ANSWERS_PER_SOURCE as usize,
         "one port: its own budget"
     );
-    // Other ports of the same IP share the IP's budget.
-    let answered = (0..4000u64)
+    assert_eq!(
+        t.table.len(),
+        0,
+        "a Hello without its cookie creates nothing"
+    );
+    // Other ports of the same IP share the source's budget.
+    let asked = 2 * ANSWERS_PER_PREFIX as u64;
+    let answered = (0..asked)
         .filter(|&i| {
-            let from = SocketAddr::from(([10, 0, 0, 1], 1000 + (i % 50) as u16));
-            t.hello(from, 10_000 + i, START).is_some()
+            let from = SocketAddr::from(([10, 0, 0, 1], 1000 + (i % 4000) as u16));
+            t.hello_ask(from, 10_000 + i, START).is_some()
         })
         .count();
-    assert_eq!(answered as u32, ANSWERS_PER_SECOND - ANSWERS_PER_SOURCE);
+    assert_eq!(answered as u32, ANSWERS_PER_PREFIX - ANSWERS_PER_SOURCE);
     assert_eq!(
         t.table.totals.answers_limited,
-        3000 + 4000 - u64::from(ANSWERS_PER_SECOND)
+        3000 + asked - u64::from(ANSWERS_PER_PREFIX)
     );
-    let reply = t.hello(a, 1, Duration::from_millis(1001)).unwrap();
+    assert_eq!(t.table.totals.not_proven.hellos, 3000 + asked);
+    assert_eq!(t.table.len(), 0);
+    // A session proven by its cookie is answered from its own budget,
+    // whatever its source's unproven budget says.
+    let flags = hello_flags(t.hello(addr("10.0.0.1:5000"), 7, START));
+    assert_ne!(flags & wire::ACK_PROVEN, 0);
+    // A second later the budgets are full again.
+    let reply = t.hello_ask(a, 1, Duration::from_millis(1001)).unwrap();
     let Ok(Message::HelloAck(ack)) = wire::decode(reply.bytes.as_slice()) else {
         panic!("not a HelloAck")
     };
     assert_eq!((ack.session, ack.nonce), (1, 1));
+    assert_eq!(ack.flags & wire::ACK_PROVEN, 0);
+    assert_ne!(ack.cookie, 0);
     assert!(reply.bytes.as_slice().len() <= wire::HELLO_LEN);
 }
 
 #[test]
 fn floods_from_another_port_of_the_same_ip_cannot_lock_a_client_out() {
-    let mut t = Harness::with_max_peers(4096);
+    let mut t = Harness::with_max_peers(4096).unproven();
     let attacker = addr("10.0.0.1:6000");
     // 1,100 sessions seen only in data, from another port of the
     // client's own IP: they take at most their own budget.
     for i in 0..1100u64 {
         t.data(attacker, 0xa000 + i, 0, 64, START);
     }
-    assert_eq!(t.table.active_sessions, t.table.unproven_per_ip_bound());
-    // 40,000 Hellos with one session id, from the same port.
+    assert_eq!(t.table.active_sessions, t.table.unproven_per_source_bound());
+    // 40,000 Hellos with one session id, from the same port, and as many
+    // from random ports of the same IP.
     for i in 0..40_000u64 {
-        t.hello(attacker, 0xbad, START + Duration::from_micros(i));
+        t.hello_ask(attacker, 0xbad, START + Duration::from_micros(i));
+        let port = SocketAddr::from(([10, 0, 0, 1], 1024 + (i % 60_000) as u16));
+        t.hello_ask(port, i, START + Duration::from_micros(i));
     }
     // The real client, on its own port, still gets a session and its
     // answer.
@@ -541,10 +635,18 @@ fn floods_from_another_port_of_the_same_ip_cannot_lock_a_client_out() {
 }
 
 #[test]
-fn a_probe_alone_leaves_no_summary() {
+fn a_hello_alone_leaves_nothing() {
     let mut t = Harness::new();
     let a = addr("10.0.0.1:9");
     assert!(t.send(&hello(5, 1), a, START).is_some());
+    assert_eq!(
+        t.table.len(),
+        0,
+        "a Hello without its cookie creates nothing"
+    );
+    // A confirmed one makes a session, which leaves no summary if no
+    // data comes.
+    t.hello(a, 5, START);
     assert_eq!(t.table.len(), 1);
     t.expire(Duration::from_secs(3));
     assert!(t.table.is_empty());
@@ -599,6 +701,7 @@ fn gro_buffers_are_split_into_their_datagrams() {
         buf.extend_from_slice(&data(4, seq, 100));
     }
     buf.extend_from_slice(&data(4, 5, 40));
+    t.prove(a, 4, START);
     let mut replies = Vec::new();
     let rx = Rx {
         from: a,

@@ -3,8 +3,8 @@
 //! lines.
 
 use super::{
-    cpu_text, direction_label, interval_counts, json_event, latency_lines, plural, queue_suffix, rate_phrase,
-    Shown,
+    cpu_text, direction_label, interval_counts, json_event, latency_lines, plural, queue_suffix,
+    rate_phrase, Shown,
 };
 use crate::client::duplex::{DuplexReport, Stream};
 use crate::meter::account::PeerReport;
@@ -209,6 +209,7 @@ mod tests {
                 gro: true,
                 answered: true,
                 receive_cpu: None,
+                server_breaker: None,
             }],
             interrupted: None,
         }

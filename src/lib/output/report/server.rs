@@ -3,11 +3,11 @@
 //! words.
 
 use super::{
-    interval_counts, cpu_text, direction_label, drops_in_datagrams, json_event, lost_text, peer_label, plural,
-    queue_suffix, rate, rate_phrase, spread_text, Shown,
+    cpu_text, direction_label, drops_in_datagrams, interval_counts, json_event, lost_text,
+    peer_label, plural, queue_suffix, rate, rate_phrase, spread_text, Shown,
 };
 use crate::config::ServerConfig;
-use crate::meter::account::{ConflictReport, DoneReason, LateReport, PeerReport};
+use crate::meter::account::{ConflictReport, DoneReason, LateReport, PeerReport, VersionReport};
 use crate::meter::receiver::Bound;
 use crate::server::reverse::{StreamEnd, StreamInterval, StreamReport};
 use crate::server::total::TotalReport;
@@ -98,6 +98,7 @@ impl Shown for ServerEvent {
             ServerEvent::StreamDone(r) => stream_done_text(r),
             ServerEvent::StreamInterval(i) => stream_interval_line(i),
             ServerEvent::Total(t) => total_line(t),
+            ServerEvent::WrongVersion(r) => wrong_version_line(r),
         }
     }
 
@@ -110,8 +111,21 @@ impl Shown for ServerEvent {
             ServerEvent::StreamDone(r) => json_event("stream_done", r),
             ServerEvent::StreamInterval(i) => json_event("interval", i),
             ServerEvent::Total(t) => json_event("total", t),
+            ServerEvent::WrongVersion(r) => json_event("wrong_version", r),
         }
     }
+}
+
+/// A source that spoke another version of the protocol.
+fn wrong_version_line(r: &VersionReport) -> String {
+    let list = |v: &[u8]| v.iter().map(u8::to_string).collect::<Vec<_>>().join(", ");
+    format!(
+        "peer {}: {} of wire version {} (this udp_server speaks {}): a netspeed of another release; each was answered with the versions spoken, so its side can say so",
+        r.peer,
+        plural(r.datagrams, "datagram", "datagrams"),
+        list(&r.versions),
+        list(&r.speaks),
+    )
 }
 
 /// A receiver's interval line (the server's, or `udp_client --local`'s
@@ -305,6 +319,9 @@ fn stream_done_text(r: &StreamReport) -> String {
         StreamEnd::MaxDuration => "cut short at --max-duration",
         StreamEnd::Shutdown => "server stopping",
         StreamEnd::Failed => "a send failed",
+        StreamEnd::CircuitBreaker => {
+            "stopped by its circuit breaker: the client kept taking in under half of what was sent"
+        }
     };
     let mut out = format!(
         "peer {} session {} [S->C] finished ({reason})\n  sent      {}, {} in {:.3} s {} ({})",
@@ -330,6 +347,18 @@ fn stream_done_text(r: &StreamReport) -> String {
         if let Some(d) = c.kernel_drops {
             out += &format!(" ; {d} dropped by the client's socket");
         }
+    }
+    if let Some(b) = &r.breaker {
+        out +=
+            &format!(
+            "\n  breaker   the client took in {:.0}% of what was sent for {:.1} s: slowed {} to {}",
+            b.intake_percent,
+            crate::server::reverse::BREAKER_WINDOW.as_secs_f64()
+                * f64::from(crate::server::reverse::BREAKER_WINDOWS),
+            plural(u64::from(b.backoffs), "time", "times"),
+            b.rate_bps
+                .map_or_else(|| "unknown".into(), |r| format!("{:.3} Gbit/s", r as f64 / 1e9)),
+        );
     }
     if let Some(c) = &r.cpu {
         out += &format!("\n  cpu       {} (the sending thread)", cpu_text(c));

@@ -34,7 +34,7 @@
 
 use crate::auth::{CookieKey, Psk, COOKIE_SLOT};
 use crate::config::StreamCaps;
-use crate::meter::account::{Control, ControlRequest, Reply, ReplyBytes};
+use crate::meter::account::{source_prefix, Asker, Control, ControlRequest, Reply, ReplyBytes};
 use crate::stats::{self, CpuCost};
 use crate::wire::{
     self, Direction, End, EndAck, Feedback, Header, SenderStats, Start, StartAck, START_LEN,
@@ -53,8 +53,21 @@ pub type SessionKey = (SocketAddr, u64);
 
 /// How long a granted stream waits for the client's first Feedback: a
 /// client that never answers its StartAck (a replayed Start, a client
-/// that died) holds a stream slot no longer than this.
-pub const AWAIT_FEEDBACK: Duration = Duration::from_secs(2);
+/// that died, a source that asks and never confirms) holds a stream slot
+/// no longer than this. The client sends its first Feedback as soon as
+/// the StartAck arrives, so this is a few round trips of any real path.
+pub const AWAIT_FEEDBACK: Duration = Duration::from_secs(1);
+
+/// The circuit breaker (RFC 8084) looks at what the client took in over
+/// windows of this long ...
+pub const BREAKER_WINDOW: Duration = Duration::from_millis(500);
+/// ... and trips after this many windows in a row in which the client
+/// took in less than half of what was sent (1.5 s of heavy loss).
+pub const BREAKER_WINDOWS: u32 = 3;
+/// A window counts only once this much was sent in it.
+const BREAKER_LEAST_BYTES: u64 = 64 * 1024;
+/// Times a stream's rate is halved before a further trip stops it.
+pub const BREAKER_HALVINGS: u32 = 3;
 
 /// How a reverse session is set up.
 #[derive(Debug)]
@@ -89,6 +102,9 @@ pub enum StreamEnd {
     Shutdown,
     /// A send failed for good.
     Failed,
+    /// The circuit breaker stopped it: the client kept taking in less than
+    /// half of what was sent, after the rate had been halved (RFC 8084).
+    CircuitBreaker,
 }
 
 /// What the client said it received, from its EndAck.
@@ -132,6 +148,12 @@ pub struct StreamReport {
     pub reason: StreamEnd,
     /// Why a send failed, for [`StreamEnd::Failed`].
     pub error: Option<String>,
+    /// The circuit breaker's doing, when it tripped: how often it slowed
+    /// the stream, and the rate it ended at (bit/s).
+    pub breaker: Option<Breaker>,
+    /// The udp_client run the stream belongs to (`--one-off`).
+    #[serde(skip)]
+    pub run: Option<wire::Run>,
 }
 
 /// One interval of a reverse stream, as the server sent it.
@@ -160,6 +182,81 @@ pub struct LiveStream {
     /// The client's latest Feedback: what it has received so far.
     pub received_packets: u64,
     pub received_bytes: u64,
+}
+
+/// A stream's circuit breaker: what the client's Feedback says it took in,
+/// window by window, against what was sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Breaker {
+    /// Times it slowed the stream (the first trip of an unpaced stream
+    /// paces it at what the client took in; later ones halve the rate).
+    pub backoffs: u32,
+    /// The rate it set last, bit/s.
+    pub rate_bps: Option<u64>,
+    /// The share of what was sent that the client took in over the
+    /// windows that tripped it, %.
+    pub intake_percent: f64,
+    #[serde(skip)]
+    window: Option<(Instant, u64, u64)>,
+    #[serde(skip)]
+    bad: u32,
+}
+
+/// What a trip of the breaker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trip {
+    /// Send at this rate from now on.
+    Slow(u64),
+    Stop,
+}
+
+impl Breaker {
+    /// A Feedback at `now`: the stream has sent `sent` bytes, the client
+    /// took in `received`; `rate` is the stream's current rate, if paced.
+    fn feedback(
+        &mut self,
+        now: Instant,
+        sent: u64,
+        received: u64,
+        rate: Option<u64>,
+    ) -> Option<Trip> {
+        let Some((at, sent_then, received_then)) = self.window else {
+            self.window = Some((now, sent, received));
+            return None;
+        };
+        let span = now.saturating_duration_since(at);
+        if span < BREAKER_WINDOW {
+            return None;
+        }
+        self.window = Some((now, sent, received));
+        let (ds, dr) = (
+            sent.saturating_sub(sent_then),
+            received.saturating_sub(received_then),
+        );
+        if ds < BREAKER_LEAST_BYTES || dr * 2 >= ds {
+            self.bad = 0;
+            return None;
+        }
+        self.bad += 1;
+        if self.bad < BREAKER_WINDOWS {
+            return None;
+        }
+        self.bad = 0;
+        self.intake_percent = dr as f64 * 100.0 / ds as f64;
+        if self.backoffs >= BREAKER_HALVINGS {
+            return Some(Trip::Stop);
+        }
+        self.backoffs += 1;
+        let taken_in = (dr as u128 * 8 * 1_000_000_000 / span.as_nanos().max(1)) as u64;
+        let next = match rate {
+            Some(r) => r / 2,
+            // Unpaced: paced at what the client took in.
+            None => taken_in,
+        }
+        .max(1);
+        self.rate_bps = Some(next);
+        Some(Trip::Slow(next))
+    }
 }
 
 enum Phase {
@@ -198,6 +295,7 @@ struct Session {
     /// Where the current interval opened: when, and the bytes sent by then.
     mark: Option<(Instant, u64)>,
     phase: Phase,
+    breaker: Breaker,
 }
 
 /// The reverse sessions.
@@ -263,6 +361,16 @@ impl Reverse {
         self.sessions.len()
     }
 
+    /// Those of them from `addr`'s source (an IPv4 address, an IPv6 /64):
+    /// they count against `--max-reverse-streams-per-source`.
+    pub fn from_source(&self, addr: SocketAddr) -> usize {
+        let source = source_prefix(addr.ip());
+        self.sessions
+            .keys()
+            .filter(|k| source_prefix(k.0.ip()) == source)
+            .count()
+    }
+
     /// A Start from `addr` (canonical; `to` as received). The caller has
     /// checked the source's answer budget.
     #[allow(clippy::too_many_arguments)]
@@ -311,6 +419,11 @@ impl Reverse {
                 Some((wire::START_BAD_COOKIE, 0))
             } else if start.direction != Direction::ServerToClient {
                 Some((wire::START_BAD_REQUEST, 0))
+            } else if self.from_source(addr) >= self.cfg.caps.max_per_source {
+                Some((
+                    wire::START_SOURCE_SHARE,
+                    self.cfg.caps.max_per_source as u64,
+                ))
             } else if self.sessions.len() >= self.cfg.caps.max_streams {
                 Some((
                     wire::START_TOO_MANY_STREAMS,
@@ -320,22 +433,23 @@ impl Reverse {
                 None
             };
         let granted = match refusal {
-            Some(r) => Err(r),
+            Some((status, limit)) => Err((status, limit, None)),
             None => grant(
                 &start.request,
                 &self.cfg.caps,
                 addr.ip(),
                 crate::sys::max_udp_payload(&to),
             )
-            .map_err(|r| (r.status, r.limit)),
+            .map_err(|r| (r.status, r.limit, r.rate_bps)),
         };
         let granted = match granted {
             Ok(g) => g,
-            Err((status, limit)) => {
+            Err((status, limit, rate)) => {
                 // No state for a refusal: the answer is all there is.
                 self.refused += 1;
                 ack.status = status;
                 ack.limit = limit;
+                ack.rate_bps = rate.unwrap_or(0);
                 replies.push(reply(self.tagged(wire::encode_start_ack(&ack))));
                 return;
             }
@@ -349,6 +463,7 @@ impl Reverse {
             socket,
             granted,
             control: Arc::new(StreamControl::default()),
+            run: start.run,
         };
         replies.push(reply(self.tagged(wire::encode_start_ack(&ack))));
         self.sessions.insert(
@@ -362,6 +477,7 @@ impl Reverse {
                 last: None,
                 mark: None,
                 phase: Phase::Awaiting { since: now },
+                breaker: Breaker::default(),
             },
         );
     }
@@ -391,7 +507,31 @@ impl Reverse {
                 };
                 self.launches.push(s.order.clone());
             }
-            Phase::Sending { last_feedback, .. } => *last_feedback = now,
+            Phase::Sending {
+                last_feedback,
+                stopping,
+                ..
+            } => {
+                *last_feedback = now;
+                if stopping.is_some() {
+                    return;
+                }
+                let control = &s.order.control;
+                let sent = control
+                    .sent_bytes
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                let rate = s.breaker.rate_bps.or(s.order.granted.rate_bps);
+                match s.breaker.feedback(now, sent, feedback.received_bytes, rate) {
+                    Some(Trip::Slow(rate)) => control
+                        .rate_bps
+                        .store(rate, std::sync::atomic::Ordering::Relaxed),
+                    Some(Trip::Stop) => {
+                        *stopping = Some(StreamEnd::CircuitBreaker);
+                        control.stop.trigger();
+                    }
+                    None => {}
+                }
+            }
             Phase::Ending(_) => {}
         }
     }
@@ -529,6 +669,10 @@ impl Reverse {
                 (None, None) => StreamEnd::NoAnswer,
             },
             error: result.error.clone(),
+            breaker: (s.breaker.backoffs > 0
+                || matches!(stopping, Some(StreamEnd::CircuitBreaker)))
+            .then_some(s.breaker),
+            run: Some(s.order.run),
         };
         if matches!(report.reason, StreamEnd::Silent) {
             self.done.push(report);
@@ -537,6 +681,7 @@ impl Reverse {
         let stopped = match report.reason {
             StreamEnd::MaxDuration => wire::STOPPED_MAX_DURATION,
             StreamEnd::Shutdown => wire::STOPPED_SHUTDOWN,
+            StreamEnd::CircuitBreaker => wire::STOPPED_BREAKER,
             _ => 0,
         };
         let end = End {
@@ -563,6 +708,8 @@ impl Reverse {
                 batch: path.batch as u64,
                 first_call_packets: sent.timing.first_packets,
                 first_call_bytes: sent.timing.first_bytes,
+                breaker_backoffs: u64::from(s.breaker.backoffs),
+                breaker_rate_bps: s.breaker.rate_bps.unwrap_or(0),
             }),
             tag: [0; wire::TAG_LEN],
         };
@@ -727,9 +874,33 @@ impl Control for Reverse {
     fn on_control(
         &mut self,
         request: ControlRequest,
-        may_answer: &mut dyn FnMut() -> bool,
+        may_answer: &mut dyn FnMut(Asker) -> bool,
         replies: &mut Vec<Reply>,
     ) -> bool {
+        // A request that echoes its address's cookie is answered from its
+        // flow's own budget, which forged requests cannot spend.
+        let asker = |this: &Self, session: u64, cookie: u64, unproven: fn(SocketAddr) -> Asker| {
+            if this.cookie_is_good(request.addr, session, cookie, request.now) {
+                Asker::Proven((request.addr, session))
+            } else {
+                unproven(request.from)
+            }
+        };
+        let start_asker = match &request.message {
+            wire::Message::Start(start) => Some(asker(
+                self,
+                start.header.session,
+                start.cookie,
+                Asker::Unproven,
+            )),
+            wire::Message::Probe(probe) => Some(asker(
+                self,
+                probe.header.session,
+                probe.cookie,
+                Asker::UnprovenProbe,
+            )),
+            _ => None,
+        };
         let ControlRequest {
             message,
             raw,
@@ -741,7 +912,7 @@ impl Control for Reverse {
         } = request;
         match message {
             wire::Message::Start(start) => {
-                if may_answer() {
+                if start_asker.is_some_and(&mut *may_answer) {
                     self.on_start(start, raw, addr, from, local, socket, now, replies);
                 }
                 false
@@ -755,7 +926,7 @@ impl Control for Reverse {
                 self.has_done()
             }
             wire::Message::Probe(probe) => {
-                if may_answer() {
+                if start_asker.is_some_and(may_answer) {
                     let slot = self.slot(now);
                     let ack = super::probe::answer(&self.cfg.cookies, slot, &probe, addr);
                     replies.push(Reply {
@@ -773,6 +944,14 @@ impl Control for Reverse {
 
     fn cookie(&self, addr: SocketAddr, session: u64, now: Instant) -> u64 {
         Reverse::cookie(self, addr, session, now)
+    }
+
+    fn cookie_is_good(&self, addr: SocketAddr, session: u64, cookie: u64, now: Instant) -> bool {
+        cookie != 0
+            && self
+                .cfg
+                .cookies
+                .check(addr, session, cookie, self.slot(now))
     }
 }
 
@@ -824,6 +1003,8 @@ fn never_sent(key: SessionKey, order: &StreamOrder, reason: StreamEnd) -> Stream
         received: None,
         reason,
         error: None,
+        breaker: None,
+        run: Some(order.run),
     }
 }
 
@@ -870,6 +1051,7 @@ mod tests {
                 batch: 32,
             },
             answer_wait_ns: 0,
+            run: wire::Run::default(),
             tag: [0; wire::TAG_LEN],
         }
     }

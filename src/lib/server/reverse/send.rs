@@ -51,11 +51,19 @@ pub struct Granted {
     pub batch: usize,
 }
 
+/// `--max-rate` counts each datagram of a stream at no less than this
+/// many bytes, so that it bounds the packets a second (the server's work)
+/// as well as the bits: a stream of small datagrams is held to at most
+/// `--max-rate / (8 × 512)` datagrams a second.
+pub const MIN_CHARGED_BYTES: u64 = 512;
+
 /// Why a request was refused: a `START_*` status and the cap behind it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refusal {
     pub status: u64,
     pub limit: u64,
+    /// With `START_TOO_LONG`: the rate the refusal's arithmetic used.
+    pub rate_bps: Option<u64>,
 }
 
 /// Checks a Start's request against the caps (not the stream count: the
@@ -66,12 +74,25 @@ pub fn grant(
     client: IpAddr,
     max_payload: usize,
 ) -> Result<Granted, Refusal> {
-    let refuse = |status, limit| Err(Refusal { status, limit });
+    let refuse = |status, limit| {
+        Err(Refusal {
+            status,
+            limit,
+            rate_bps: None,
+        })
+    };
     let size = request.buffer_size;
     if size > max_payload as u64 {
         return refuse(wire::START_BAD_REQUEST, max_payload as u64);
     }
+    if size < wire::HEADER_LEN as u64 {
+        // No room for a sequence number: the receiver could count nothing
+        // but bytes.
+        return refuse(wire::START_TOO_SMALL, wire::HEADER_LEN as u64);
+    }
     let size = size as usize;
+    // What the cap counts each datagram as.
+    let charged = (size as u64).max(MIN_CHARGED_BYTES);
     let max_ns = caps.max_duration.as_nanos() as u64;
     let volume = match request.amount {
         wire::Amount::Bytes(0) | wire::Amount::Packets(0) | wire::Amount::Nanos(0) => {
@@ -83,7 +104,12 @@ pub fn grant(
         wire::Amount::Packets(n) => Volume::Packets(n),
         wire::Amount::Nanos(ns) => Volume::Time(Duration::from_nanos(ns)),
     };
-    let cap = caps.rate_for(client);
+    // The cap on payload bits for this size: --max-rate counts each
+    // datagram at no less than MIN_CHARGED_BYTES.
+    let cap = caps
+        .rate_for(client)
+        .map(|c| (u128::from(c) * size as u128 / u128::from(charged)) as u64)
+        .map(|c| c.max(1));
     let asked = (request.rate_bps > 0).then_some(request.rate_bps);
     let rate_bps = match (asked, cap) {
         (Some(r), Some(c)) if r > c => return refuse(wire::START_TOO_FAST, c),
@@ -101,7 +127,12 @@ pub fn grant(
         if let Some(bytes) = bytes {
             let ns = u128::from(bytes) * 8 * 1_000_000_000 / u128::from(rate.max(1));
             if ns > u128::from(max_ns) {
-                return refuse(wire::START_TOO_LONG, max_ns);
+                // The StartAck carries the rate the arithmetic used.
+                return Err(Refusal {
+                    status: wire::START_TOO_LONG,
+                    limit: max_ns,
+                    rate_bps: Some(rate),
+                });
             }
         }
     }
@@ -134,11 +165,17 @@ pub struct StreamControl {
     pub stop: Shutdown,
     /// Payload bytes sent so far (intervals, `--metrics`).
     pub sent_bytes: AtomicU64,
+    /// The rate the circuit breaker set, bit/s; 0 while it has not.
+    pub rate_bps: AtomicU64,
 }
 
 impl SendProgress for StreamControl {
     fn add(&self, bytes: u64) {
         self.sent_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn rate_bps(&self) -> Option<u64> {
+        Some(self.rate_bps.load(Ordering::Relaxed)).filter(|&r| r > 0)
     }
 }
 
@@ -155,6 +192,8 @@ pub struct StreamOrder {
     pub socket: usize,
     pub granted: Granted,
     pub control: Arc<StreamControl>,
+    /// The udp_client run the stream belongs to, as its Start said.
+    pub run: wire::Run,
 }
 
 /// How a stream's sending ended.

@@ -10,25 +10,51 @@
 //! never accept an answer to a question it did not ask, so an answer forged
 //! from elsewhere, or a stale answer to an earlier End, is ignored.
 //!
-//! Why a cookie in the HelloAck, echoed by a Start before anything else
-//! flows: the server may be asked to send (a reverse stream), and must
-//! never send more to an address than it received from it until that
-//! address has shown it can hear the server (QUIC's Retry, DTLS's
-//! HelloVerifyRequest). The cookie is a MAC over the address, port, session
-//! and a time slot ([`crate::auth::CookieKey`]), so checking it needs no
-//! state: a flood of Hellos from forged addresses creates none.
+//! Why a cookie in the HelloAck, echoed by a second Hello (an upload) or
+//! a Start (a reverse stream) before the server keeps anything: a Hello
+//! proves nothing about its source, so the server must neither keep state
+//! for it nor send more to its address than it received from it until
+//! that address has shown it can hear the server (QUIC's Retry, DTLS's
+//! HelloVerifyRequest). The cookie is a MAC over the address, port,
+//! session and a time slot ([`crate::auth::CookieKey`]), so checking it
+//! needs no state: a flood of Hellos from forged addresses creates none.
+//!
+//! Why a version negotiation answer: two hosts on different releases must
+//! see "another version", not "no server". The magic, the version byte
+//! (offset 4) and the answer's layout ([`Versions`]) are fixed for good.
+//!
+//! Split by concern: this file holds the header, the Hello, End and
+//! probe exchanges, the tags and [`decode`]; [`stream`] the reverse
+//! stream's Start, StartAck and Feedback; [`versions`] the version
+//! negotiation answer, fixed for good.
 //!
 //! Decoding is pure and total: any byte slice gives a [`Message`] or a
 //! [`WireError`], never a panic. Datagrams too short for a header, or that
 //! do not start with the magic, are not errors for the server: they are
 //! counted as untagged traffic from their source address.
 
-/// The four bytes every tagged datagram starts with.
+pub mod stream;
+pub mod versions;
+
+pub use stream::*;
+pub use versions::*;
+
+/// The four bytes every tagged datagram starts with, in every version,
+/// past and future: fixed for good.
 pub const MAGIC: [u8; 4] = *b"NSPD";
-/// The only version this code speaks. Versions 1 (no probe, no nonce)
-/// and 2 (no queue delay in the EndAck, no round-trip probes) decode as
-/// [`WireError::BadVersion`].
-pub const VERSION: u8 = 3;
+/// The only version this code speaks. Versions 1 (no probe, no nonce), 2
+/// (no queue delay in the EndAck, no round-trip probes) and 3 (a Hello
+/// that created a session, no version negotiation) decode as
+/// [`WireError::BadVersion`], and are answered with a [`Versions`].
+pub const VERSION: u8 = 4;
+/// Every version this code speaks, newest first: what a [`Versions`]
+/// answer lists.
+pub const VERSIONS_SPOKEN: [u8; 1] = [VERSION];
+/// The version byte of a version negotiation answer, in every version:
+/// fixed for good (QUIC's version 0). No version of netspeed is 0.
+pub const NEGOTIATION: u8 = 0;
+/// Bytes of a version negotiation answer before its list of versions.
+pub const VERSIONS_HEAD_LEN: usize = 16;
 /// Bytes in the header of every tagged datagram.
 pub const HEADER_LEN: usize = 32;
 /// Size of an End and of its answer. The answer is never larger than the
@@ -80,6 +106,10 @@ pub const ACK_NO_RECORD: u16 = 64;
 /// [`EndAck::flags`]: the server's arrival times (and so its queue delay)
 /// are the kernel's receive timestamps, not the times it read datagrams.
 pub const ACK_KERNEL_TIMES: u16 = 128;
+/// [`HelloAck::flags`]: the Hello echoed this address's cookie: the
+/// session is created (proven), and the server counts its data as the
+/// session's. Without it, a HelloAck only carries the cookie to echo.
+pub const ACK_PROVEN: u16 = 256;
 
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;
@@ -97,205 +127,6 @@ const KIND_PROBE_ACK: u8 = 9;
 /// a fresh cookie for the next probe.
 pub const PROBE_ECHOED: u16 = 1;
 
-/// Which way a session's data flows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// The client sends, the server counts (an upload; the default).
-    #[default]
-    ClientToServer,
-    /// The server sends, the client counts (`udp_client -R`).
-    ServerToClient,
-}
-
-impl Direction {
-    fn code(self) -> u64 {
-        match self {
-            Direction::ClientToServer => 0,
-            Direction::ServerToClient => 1,
-        }
-    }
-
-    fn from_code(code: u64) -> Option<Self> {
-        match code {
-            0 => Some(Direction::ClientToServer),
-            1 => Some(Direction::ServerToClient),
-            _ => None,
-        }
-    }
-
-    /// `client_to_server` or `server_to_client`, as in the JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            Direction::ClientToServer => "client_to_server",
-            Direction::ServerToClient => "server_to_client",
-        }
-    }
-}
-
-/// How much a stream sends, as a Start asks for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Amount {
-    /// Exactly this many payload bytes.
-    Bytes(u64),
-    /// Exactly this many datagrams.
-    Packets(u64),
-    /// Full datagrams for this many nanoseconds.
-    Nanos(u64),
-}
-
-impl Default for Amount {
-    fn default() -> Self {
-        Amount::Bytes(0)
-    }
-}
-
-impl Amount {
-    fn encode(self) -> (u64, u64) {
-        match self {
-            Amount::Bytes(n) => (0, n),
-            Amount::Packets(n) => (1, n),
-            Amount::Nanos(n) => (2, n),
-        }
-    }
-
-    fn decode(kind: u64, value: u64) -> Option<Self> {
-        match kind {
-            0 => Some(Amount::Bytes(value)),
-            1 => Some(Amount::Packets(value)),
-            2 => Some(Amount::Nanos(value)),
-            _ => None,
-        }
-    }
-}
-
-/// [`StreamRequest::flags`]: GSO off (`--no-gso`, `--plain-send`).
-pub const SEND_GSO_OFF: u64 = 1;
-/// [`StreamRequest::flags`]: GSO on even where auto would not use it.
-pub const SEND_GSO_ON: u64 = 2;
-/// [`StreamRequest::flags`]: each datagram at its own time (`--precise-pacing`).
-pub const SEND_PRECISE: u64 = 4;
-
-/// What a reverse stream should send: the client's traffic flags, carried
-/// to the server that sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StreamRequest {
-    /// Datagram payload size (`-b`).
-    pub buffer_size: u64,
-    pub amount: Amount,
-    /// Payload bits per second; 0 for as fast as it goes.
-    pub rate_bps: u64,
-    /// `SEND_*` bits.
-    pub flags: u64,
-    /// Datagrams (or GSO buffers) per sendmmsg call; 1 for one per call.
-    pub batch: u64,
-}
-
-/// The client's start of a session, echoing the HelloAck's cookie: the
-/// proof that it receives at the address it sends from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Start {
-    pub header: Header,
-    /// Fresh per attempt; the answer echoes it.
-    pub nonce: u64,
-    /// From the HelloAck.
-    pub cookie: u64,
-    pub direction: Direction,
-    /// For [`Direction::ServerToClient`]: what to send.
-    pub request: StreamRequest,
-    /// How long the client waits for the stream's End after the data.
-    pub answer_wait_ns: u64,
-    /// HMAC-SHA256 over the other bytes with `--psk`, else zero.
-    pub tag: [u8; TAG_LEN],
-}
-
-/// [`StartAck::status`]: the session is started.
-pub const START_OK: u64 = 0;
-/// The cookie is not this address's, or too old: say Hello again.
-pub const START_BAD_COOKIE: u64 = 1;
-/// The session table, or this address's share of it, is full.
-pub const START_BUSY: u64 = 2;
-/// The server already sends its most reverse streams (`limit`).
-pub const START_TOO_MANY_STREAMS: u64 = 3;
-/// The stream would run longer than the server allows (`limit`, ns).
-pub const START_TOO_LONG: u64 = 4;
-/// The stream asks for a higher rate than the server allows (`limit`, bit/s).
-pub const START_TOO_FAST: u64 = 5;
-/// The request cannot be sent as asked (a datagram size the server's
-/// socket cannot send, an unknown amount or direction).
-pub const START_BAD_REQUEST: u64 = 6;
-
-/// The server's answer to a [`Start`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StartAck {
-    pub session: u64,
-    pub flags: u16,
-    /// The Start's nonce.
-    pub nonce: u64,
-    /// `START_*`.
-    pub status: u64,
-    /// The cap behind a refusal (see the status), else 0.
-    pub limit: u64,
-    /// The rate the stream is sent at (bit/s; 0 unpaced): the asked rate,
-    /// or the server's `--max-rate` where none was asked.
-    pub rate_bps: u64,
-    /// The longest the server sends any stream (`--max-duration`), ns.
-    pub max_duration_ns: u64,
-    /// Fresh per session: a reverse stream sends nothing until a Feedback
-    /// echoes it, and only Feedback that echoes it keeps the stream going.
-    /// Only the address the StartAck went to can know it, so a replayed
-    /// Start (from a forged address) never starts a stream.
-    pub stream_nonce: u64,
-    pub tag: [u8; TAG_LEN],
-}
-
-/// What the receiver of a reverse stream has counted so far, sent at
-/// least every [`crate::wire::FEEDBACK_EVERY_MS`] ms: it keeps NAT mappings
-/// open and tells the sender the receiver is still there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Feedback {
-    /// `seq` counts the feedback datagrams of the session.
-    pub header: Header,
-    pub received_packets: u64,
-    pub received_bytes: u64,
-    /// One more than the highest sequence number seen (0: none yet).
-    pub next_seq: u64,
-    /// Drops on the receiver's socket so far; [`UNKNOWN`] where unknown.
-    pub kernel_drops: u64,
-    /// The StartAck's `stream_nonce`.
-    pub stream_nonce: u64,
-    pub tag: [u8; TAG_LEN],
-}
-
-/// How often a receiver sends [`Feedback`] (ms).
-pub const FEEDBACK_EVERY_MS: u64 = 100;
-
-/// The sender's own figures, in the End of a reverse stream: the client
-/// cannot see the server's CPU or send path otherwise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SenderStats {
-    /// `STOPPED_*` bits: why the stream ended before its amount.
-    pub stopped: u64,
-    pub cpu_user_ns: u64,
-    pub cpu_system_ns: u64,
-    pub enobufs_retries: u64,
-    pub backoff_ns: u64,
-    /// Data send calls.
-    pub calls: u64,
-    /// Datagrams per GSO buffer, 0 when GSO was off.
-    pub gso_segments: u64,
-    /// Messages per send call.
-    pub batch: u64,
-    /// What the first send call sent: the send rate counts what came after.
-    pub first_call_packets: u64,
-    pub first_call_bytes: u64,
-}
-
-/// [`SenderStats::stopped`]: the server's `--max-duration` ended it.
-pub const STOPPED_MAX_DURATION: u64 = 1;
-/// The server was stopping.
-pub const STOPPED_SHUTDOWN: u64 = 2;
-
 /// What a header says about the datagram it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Header {
@@ -308,12 +139,26 @@ pub struct Header {
     pub send_time_ns: u64,
 }
 
-/// The client's start probe: is a udp_server there?
+/// Which run of a udp_client a session belongs to, and how many sessions
+/// that run has (`-P N`): `udp_server --one-off` waits for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Run {
+    /// Random per udp_client run; 0 when not said.
+    pub id: u64,
+    /// Sessions in the run (clients, or reverse streams).
+    pub clients: u64,
+}
+
+/// The client's start probe: is a udp_server there? With a cookie, the
+/// confirmation that proves the session's address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Hello {
     pub header: Header,
     /// Fresh per attempt; the answer echoes it.
     pub nonce: u64,
+    pub run: Run,
+    /// 0 to ask for a cookie; the HelloAck's cookie to confirm.
+    pub cookie: u64,
 }
 
 /// The server's answer to a [`Hello`].
@@ -447,6 +292,8 @@ pub struct ProbeAck {
 /// A decoded datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Message {
+    /// A version negotiation answer ([`Versions`]).
+    Versions(Versions),
     Data(Header),
     End(End),
     EndAck(EndAck),
@@ -521,6 +368,9 @@ pub fn encode_hello(hello: &Hello) -> [u8; HELLO_LEN] {
     let mut buf = [0u8; HELLO_LEN];
     put_header(&mut buf, KIND_HELLO, 0, &hello.header);
     put_u64(&mut buf, 32, hello.nonce);
+    put_u64(&mut buf, 40, hello.run.id);
+    put_u64(&mut buf, 48, hello.run.clients);
+    put_u64(&mut buf, 56, hello.cookie);
     buf
 }
 
@@ -556,6 +406,8 @@ pub fn encode_end(end: &End) -> [u8; END_LEN] {
             s.batch,
             s.first_call_packets,
             s.first_call_bytes,
+            s.breaker_backoffs,
+            s.breaker_rate_bps,
         ];
         for (i, value) in fields.into_iter().enumerate() {
             put_u64(&mut buf, 72 + 8 * i, value);
@@ -582,125 +434,9 @@ fn decode_sender_stats(buf: &[u8]) -> Option<SenderStats> {
         batch: f(7),
         first_call_packets: f(8),
         first_call_bytes: f(9),
+        breaker_backoffs: f(10),
+        breaker_rate_bps: f(11),
     })
-}
-
-/// Encodes a Start (untagged: see [`encode_tagged`]).
-pub fn encode_start(start: &Start) -> [u8; START_LEN] {
-    let mut buf = [0u8; START_LEN];
-    put_header(&mut buf, KIND_START, 0, &start.header);
-    let r = &start.request;
-    let (amount_kind, amount) = r.amount.encode();
-    let fields = [
-        start.nonce,
-        start.cookie,
-        start.direction.code(),
-        r.buffer_size,
-        amount_kind,
-        amount,
-        r.rate_bps,
-        r.flags,
-        r.batch,
-        start.answer_wait_ns,
-    ];
-    for (i, value) in fields.into_iter().enumerate() {
-        put_u64(&mut buf, 32 + 8 * i, value);
-    }
-    buf[START_TAG_AT..].copy_from_slice(&start.tag);
-    buf
-}
-
-fn decode_start(buf: &[u8], header: Header) -> Result<Start, WireError> {
-    let f = |i: usize| u64_at(buf, 32 + 8 * i);
-    let mut tag = [0u8; TAG_LEN];
-    tag.copy_from_slice(&buf[START_TAG_AT..]);
-    Ok(Start {
-        header,
-        nonce: f(0),
-        cookie: f(1),
-        direction: Direction::from_code(f(2)).ok_or(WireError::BadField)?,
-        request: StreamRequest {
-            buffer_size: f(3),
-            amount: Amount::decode(f(4), f(5)).ok_or(WireError::BadField)?,
-            rate_bps: f(6),
-            flags: f(7),
-            batch: f(8),
-        },
-        answer_wait_ns: f(9),
-        tag,
-    })
-}
-
-/// Encodes the answer to a Start (untagged: see [`encode_tagged`]).
-pub fn encode_start_ack(ack: &StartAck) -> [u8; START_LEN] {
-    let mut buf = [0u8; START_LEN];
-    put_answer_header(&mut buf, KIND_START_ACK, ack.flags, ack.session);
-    let fields = [
-        ack.nonce,
-        ack.status,
-        ack.limit,
-        ack.rate_bps,
-        ack.max_duration_ns,
-        ack.stream_nonce,
-    ];
-    for (i, value) in fields.into_iter().enumerate() {
-        put_u64(&mut buf, 32 + 8 * i, value);
-    }
-    buf[START_TAG_AT..].copy_from_slice(&ack.tag);
-    buf
-}
-
-fn decode_start_ack(buf: &[u8], header: Header) -> StartAck {
-    let f = |i: usize| u64_at(buf, 32 + 8 * i);
-    let mut tag = [0u8; TAG_LEN];
-    tag.copy_from_slice(&buf[START_TAG_AT..]);
-    StartAck {
-        session: header.session,
-        flags: u16::from_be_bytes([buf[6], buf[7]]),
-        nonce: f(0),
-        status: f(1),
-        limit: f(2),
-        rate_bps: f(3),
-        max_duration_ns: f(4),
-        stream_nonce: f(5),
-        tag,
-    }
-}
-
-/// Where a Feedback's tag starts.
-const FEEDBACK_TAG_AT: usize = FEEDBACK_LEN - TAG_LEN;
-
-/// Encodes a Feedback (untagged: see [`encode_tagged`]).
-pub fn encode_feedback(feedback: &Feedback) -> [u8; FEEDBACK_LEN] {
-    let mut buf = [0u8; FEEDBACK_LEN];
-    put_header(&mut buf, KIND_FEEDBACK, 0, &feedback.header);
-    let fields = [
-        feedback.received_packets,
-        feedback.received_bytes,
-        feedback.next_seq,
-        feedback.kernel_drops,
-        feedback.stream_nonce,
-    ];
-    for (i, value) in fields.into_iter().enumerate() {
-        put_u64(&mut buf, 32 + 8 * i, value);
-    }
-    buf[FEEDBACK_TAG_AT..].copy_from_slice(&feedback.tag);
-    buf
-}
-
-fn decode_feedback(buf: &[u8], header: Header) -> Feedback {
-    let f = |i: usize| u64_at(buf, 32 + 8 * i);
-    let mut tag = [0u8; TAG_LEN];
-    tag.copy_from_slice(&buf[FEEDBACK_TAG_AT..]);
-    Feedback {
-        header,
-        received_packets: f(0),
-        received_bytes: f(1),
-        next_seq: f(2),
-        kernel_drops: f(3),
-        stream_nonce: f(4),
-        tag,
-    }
 }
 
 /// The figures of an EndAck, in wire order from offset 32.
@@ -852,6 +588,9 @@ pub fn verify_tag(message: &[u8], psk: &crate::auth::Psk) -> bool {
 
 /// Decodes any datagram. Total: never panics, whatever `buf` holds.
 pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
+    if buf.len() >= 5 && buf[0..4] == MAGIC && buf[4] == NEGOTIATION {
+        return decode_versions(buf).map(Message::Versions);
+    }
     if buf.len() < HEADER_LEN {
         return Err(WireError::TooShort(buf.len()));
     }
@@ -911,6 +650,11 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
         KIND_HELLO => Message::Hello(Hello {
             header,
             nonce: u64_at(buf, 32),
+            run: Run {
+                id: u64_at(buf, 40),
+                clients: u64_at(buf, 48),
+            },
+            cookie: u64_at(buf, 56),
         }),
         _ => Message::HelloAck(HelloAck {
             session: header.session,
@@ -953,7 +697,7 @@ mod tests {
     fn data_header_exact_bytes() {
         let mut buf = [0xAAu8; 40];
         assert!(write_data_header(&mut buf, &header()));
-        assert_eq!(&buf[0..8], b"NSPD\x03\x00\x00\x00");
+        assert_eq!(&buf[0..8], b"NSPD\x04\x00\x00\x00");
         assert_eq!(&buf[8..16], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(&buf[16..24], &42u64.to_be_bytes());
         assert_eq!(&buf[24..32], &1_000_000_007u64.to_be_bytes());
@@ -972,7 +716,7 @@ mod tests {
     fn end_round_trip_and_exact_bytes() {
         let bytes = encode_end(&end());
         assert_eq!(bytes.len(), END_LEN);
-        assert_eq!(&bytes[0..8], b"NSPD\x03\x01\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x04\x01\x00\x00");
         assert_eq!(&bytes[56..64], &0xDEAD_BEEFu64.to_be_bytes());
         assert_eq!(&bytes[64..72], &1_000_000_000u64.to_be_bytes());
         assert_eq!(
@@ -1040,7 +784,7 @@ mod tests {
             cookie: 0xfeed,
         };
         let bytes = encode_probe(&probe);
-        assert_eq!(&bytes[0..8], b"NSPD\x03\x08\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x04\x08\x00\x00");
         assert_eq!(decode(&bytes), Ok(Message::Probe(probe)));
         let ack = ProbeAck {
             header: header(),
@@ -1061,13 +805,73 @@ mod tests {
     }
 
     #[test]
+    fn other_versions_get_the_versions_spoken_no_larger_than_they_were() {
+        for version in [1u8, 2, 3, 5, 250] {
+            let mut hello = [0u8; 64];
+            hello[0..4].copy_from_slice(&MAGIC);
+            hello[4] = version;
+            hello[5] = KIND_HELLO;
+            hello[8..16].copy_from_slice(&0x0102_0304_0506_0708u64.to_be_bytes());
+            assert_eq!(decode(&hello), Err(WireError::BadVersion(version)));
+            let answer = encode_versions(&hello).expect("answered");
+            assert!(answer.len() <= hello.len());
+            // Fixed for good: magic, version byte 0, the refused version,
+            // the count, zero, the session, the versions.
+            let mut head = *b"NSPD\x00\x00\x01\x00";
+            head[5] = version;
+            assert_eq!(&answer[..8], &head);
+            assert_eq!(&answer[8..16], &0x0102_0304_0506_0708u64.to_be_bytes());
+            assert_eq!(&answer[16..], &[VERSION]);
+            let Ok(Message::Versions(v)) = decode(&answer) else {
+                panic!("not a version negotiation: {answer:?}")
+            };
+            assert_eq!(
+                (v.session, v.refused, v.spoken()),
+                (0x0102_0304_0506_0708, version, &[VERSION][..])
+            );
+        }
+        // Too short to answer without answering more than came; this
+        // version and the negotiation itself are never answered.
+        let mut short = [0u8; 16];
+        short[..4].copy_from_slice(&MAGIC);
+        short[4] = 3;
+        assert_eq!(encode_versions(&short), None);
+        let mut ours = [0u8; 64];
+        ours[..4].copy_from_slice(&MAGIC);
+        ours[4] = VERSION;
+        assert_eq!(encode_versions(&ours), None);
+        ours[4] = NEGOTIATION;
+        assert_eq!(encode_versions(&ours), None);
+        // A negotiation that lists nothing, or more than it holds.
+        let mut bad = encode_versions(&{
+            let mut h = [0u8; 64];
+            h[..4].copy_from_slice(&MAGIC);
+            h[4] = 2;
+            h
+        })
+        .unwrap();
+        bad[6] = 0;
+        assert_eq!(decode(&bad), Err(WireError::BadField));
+        bad[6] = 9;
+        assert_eq!(decode(&bad), Err(WireError::BadField));
+    }
+
+    #[test]
     fn hello_round_trip_and_no_amplification() {
         let hello = Hello {
             header: header(),
             nonce: 77,
+            run: Run {
+                id: 0x1122,
+                clients: 4,
+            },
+            cookie: 0x3344,
         };
         let bytes = encode_hello(&hello);
-        assert_eq!(&bytes[0..8], b"NSPD\x03\x03\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x04\x03\x00\x00");
+        assert_eq!(&bytes[40..48], &0x1122u64.to_be_bytes());
+        assert_eq!(&bytes[48..56], &4u64.to_be_bytes());
+        assert_eq!(&bytes[56..64], &0x3344u64.to_be_bytes());
         assert_eq!(decode(&bytes), Ok(Message::Hello(hello)));
         let ack = HelloAck {
             session: 1,
@@ -1132,6 +936,7 @@ mod tests {
                 batch: 32,
             },
             answer_wait_ns: 2_000_000_000,
+            run: Run { id: 5, clients: 2 },
             tag: [0; TAG_LEN],
         }
     }
@@ -1140,7 +945,7 @@ mod tests {
     fn start_exact_bytes_and_round_trip() {
         let bytes = encode_start(&start());
         assert_eq!(bytes.len(), START_LEN);
-        assert_eq!(&bytes[0..8], b"NSPD\x03\x05\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x04\x05\x00\x00");
         let word = |i: usize| u64::from_be_bytes(bytes[i..i + 8].try_into().unwrap());
         assert_eq!(
             [32, 40, 48, 56, 64, 72, 80, 88, 96, 104].map(word),
@@ -1157,9 +962,11 @@ mod tests {
                 2_000_000_000
             ]
         );
+        assert_eq!(&bytes[112..120], &5u64.to_be_bytes(), "run id");
+        assert_eq!(&bytes[120..128], &2u64.to_be_bytes(), "run clients");
         assert_eq!(
-            &bytes[112..START_TAG_AT],
-            &[0; START_TAG_AT - 112],
+            &bytes[128..START_TAG_AT],
+            &[0; START_TAG_AT - 128],
             "reserved"
         );
         assert_eq!(decode(&bytes), Ok(Message::Start(start())));
@@ -1217,7 +1024,7 @@ mod tests {
         };
         let bytes = encode_feedback(&feedback);
         assert_eq!(bytes.len(), FEEDBACK_LEN);
-        assert_eq!(&bytes[0..8], b"NSPD\x03\x07\x00\x00");
+        assert_eq!(&bytes[0..8], b"NSPD\x04\x07\x00\x00");
         assert_eq!(&bytes[64..72], &8u64.to_be_bytes(), "the stream nonce");
         assert_eq!(&bytes[72..FEEDBACK_LEN - TAG_LEN], &[0; 56 - TAG_LEN]);
         assert_eq!(decode(&bytes), Ok(Message::Feedback(feedback)));
@@ -1241,8 +1048,12 @@ mod tests {
             batch: 7,
             first_call_packets: 8,
             first_call_bytes: 9,
+            breaker_backoffs: 2,
+            breaker_rate_bps: 25_000_000,
         });
         let bytes = encode_end(&e);
+        assert_eq!(&bytes[152..160], &2u64.to_be_bytes(), "breaker backoffs");
+        assert_eq!(&bytes[160..168], &25_000_000u64.to_be_bytes(), "its rate");
         assert_eq!(
             &bytes[72..80],
             &3u64.to_be_bytes(),
