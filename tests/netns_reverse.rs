@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::forge::{forged, send_raw};
 use common::impair::{delta, nft_apply, nft_counter, read_snmp};
 use common::netns::{require_root_and_ip, routed, Routed};
 use common::udp::{args_to, client_in, stream, u, Server, CLIENT};
@@ -188,67 +189,6 @@ fn a_killed_client_stops_the_stream_within_a_second() {
     server.stop();
 }
 
-/// A raw IPv4/UDP datagram from `src` to `dst` (IP_HDRINCL: the kernel
-/// fills in the total length, the id and the header checksum; a UDP
-/// checksum of 0 means none).
-fn forged(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
-    let mut p = vec![0u8; 28];
-    p[0] = 0x45;
-    p[8] = 64;
-    p[9] = 17;
-    p[12..16].copy_from_slice(&src.ip().octets());
-    p[16..20].copy_from_slice(&dst.ip().octets());
-    p[20..22].copy_from_slice(&src.port().to_be_bytes());
-    p[22..24].copy_from_slice(&dst.port().to_be_bytes());
-    p[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    p.extend_from_slice(payload);
-    p
-}
-
-/// Sends each of `datagrams` (raw IP packets) `times` times from a raw
-/// socket in the calling thread's namespace; returns the IP bytes sent.
-fn send_raw(dst: SocketAddrV4, datagrams: &[Vec<u8>], times: usize) -> u64 {
-    // SAFETY: socket(2) with constant arguments; the fd is checked and
-    // closed below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
-    assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
-    let to = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: dst.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_ne_bytes(dst.ip().octets()),
-        },
-        sin_zero: [0; 8],
-    };
-    let mut bytes = 0;
-    for _ in 0..times {
-        for d in datagrams {
-            // SAFETY: the buffer and the address are valid for the call.
-            let n = unsafe {
-                libc::sendto(
-                    fd,
-                    d.as_ptr().cast(),
-                    d.len(),
-                    0,
-                    (&to as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            };
-            assert_eq!(
-                n,
-                d.len() as isize,
-                "sendto: {}",
-                std::io::Error::last_os_error()
-            );
-            bytes += d.len() as u64;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    // SAFETY: fd is ours and open.
-    unsafe { libc::close(fd) };
-    bytes
-}
-
 fn start_bytes(session: u64, cookie: u64, nonce: u64) -> Vec<u8> {
     wire::encode_start(&wire::Start {
         header: wire::Header {
@@ -392,7 +332,7 @@ fn a_spoofer_can_never_aim_a_stream_at_its_victim() {
         common::impair::spawn_in(&attacker, move || send_raw(server_addr, &datagrams, 5))
             .join()
             .expect("the attack");
-    // Past the server's wait for a first Feedback (2 s): any stream that
+    // Past the server's wait for a first Feedback (1 s): any stream that
     // could start would have.
     std::thread::sleep(Duration::from_millis(2500));
     let sent_by_attacker = nft_counter(&net.router, "ip", "fromattacker");

@@ -20,6 +20,7 @@
 // part of it.
 #![allow(dead_code)]
 
+pub mod forge;
 pub mod impair;
 pub mod netns;
 pub mod proxy;

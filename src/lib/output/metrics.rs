@@ -190,6 +190,32 @@ impl Collector for Exposition {
             None,
             ConstCounter::new(s.control_packets),
         )?;
+        {
+            let n = &s.not_proven;
+            let mut family = e.encode_descriptor(
+                "not_proven",
+                "Datagrams of sessions never proven (their source never echoed its address cookie), by reason: answered without state, or counted in bulk, never reported one by one.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, count) in [
+                ("hello", n.hellos),
+                ("end_unknown", n.ends_unknown),
+                ("end_unproven", n.ends_unproven),
+                ("data", n.unproven_packets),
+                ("probe", n.probes_unproven),
+                ("wrong_version", n.wrong_version),
+            ] {
+                ConstCounter::new(count).encode(family.encode_family(&[("reason", reason)])?)?;
+            }
+        }
+        single(
+            &mut e,
+            "answers_limited",
+            "Answers refused by a budget (per proven session, per flow, per source address, per source, server-wide).",
+            None,
+            ConstCounter::new(s.answers_limited),
+        )?;
         if let Some(most) = s.recv_buffer_most {
             single(
                 &mut e,
@@ -327,6 +353,11 @@ mod tests {
                 receive_cpu_seconds: Some(0.5),
                 control_packets: 7,
                 recv_buffer_most: Some(150_000),
+                not_proven: crate::meter::account::NotProven {
+                    hellos: 9,
+                    ..Default::default()
+                },
+                answers_limited: 3,
             },
             peers_finished: 1,
             peers: vec![
@@ -377,6 +408,12 @@ mod tests {
             ("netspeed_receive_cpu_seconds_total".into(), "0.5"),
             ("netspeed_control_packets_total".into(), "7"),
             ("netspeed_receive_buffer_peak_bytes".into(), "150000"),
+            (r#"netspeed_not_proven_total{reason="hello"}"#.into(), "9"),
+            (
+                r#"netspeed_not_proven_total{reason="end_unknown"}"#.into(),
+                "0",
+            ),
+            ("netspeed_answers_limited_total".into(), "3"),
         ] {
             assert_eq!(
                 line(&text, &format!("{series} ")),

@@ -135,6 +135,10 @@ pub struct ServerSample {
     /// The most any receive socket's buffer was seen holding (SO_MEMINFO),
     /// where the platform tells.
     pub recv_buffer_most: Option<u64>,
+    /// What came from sessions never proven, by reason, and the answers
+    /// the budgets refused.
+    pub not_proven: crate::meter::account::NotProven,
+    pub answers_limited: u64,
 }
 
 impl ServerSample {
@@ -149,6 +153,8 @@ impl ServerSample {
             receive_cpu_seconds: cpu.map(|c| c.total().as_secs_f64()),
             control_packets: totals.control_packets,
             recv_buffer_most: None,
+            not_proven: totals.not_proven,
+            answers_limited: totals.answers_limited,
         }
     }
 }

@@ -20,7 +20,7 @@
 //! written, summed from the peers' summaries.
 
 use super::ServerEvent;
-use crate::meter::account::Totals;
+use crate::meter::account::{NotProven, Totals};
 use crate::stats::{self, CpuCost, CpuTime};
 use serde::Serialize;
 use std::time::Instant;
@@ -72,6 +72,12 @@ pub struct TotalReport {
     pub cpu: Option<CpuCost>,
     /// The last active peer finished: the end of a burst.
     pub burst_end: bool,
+    /// What came from sessions never proven in the span, by reason
+    /// (answered without state, or counted in bulk, never one by one),
+    /// and the answers the budgets refused.
+    #[serde(flatten)]
+    pub not_proven: NotProven,
+    pub answers_limited: u64,
 }
 
 /// The server counters a `total` takes the growth of.
@@ -83,6 +89,8 @@ pub struct Counters {
     pub cpu: Option<CpuTime>,
     /// The whole run's arrivals so far: the basis of the drops' estimate.
     pub arrivals: stats::Arrivals,
+    pub not_proven: NotProven,
+    pub answers_limited: u64,
 }
 
 impl Counters {
@@ -98,6 +106,8 @@ impl Counters {
                 coalesced_buffers: totals.gro_buffers,
                 coalesced_datagrams: Some(totals.gro_datagrams),
             },
+            not_proven: totals.not_proven,
+            answers_limited: totals.answers_limited,
         }
     }
 }
@@ -191,6 +201,8 @@ impl TotalMeter {
             || self.finished > 0
             || counters.read != self.mark.read
             || counters.drops != self.mark.drops
+            || counters.not_proven != self.mark.not_proven
+            || counters.answers_limited != self.mark.answers_limited
     }
 
     /// The `total` of the span since the last one, ending now; starts the
@@ -229,6 +241,8 @@ impl TotalMeter {
             recv_buffer_peak_bytes: now.buffer_peak,
             cpu,
             burst_end,
+            not_proven: c.not_proven.since(&self.mark.not_proven),
+            answers_limited: c.answers_limited.saturating_sub(self.mark.answers_limited),
         };
         *self = TotalMeter {
             from: now.at,

@@ -259,6 +259,29 @@ pub struct NotProven {
     pub wrong_version: u64,
 }
 
+impl NotProven {
+    /// What grew since `then`.
+    pub fn since(&self, then: &NotProven) -> NotProven {
+        NotProven {
+            hellos: self.hellos.saturating_sub(then.hellos),
+            ends_unknown: self.ends_unknown.saturating_sub(then.ends_unknown),
+            ends_unproven: self.ends_unproven.saturating_sub(then.ends_unproven),
+            unproven_packets: self.unproven_packets.saturating_sub(then.unproven_packets),
+            unproven_bytes: self.unproven_bytes.saturating_sub(then.unproven_bytes),
+            unproven_sessions: self
+                .unproven_sessions
+                .saturating_sub(then.unproven_sessions),
+            probes_unproven: self.probes_unproven.saturating_sub(then.probes_unproven),
+            wrong_version: self.wrong_version.saturating_sub(then.wrong_version),
+        }
+    }
+
+    /// Anything at all.
+    pub fn any(&self) -> bool {
+        *self != NotProven::default()
+    }
+}
+
 /// An answer to send: bytes, destination (as received) and the receive
 /// socket the request came in on.
 #[derive(Debug, Clone)]
@@ -625,7 +648,13 @@ impl PeerTable {
             self.totals.gro_datagrams += 1;
         }
         let decoded = wire::decode(data);
-        if matches!(&decoded, Ok(m) if !matches!(m, Message::Data(_))) {
+        // Control: every message but Data, and datagrams of another
+        // version (answered with the versions spoken).
+        if matches!(
+            &decoded,
+            Ok(m) if !matches!(m, Message::Data(_))
+        ) || matches!(decoded, Err(wire::WireError::BadVersion(_)))
+        {
             self.totals.control_packets += 1;
         }
         match decoded {

@@ -419,15 +419,15 @@ impl Reverse {
                 Some((wire::START_BAD_COOKIE, 0))
             } else if start.direction != Direction::ServerToClient {
                 Some((wire::START_BAD_REQUEST, 0))
-            } else if self.from_source(addr) >= self.cfg.caps.max_per_source {
-                Some((
-                    wire::START_SOURCE_SHARE,
-                    self.cfg.caps.max_per_source as u64,
-                ))
             } else if self.sessions.len() >= self.cfg.caps.max_streams {
                 Some((
                     wire::START_TOO_MANY_STREAMS,
                     self.cfg.caps.max_streams as u64,
+                ))
+            } else if self.from_source(addr) >= self.cfg.caps.max_per_source {
+                Some((
+                    wire::START_SOURCE_SHARE,
+                    self.cfg.caps.max_per_source as u64,
                 ))
             } else {
                 None
@@ -1021,6 +1021,7 @@ mod tests {
         Reverse::new(ReverseConfig {
             caps: StreamCaps {
                 max_streams,
+                max_per_source: max_streams.max(1),
                 ..StreamCaps::default()
             },
             psk,
@@ -1098,6 +1099,133 @@ mod tests {
         let ack = ask(t, &start(cookie, SESSION), client(), now);
         feedback(t, ack.stream_nonce, SESSION, client(), now);
         (ack, t.take_launches().remove(0))
+    }
+
+    #[test]
+    fn a_source_holds_no_more_than_its_share_and_others_find_room() {
+        let now = Instant::now();
+        let mut t = table(8, None, now);
+        t.cfg.caps.max_per_source = 2;
+        let asks = |t: &mut Reverse, from: &str, session: u64| {
+            let from: SocketAddr = from.parse().unwrap();
+            let cookie = t.cookie(from, session, now);
+            ask(t, &start(cookie, session), from, now)
+        };
+        assert_eq!(asks(&mut t, "10.0.0.1:1000", 1).status, wire::START_OK);
+        assert_eq!(asks(&mut t, "10.0.0.1:1001", 2).status, wire::START_OK);
+        let third = asks(&mut t, "10.0.0.1:1002", 3);
+        assert_eq!((third.status, third.limit), (wire::START_SOURCE_SHARE, 2));
+        // Another host is not held back.
+        assert_eq!(asks(&mut t, "10.0.0.2:1000", 4).status, wire::START_OK);
+        // An IPv6 /64 is one source.
+        assert_eq!(asks(&mut t, "[2001:db8::1]:1000", 5).status, wire::START_OK);
+        assert_eq!(asks(&mut t, "[2001:db8::2]:1000", 6).status, wire::START_OK);
+        assert_eq!(
+            asks(&mut t, "[2001:db8::3]:1000", 7).status,
+            wire::START_SOURCE_SHARE
+        );
+        assert_eq!(
+            asks(&mut t, "[2001:db8:0:1::3]:1000", 8).status,
+            wire::START_OK
+        );
+    }
+
+    #[test]
+    fn an_unconfirmed_grant_gives_its_slot_back_within_a_second() {
+        let now = Instant::now();
+        let mut t = table(1, None, now);
+        let cookie = t.cookie(client(), SESSION, now);
+        assert_eq!(
+            ask(&mut t, &start(cookie, SESSION), client(), now).status,
+            wire::START_OK
+        );
+        let mut replies = Vec::new();
+        t.tick(
+            now + AWAIT_FEEDBACK - Duration::from_millis(1),
+            &mut replies,
+        );
+        assert_eq!(t.streams(), 1, "still waiting for its Feedback");
+        t.tick(now + AWAIT_FEEDBACK, &mut replies);
+        assert_eq!(t.streams(), 0, "the slot is free");
+        assert_eq!(t.take_done()[0].reason, StreamEnd::NeverConfirmed);
+        assert!(AWAIT_FEEDBACK <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_breaker_slows_a_stream_its_client_cannot_take_and_then_stops_it() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut b = Breaker::default();
+        // The client takes in a third of what is sent, at 90 Mbit/s:
+        // 11.25 MB a second sent, 3.75 MB taken in.
+        let (mut sent, mut got) = (0u64, 0u64);
+        let mut step = |b: &mut Breaker, at: u64, rate: Option<u64>| {
+            sent += 1_125_000;
+            got += 375_000;
+            b.feedback(ms(at), sent, got, rate)
+        };
+        assert_eq!(
+            step(&mut b, 0, Some(90_000_000)),
+            None,
+            "the first window opens"
+        );
+        let mut trips = Vec::new();
+        for at in (100..=1600).step_by(100) {
+            if let Some(trip) = step(&mut b, at, Some(90_000_000)) {
+                trips.push((at, trip));
+            }
+        }
+        // Windows of 500 ms end at 500, 1000 and 1500 ms: three bad ones.
+        assert_eq!(trips, vec![(1500, Trip::Slow(45_000_000))]);
+        assert!(
+            (b.intake_percent - 33.3).abs() < 0.1,
+            "{}",
+            b.intake_percent
+        );
+        // Each further 1.5 s of the same halves again, three times, then
+        // stops the stream.
+        let mut rate = 45_000_000;
+        let mut later = Vec::new();
+        for at in (1700..=8000).step_by(100) {
+            match step(&mut b, at, Some(rate)) {
+                Some(Trip::Slow(r)) => {
+                    rate = r;
+                    later.push(Trip::Slow(r));
+                }
+                Some(Trip::Stop) => {
+                    later.push(Trip::Stop);
+                    break;
+                }
+                None => {}
+            }
+        }
+        assert_eq!(
+            later,
+            vec![Trip::Slow(22_500_000), Trip::Slow(11_250_000), Trip::Stop]
+        );
+        assert_eq!(b.backoffs, BREAKER_HALVINGS);
+    }
+
+    #[test]
+    fn the_breaker_paces_an_unpaced_stream_at_what_its_client_takes_in() {
+        let t0 = Instant::now();
+        let mut b = Breaker::default();
+        let mut trip = None;
+        for i in 0..=15u64 {
+            // 1 MB every 100 ms sent, a quarter taken in: 20 Mbit/s.
+            let at = t0 + Duration::from_millis(100 * i);
+            trip = trip.or(b.feedback(at, i * 1_000_000, i * 250_000, None));
+        }
+        assert_eq!(trip, Some(Trip::Slow(20_000_000)));
+        // A client that keeps up never trips it, nor a trickle under
+        // BREAKER_LEAST_BYTES a window.
+        let mut ok = Breaker::default();
+        let mut slow = Breaker::default();
+        for i in 0..=40u64 {
+            let at = t0 + Duration::from_millis(100 * i);
+            assert_eq!(ok.feedback(at, i * 1_000_000, i * 990_000, None), None);
+            assert_eq!(slow.feedback(at, i * 1_000, 0, Some(80_000)), None);
+        }
     }
 
     fn result(packets: u64, size: u64) -> StreamResult {
