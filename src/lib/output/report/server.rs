@@ -3,8 +3,8 @@
 //! words.
 
 use super::{
-    interval_counts, cpu_text, direction_label, drops_in_datagrams, json_event, lost_text, peer_label, plural,
-    queue_suffix, rate, rate_phrase, spread_text, Shown,
+    cpu_text, direction_label, drops_in_datagrams, interval_counts, json_event, lost_text,
+    peer_label, plural, queue_suffix, rate, rate_phrase, spread_text, Shown,
 };
 use crate::config::ServerConfig;
 use crate::meter::account::{ConflictReport, DoneReason, LateReport, PeerReport};
