@@ -151,13 +151,15 @@ fn listening_text(l: &Listening) -> String {
             (true, Some(name)) => format!("{name} (system default)"),
             (_, None) => "system default".to_string(),
         },
-        capacity_text(&l.capacity)
+        capacity_text(l)
     )
 }
 
-/// `descriptors: limit 20000 (raised from 1024), 2 per idle connection and
-/// 6 per busy one: at most 4096 connections`.
-fn capacity_text(c: &crate::proxy::Capacity) -> String {
+/// `descriptors: limit 20000 (raised from 1024): at most 4096 connections,
+/// 2 descriptors each (their sockets); pipes from the 11782 descriptors
+/// left: at most 5891, 2 descriptors each`: the limit, then the plan.
+fn capacity_text(l: &Listening) -> String {
+    let c = &l.capacity;
     let limit = match (c.fd_limit, c.fd_limit_before, c.fd_hard_limit_before) {
         (Some(now), Some(before), Some(hard)) => {
             format!("limit {now} (raised from {before}, and the hard limit from {hard})")
@@ -168,23 +170,7 @@ fn capacity_text(c: &crate::proxy::Capacity) -> String {
         (Some(now), _, _) => format!("limit {now}"),
         (None, _, _) => "limit unknown on this platform".to_string(),
     };
-    let per = if c.fds_per_busy_conn > c.fds_per_conn {
-        format!(
-            "{} per idle connection and {} per busy one",
-            c.fds_per_conn, c.fds_per_busy_conn
-        )
-    } else {
-        format!("{} per connection", c.fds_per_conn)
-    };
-    let most = if c.max_conns < c.max_conns_asked {
-        format!(
-            "at most {} connections (--max-conns {} capped)",
-            c.max_conns, c.max_conns_asked
-        )
-    } else {
-        format!("at most {} connections", c.max_conns)
-    };
-    format!("descriptors: {limit}, {per}: {most}")
+    format!("descriptors: {limit}: {}", l.capacity_plan)
 }
 
 fn stopped_text(s: &Summary) -> String {
@@ -305,10 +291,13 @@ mod tests {
             congestion_is_system_default: true,
             capacity: crate::proxy::Capacity::compute(crate::config::proxy::Mode::Tokio, 3, None)
                 .unwrap(),
+            capacity_plan: String::new(),
             pipe_budget: None,
             splice_after: None,
         };
-        let fds = ", descriptors: limit unknown on this platform, 2 per connection: at most 3 connections";
+        l.capacity_plan = l.capacity.plan_text();
+        let fds = ", descriptors: limit unknown on this platform: at most 3 connections, 2 \
+                   descriptors each (their sockets)";
         assert!(listening_text(&l).ends_with(&format!(
             "TCP_NODELAY OFF, congestion bbr (system default){fds}"
         )));
@@ -316,7 +305,7 @@ mod tests {
         assert!(listening_text(&l).ends_with(&format!("congestion bbr{fds}")));
         l.congestion = None;
         assert!(listening_text(&l).ends_with(&format!("congestion system default{fds}")));
-        let json = serde_json::to_value(ProxyEvent::Listening(l.clone())).unwrap();
+        let json = serde_json::to_value(ProxyEvent::Listening(Box::new(l.clone()))).unwrap();
         assert_eq!(json["event"], "listening");
         assert_eq!(json["addr"], "127.0.0.1:1");
         // splice says how it moves small bursts: --splice-after, or 0.
