@@ -282,7 +282,8 @@ fn hard_limit_raised_when_the_process_may_else_the_refusal_said() {
 
 /// What HAProxy 2.6 serves of 300 held connections under a hard limit of
 /// 256, sizing its maxconn to the limit as it does when none is set: 119
-/// (bench/proxy-cost.sh with `PROXY_HARD_NOFILE=256`; docs/benchmarks.md).
+/// (bench/proxy-cost.sh with `PROXY_HARD_NOFILE=256` reads 118 and its
+/// probe connection; docs/benchmarks.md).
 const HAPROXY_SERVES_AT_256: u64 = 119;
 
 /// Connections held open at once against the hard limit of 256.
