@@ -137,11 +137,12 @@ stop() {
 # haproxy_cfg FILE PORT UPSTREAM MAXCONN TIMEOUT [LINE]: a `mode tcp`
 # HAProxy listening on 127.0.0.1:PORT in front of UPSTREAM, with client and
 # server time-outs of TIMEOUT and LINE (e.g. "option splice-auto") added
-# to its listen section.
+# to its listen section. An empty MAXCONN sets none: HAProxy then sizes
+# it to its descriptor limit.
 haproxy_cfg() {
     cat >"$1" <<EOF
 global
-    maxconn $4
+${4:+    maxconn $4}
 
 defaults
     mode tcp

@@ -16,11 +16,13 @@
 #          to CPU 0 and the load on the other CPUs, once all sharing them;
 #   idle   IDLE_CONNS idle connections through each proxy, every proxy
 #          started from a shell whose soft RLIMIT_NOFILE is PROXY_NOFILE
-#          (1024): how many were served (one echo each), the proxy's RSS and
-#          open fds per idle connection, and the latency added (p50, p99 of
-#          64-byte ping-pongs over one more connection) before and while
-#          they are open; tcp_proxy once more with its soft limit raised
-#          to the hard one (what it does once it raises its own);
+#          (1024), and with PROXY_HARD_NOFILE under that hard limit, which
+#          none may raise: how many were served (one echo each; with
+#          PROXY_HARD_NOFILE, "served under the hard limit"), the proxy's
+#          RSS and open fds per idle connection, and the latency added
+#          (p50, p99 of 64-byte ping-pongs over one more connection) before
+#          and while they are open; tcp_proxy once more with its soft limit
+#          raised to the hard one (what it does once it raises its own);
 #   pipes  the measurement that was the ignored test
 #          default_splice_with_4000_connections in tests/proxy_resources.rs:
 #          tcp_proxy's default with PIPES_CONNS connections (or as many as
@@ -50,7 +52,17 @@
 #                         pinned (only "shared" on one CPU)
 #   IDLE_CONNS=10000      idle connections per proxy
 #   PROXY_NOFILE=1024     soft RLIMIT_NOFILE every proxy is started with
-#                         (every part); the hard limit is left as it is
+#                         (every part)
+#   PROXY_HARD_NOFILE=    hard RLIMIT_NOFILE every proxy is started under
+#                         (every part; the soft one within it), as root
+#                         without CAP_SYS_RESOURCE (setpriv), so that no
+#                         proxy may raise it; HAProxy then gets no maxconn
+#                         in the idle part and sizes it to the limit, as it
+#                         does when none is set (it refuses to start with
+#                         one the limit cannot hold). Empty: the hard limit
+#                         is left as it is. The descriptor-limit run:
+#                         SKIP="cpu cps pipes" IDLE_CONNS=300 PROXY_NOFILE=256
+#                         PROXY_HARD_NOFILE=256 bench/proxy-cost.sh
 #   IDLE_TCP_PROXY_FLAGS="--max-conns <IDLE_CONNS+64>" tcp_proxy flags in the
 #                         idle part (the default --max-conns is 4,096); HAProxy
 #                         gets maxconn IDLE_CONNS+64 likewise
@@ -77,6 +89,7 @@ NCPU=$(nproc)
 CPS_LAYOUTS=${CPS_LAYOUTS:-$([ "$NCPU" -ge 2 ] && echo "pinned shared" || echo shared)}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 PROXY_NOFILE=${PROXY_NOFILE:-1024}
+PROXY_HARD_NOFILE=${PROXY_HARD_NOFILE:-}
 IDLE_TCP_PROXY_FLAGS=${IDLE_TCP_PROXY_FLAGS:-"--max-conns $((IDLE_CONNS + 64))"}
 RTTS=${RTTS:-$([ -n "$QUICK" ] && echo 2000 || echo 5000)}
 MSG=${MSG:-64}
@@ -91,6 +104,14 @@ RESULTS=$TMP/results.tsv
 # cps part's "pinned" layout: empty everywhere else.
 PROXY_PREFIX=()
 LOAD_PREFIX=()
+# Put before every proxy under PROXY_HARD_NOFILE: as root, without
+# CAP_SYS_RESOURCE, so that it keeps the hard limit it is given (HAProxy
+# and tcp_proxy raise it when they may).
+LIMIT_PREFIX=()
+if [ -n "$PROXY_HARD_NOFILE" ] && [ "$(id -u)" = 0 ]; then
+    command -v setpriv >/dev/null || { echo "proxy-cost: setpriv (util-linux) is needed for PROXY_HARD_NOFILE" >&2; exit 2; }
+    LIMIT_PREFIX=(setpriv --inh-caps=-sys_resource --bounding-set=-sys_resource --)
+fi
 trap 'exit 130' INT TERM
 trap 'echo "proxy-cost: failed at line $LINENO" >&2' ERR
 
@@ -117,7 +138,22 @@ echo "haproxy: $(haproxy -v 2>/dev/null | sed -n 1p)"
 echo "go: $(go version); iperf3: $(iperf3 --version 2>/dev/null | sed -n 1p); wrk: $(wrk --version 2>&1 | sed -n 1p | cut -c1-40)"
 echo "date: $(date -u +%FT%TZ); tcp congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control); RLIMIT_NOFILE here: soft $(ulimit -Sn), hard $(ulimit -Hn)"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the proxy shares $(nproc) cpus with everything else running)"
-echo "settings: RATES='$RATES' CPU_SECONDS=$CPU_SECONDS CPU_ROUNDS=$CPU_ROUNDS CPS_SECONDS=$CPS_SECONDS CPS_ROUNDS=$CPS_ROUNDS CPS_CONNS=$CPS_CONNS CPS_LAYOUTS='$CPS_LAYOUTS' IDLE_CONNS=$IDLE_CONNS PROXY_NOFILE=$PROXY_NOFILE RTTS=$RTTS MSG=$MSG SKIP='$SKIP'"
+echo "settings: RATES='$RATES' CPU_SECONDS=$CPU_SECONDS CPU_ROUNDS=$CPU_ROUNDS CPS_SECONDS=$CPS_SECONDS CPS_ROUNDS=$CPS_ROUNDS CPS_CONNS=$CPS_CONNS CPS_LAYOUTS='$CPS_LAYOUTS' IDLE_CONNS=$IDLE_CONNS PROXY_NOFILE=$PROXY_NOFILE PROXY_HARD_NOFILE='$PROXY_HARD_NOFILE' RTTS=$RTTS MSG=$MSG SKIP='$SKIP'"
+
+# The descriptor limits a proxy starts with, set in its subshell: soft
+# PROXY_NOFILE and, with PROXY_HARD_NOFILE, that hard limit (the soft one
+# lowered to it first: a soft limit above the hard one is refused).
+proxy_limits() {
+    if [ -z "$PROXY_HARD_NOFILE" ]; then
+        ulimit -Sn "$PROXY_NOFILE"
+        return
+    fi
+    local soft=$PROXY_NOFILE
+    if [ "$soft" = unlimited ] || [ "$soft" -gt "$PROXY_HARD_NOFILE" ]; then
+        soft=$PROXY_HARD_NOFILE
+    fi
+    ulimit -Sn "$soft" && ulimit -Hn "$PROXY_HARD_NOFILE"
+}
 
 # A peer server from bench/peers/costpeer: sets SERVER_ADDR, SERVER_PID.
 start_server() {
@@ -129,7 +165,8 @@ start_server() {
 }
 
 # start_target KIND UPSTREAM [tcp_proxy flags...]: starts one proxy, from a
-# shell whose soft RLIMIT_NOFILE is $PROXY_NOFILE, on a free port; sets
+# shell whose soft RLIMIT_NOFILE is $PROXY_NOFILE (and hard one
+# $PROXY_HARD_NOFILE, if set: proxy_limits), on a free port; sets
 # PROXY_ADDR, PROXY_PID (empty for direct) and PROXY_LOG. KIND is direct,
 # tcp_proxy:MODE (MODE "default": no --mode), haproxy, haproxy-splice or go.
 start_target() {
@@ -146,17 +183,20 @@ start_target() {
         tcp_proxy:*)
             local mode=${kind#tcp_proxy:}
             [ "$mode" = default ] && mode=""
-            (ulimit -Sn "$PROXY_NOFILE" && exec ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} "$BIN" --listen "127.0.0.1:$port" --upstream "$up" \
+            (proxy_limits && exec ${LIMIT_PREFIX[@]+"${LIMIT_PREFIX[@]}"} ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} "$BIN" --listen "127.0.0.1:$port" --upstream "$up" \
                 ${mode:+--mode "$mode"} "$@") >"$PROXY_LOG" 2>&1 &
             ;;
         haproxy | haproxy-splice)
-            local cfg=$TMP/haproxy-$port.cfg
-            haproxy_cfg "$cfg" "$port" "$up" "${HAPROXY_MAXCONN:-4096}" 300s \
+            local cfg=$TMP/haproxy-$port.cfg maxconn=${HAPROXY_MAXCONN-4096}
+            # Under PROXY_HARD_NOFILE, none unless one is given: HAProxy
+            # refuses to start with a maxconn the limit cannot hold.
+            [ -n "$PROXY_HARD_NOFILE" ] && [ -z "${HAPROXY_MAXCONN+set}" ] && maxconn=""
+            haproxy_cfg "$cfg" "$port" "$up" "$maxconn" 300s \
                 "$([ "$kind" = haproxy-splice ] && echo "option splice-auto")"
-            (ulimit -Sn "$PROXY_NOFILE" && exec ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} haproxy -db -f "$cfg") >"$PROXY_LOG" 2>&1 &
+            (proxy_limits && exec ${LIMIT_PREFIX[@]+"${LIMIT_PREFIX[@]}"} ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} haproxy -db -f "$cfg") >"$PROXY_LOG" 2>&1 &
             ;;
         go)
-            (ulimit -Sn "$PROXY_NOFILE" && exec ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} "$GO_PROXY" -listen "127.0.0.1:$port" -upstream "$up") >"$PROXY_LOG" 2>&1 &
+            (proxy_limits && exec ${LIMIT_PREFIX[@]+"${LIMIT_PREFIX[@]}"} ${PROXY_PREFIX[@]+"${PROXY_PREFIX[@]}"} "$GO_PROXY" -listen "127.0.0.1:$port" -upstream "$up") >"$PROXY_LOG" 2>&1 &
             ;;
         *) echo "unknown target $kind" >&2; return 1 ;;
     esac
@@ -297,7 +337,7 @@ fi
 if ! skip idle; then
     start_server echo
     ECHO_PID=$SERVER_PID ECHO_ADDR=$SERVER_ADDR
-    log "idle: $IDLE_CONNS idle connections per target, proxies under soft RLIMIT_NOFILE $PROXY_NOFILE"
+    log "idle: $IDLE_CONNS idle connections per target, proxies under soft RLIMIT_NOFILE $PROXY_NOFILE${PROXY_HARD_NOFILE:+ and hard $PROXY_HARD_NOFILE}"
     # HAProxy refuses to start when the fds its maxconn needs (2 per
     # connection and a few) are above the hard limit, which it cannot
     # raise: there, it gets the largest maxconn that fits, and serves fewer.
@@ -305,8 +345,14 @@ if ! skip idle; then
     # connection too (maxpipes = maxconn / 4).
     HAPROXY_IDLE_MAXCONN=$((IDLE_CONNS + 64))
     HAPROXY_SPLICE_IDLE_MAXCONN=$HAPROXY_IDLE_MAXCONN
-    hard=$(ulimit -Hn)
-    if [ "$hard" != unlimited ]; then
+    hard=${PROXY_HARD_NOFILE:-$(ulimit -Hn)}
+    if [ -n "$PROXY_HARD_NOFILE" ]; then
+        # A hard limit no proxy may raise: HAProxy sizes its maxconn to it
+        # (and its maxpipes to a quarter of that with splice-auto), as it
+        # does for a user who sets none.
+        HAPROXY_IDLE_MAXCONN="" HAPROXY_SPLICE_IDLE_MAXCONN=""
+        log "idle: hard RLIMIT_NOFILE $hard for every proxy: HAProxy gets no maxconn and sizes it to the limit"
+    elif [ "$hard" != unlimited ]; then
         if [ $((2 * HAPROXY_IDLE_MAXCONN + 100)) -gt "$hard" ]; then
             HAPROXY_IDLE_MAXCONN=$(((hard - 100) / 2))
         fi
@@ -321,10 +367,12 @@ if ! skip idle; then
     # "+hard") from a shell that raised it to the hard limit, what it does
     # once it raises its own limit.
     for t in direct tcp_proxy:default tcp_proxy:default+hard "${PEERS[@]}"; do
+        # Soft = hard already: the row would repeat the one before.
+        [ "$t" = tcp_proxy:default+hard ] && [ "$PROXY_NOFILE" = "$hard" ] && continue
         started=yes
         # shellcheck disable=SC2086 # a list of flags
         case $t in
-            *+hard) PROXY_NOFILE=$(ulimit -Hn) start_target "${t%+hard}" "$ECHO_ADDR" $IDLE_TCP_PROXY_FLAGS || started=no ;;
+            *+hard) PROXY_NOFILE=$hard start_target "${t%+hard}" "$ECHO_ADDR" $IDLE_TCP_PROXY_FLAGS || started=no ;;
             tcp_proxy:*) start_target "$t" "$ECHO_ADDR" $IDLE_TCP_PROXY_FLAGS || started=no ;;
             haproxy-splice) HAPROXY_MAXCONN=$HAPROXY_SPLICE_IDLE_MAXCONN start_target "$t" "$ECHO_ADDR" || started=no ;;
             *) HAPROXY_MAXCONN=$HAPROXY_IDLE_MAXCONN start_target "$t" "$ECHO_ADDR" || started=no ;;
@@ -363,5 +411,10 @@ fi
 log "done in $(($(date +%s) - T0)) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "== results (paste into docs/benchmarks.md)"
+if [ -n "$PROXY_HARD_NOFILE" ]; then
+    HAPROXY_IDLE_MAXCONN_TEXT="none set (it sizes it to the limit)"
+else
+    HAPROXY_IDLE_MAXCONN_TEXT="${HAPROXY_IDLE_MAXCONN:-}, with splice-auto ${HAPROXY_SPLICE_IDLE_MAXCONN:-}"
+fi
 python3 bench/peers/cost_report.py "$RESULTS" "$IDLE_CONNS" "$PROXY_NOFILE" "$IDLE_TCP_PROXY_FLAGS" "$(($(date +%s) - T0))" \
-    "${HAPROXY_IDLE_MAXCONN:-}, with splice-auto ${HAPROXY_SPLICE_IDLE_MAXCONN:-}" "$(ulimit -Hn)"
+    "$HAPROXY_IDLE_MAXCONN_TEXT" "${PROXY_HARD_NOFILE:-$(ulimit -Hn)}" "$PROXY_HARD_NOFILE"

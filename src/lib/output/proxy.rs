@@ -7,10 +7,18 @@
 //! other events are `tcp_proxy: ...` lines on stderr. JSON objects are
 //! built as `serde_json::Value`s, whose keys come out sorted: that is the
 //! order the proxy has always printed them in.
+//!
+//! Sizes in the text lines read as people write them: bytes moved as
+//! [`HumanBytes`] (`1.07 GB`), with the exact count beside it in the
+//! summary, whose totals a reader compares with what the peers received;
+//! sizes that a flag sets or that pipes grow to as the flags take them
+//! ([`size_label`]: `16KiB`, `1MiB`), exact. The JSON keeps every count in
+//! bytes.
 
 use super::Format;
 use crate::proxy::events::{End, FdLimitAt, Listening, ProxyEvent, Summary};
 use crate::proxy::latency_bench::Row;
+use crate::units::{size_label, HumanBytes};
 use std::io::Write;
 
 /// Prints one proxy event, as text or as one NDJSON line.
@@ -22,26 +30,57 @@ pub fn proxy_event(event: &ProxyEvent, format: Format) {
         let _ = out.flush();
         return;
     }
+    let line = text_line(event);
+    if let ProxyEvent::Listening(_) = event {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+        return;
+    }
+    // One write(2) per line: stderr is unbuffered, and `writeln!` would
+    // make three of them, one per piece, for every connection that closes.
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// A size a flag sets, or a pipe grows to, as the flags take it (`16KiB`,
+/// `1MiB`, `64K`), exact; in bytes when no unit fits it (`8193 B`).
+fn size(bytes: usize) -> String {
+    let label = size_label(bytes as u64);
+    if label.bytes().all(|b| b.is_ascii_digit()) {
+        format!("{label} B")
+    } else {
+        label
+    }
+}
+
+/// A byte count for the summary: `9.13 GB (9133096997 B)`, or `512 B`
+/// where the two would say the same.
+fn exact_bytes(bytes: u64) -> String {
+    if bytes < 1000 {
+        format!("{bytes} B")
+    } else {
+        format!("{} ({bytes} B)", HumanBytes(bytes))
+    }
+}
+
+/// One event's text line: `tcp_proxy listening on ...` (for stdout), or
+/// `tcp_proxy: ...` (for stderr).
+fn text_line(event: &ProxyEvent) -> String {
     let line = match event {
-        ProxyEvent::Listening(l) => {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}", listening_text(l));
-            let _ = out.flush();
-            return;
-        }
+        ProxyEvent::Listening(l) => return listening_text(l),
         ProxyEvent::ConnClosed(r) => format!(
-            "conn {} from {} {} after {:.3} s: {} B client->upstream, {} B upstream->client{}",
+            "conn {} from {} {} after {:.3} s: {} client->upstream, {} upstream->client{}",
             r.id,
             r.client,
             End::text(&r.end),
             r.seconds,
-            r.client_to_upstream,
-            r.upstream_to_client,
+            HumanBytes(r.client_to_upstream),
+            HumanBytes(r.upstream_to_client),
             match (r.pipe_client_to_upstream, r.pipe_upstream_to_client) {
                 (None, None) => String::new(),
                 (up, down) => {
-                    let size = |p: Option<usize>| p.map_or("none".to_string(), |p| format!("{p} B"));
-                    format!("; pipes {} and {}", size(up), size(down))
+                    let pipe = |p: Option<usize>| p.map_or("none".to_string(), size);
+                    format!("; pipes {} and {}", pipe(up), pipe(down))
                 }
             }
         ),
@@ -54,9 +93,13 @@ pub fn proxy_event(event: &ProxyEvent, format: Format) {
             pipe_budget,
             pipes_grown,
         } => format!(
-            "conn {id}: the {direction} pipe stays at {from} B: growing it to {to} B was refused by {} \
-             (pipes have grown by {pipes_grown} B of the {pipe_budget} B budget); said once, the summary counts them all",
-            refused_by.text()
+            "conn {id}: the {direction} pipe stays at {}: growing it to {} was refused by {} \
+             (pipes have grown by {} of the {} budget); said once, the summary counts them all",
+            size(*from),
+            size(*to),
+            refused_by.text(),
+            size(*pipes_grown),
+            size(*pipe_budget)
         ),
         ProxyEvent::UpstreamFailed {
             id,
@@ -120,9 +163,7 @@ pub fn proxy_event(event: &ProxyEvent, format: Format) {
         ),
         ProxyEvent::Stopped(s) => stopped_text(s),
     };
-    // One write(2) per line: stderr is unbuffered, and `writeln!` would
-    // make three of them, one per piece, for every connection that closes.
-    let _ = std::io::stderr().write_all(format!("tcp_proxy: {line}\n").as_bytes());
+    format!("tcp_proxy: {line}")
 }
 
 fn listening_text(l: &Listening) -> String {
@@ -133,16 +174,18 @@ fn listening_text(l: &Listening) -> String {
         l.mode,
         match (l.pipe_budget, l.splice_after) {
             (Some(budget), after) => format!(
-                "{}, pipes 64 KiB growing to {} B each, {budget} B of growth in all",
+                "{}, pipes {} growing to {} each, {} of growth in all",
                 match after {
                     Some(after) if after > 0 => {
-                        format!("bursts copied until a read fills {after} B")
+                        format!("bursts copied until a read fills {}", size(after))
                     }
                     _ => "every byte spliced".to_string(),
                 },
-                l.buffer_size
+                size(crate::proxy::pipes::START_SIZE),
+                size(l.buffer_size),
+                size(budget)
             ),
-            (None, _) => format!("buffer {} B", l.buffer_size),
+            (None, _) => format!("buffer {}", size(l.buffer_size)),
         },
         l.threads,
         if l.nodelay { "on" } else { "OFF" },
@@ -151,13 +194,15 @@ fn listening_text(l: &Listening) -> String {
             (true, Some(name)) => format!("{name} (system default)"),
             (_, None) => "system default".to_string(),
         },
-        capacity_text(&l.capacity)
+        capacity_text(l)
     )
 }
 
-/// `descriptors: limit 20000 (raised from 1024), 2 per idle connection and
-/// 6 per busy one: at most 4096 connections`.
-fn capacity_text(c: &crate::proxy::Capacity) -> String {
+/// `descriptors: limit 20000 (raised from 1024): at most 4096 connections,
+/// 2 descriptors each (their sockets); pipes from the 11782 descriptors
+/// left: at most 5891, 2 descriptors each`: the limit, then the plan.
+fn capacity_text(l: &Listening) -> String {
+    let c = &l.capacity;
     let limit = match (c.fd_limit, c.fd_limit_before, c.fd_hard_limit_before) {
         (Some(now), Some(before), Some(hard)) => {
             format!("limit {now} (raised from {before}, and the hard limit from {hard})")
@@ -168,23 +213,7 @@ fn capacity_text(c: &crate::proxy::Capacity) -> String {
         (Some(now), _, _) => format!("limit {now}"),
         (None, _, _) => "limit unknown on this platform".to_string(),
     };
-    let per = if c.fds_per_busy_conn > c.fds_per_conn {
-        format!(
-            "{} per idle connection and {} per busy one",
-            c.fds_per_conn, c.fds_per_busy_conn
-        )
-    } else {
-        format!("{} per connection", c.fds_per_conn)
-    };
-    let most = if c.max_conns < c.max_conns_asked {
-        format!(
-            "at most {} connections (--max-conns {} capped)",
-            c.max_conns, c.max_conns_asked
-        )
-    } else {
-        format!("at most {} connections", c.max_conns)
-    };
-    format!("descriptors: {limit}, {per}: {most}")
+    format!("descriptors: {limit}: {}", l.capacity_plan)
 }
 
 fn stopped_text(s: &Summary) -> String {
@@ -197,7 +226,7 @@ fn stopped_text(s: &Summary) -> String {
         String::new()
     };
     format!(
-        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} refused at the descriptor limit (accept paused {} times), {} reset by a peer, {} errors, {} cut at the drain deadline, {} pipe growths refused; {} B client->upstream, {} B upstream->client{pipes}",
+        "stopped: {} connections accepted, {} rejected, {} upstream failures, {} refused at the descriptor limit (accept paused {} times), {} reset by a peer, {} errors, {} cut at the drain deadline, {} pipe growths refused; {} client->upstream, {} upstream->client{pipes}",
         s.accepted,
         s.rejected,
         s.upstream_failures,
@@ -207,8 +236,8 @@ fn stopped_text(s: &Summary) -> String {
         s.errors,
         s.cut_at_deadline,
         s.pipe_growths_refused,
-        s.client_to_upstream,
-        s.upstream_to_client
+        exact_bytes(s.client_to_upstream),
+        exact_bytes(s.upstream_to_client)
     )
 }
 
@@ -305,10 +334,13 @@ mod tests {
             congestion_is_system_default: true,
             capacity: crate::proxy::Capacity::compute(crate::config::proxy::Mode::Tokio, 3, None)
                 .unwrap(),
+            capacity_plan: String::new(),
             pipe_budget: None,
             splice_after: None,
         };
-        let fds = ", descriptors: limit unknown on this platform, 2 per connection: at most 3 connections";
+        l.capacity_plan = l.capacity.plan_text();
+        let fds = ", descriptors: limit unknown on this platform: at most 3 connections, 2 \
+                   descriptors each (their sockets)";
         assert!(listening_text(&l).ends_with(&format!(
             "TCP_NODELAY OFF, congestion bbr (system default){fds}"
         )));
@@ -316,7 +348,7 @@ mod tests {
         assert!(listening_text(&l).ends_with(&format!("congestion bbr{fds}")));
         l.congestion = None;
         assert!(listening_text(&l).ends_with(&format!("congestion system default{fds}")));
-        let json = serde_json::to_value(ProxyEvent::Listening(l.clone())).unwrap();
+        let json = serde_json::to_value(ProxyEvent::Listening(Box::new(l.clone()))).unwrap();
         assert_eq!(json["event"], "listening");
         assert_eq!(json["addr"], "127.0.0.1:1");
         // splice says how it moves small bursts: --splice-after, or 0.
@@ -324,9 +356,81 @@ mod tests {
         l.pipe_budget = Some(1 << 20);
         l.splice_after = Some(16384);
         assert!(listening_text(&l).contains(
-            "mode splice, bursts copied until a read fills 16384 B, pipes 64 KiB growing to 8 B each"
+            "mode splice, bursts copied until a read fills 16KiB, pipes 64KiB growing to 8 B each, \
+             1MiB of growth in all"
         ));
         l.splice_after = Some(0);
         assert!(listening_text(&l).contains("mode splice, every byte spliced, pipes"));
+        l.mode = "tokio";
+        l.pipe_budget = None;
+        l.splice_after = None;
+        l.buffer_size = 64 << 10;
+        assert!(listening_text(&l).contains("mode tokio, buffer 64KiB, threads 1"));
+        l.buffer_size = 8193;
+        assert!(listening_text(&l).contains("mode tokio, buffer 8193 B, threads 1"));
+    }
+
+    /// Golden lines: a connection's bytes for people, its pipes as the
+    /// flags take sizes; the summary's totals with the exact count too.
+    #[test]
+    fn byte_counts_read_as_people_write_them() {
+        let conn = crate::proxy::ConnReport {
+            id: 7,
+            client: "127.0.0.1:50412".parse().unwrap(),
+            client_to_upstream: 9_133_096_997,
+            upstream_to_client: 512,
+            seconds: 0.412,
+            end: End::Closed,
+            pipe_client_to_upstream: Some(1 << 20),
+            pipe_upstream_to_client: None,
+        };
+        assert_eq!(
+            text_line(&ProxyEvent::ConnClosed(conn.clone())),
+            "tcp_proxy: conn 7 from 127.0.0.1:50412 closed after 0.412 s: 9.13 GB \
+             client->upstream, 512 B upstream->client; pipes 1MiB and none"
+        );
+        let plain = crate::proxy::ConnReport {
+            pipe_client_to_upstream: None,
+            upstream_to_client: 1_500_000,
+            ..conn
+        };
+        assert!(text_line(&ProxyEvent::ConnClosed(plain))
+            .ends_with(": 9.13 GB client->upstream, 1.50 MB upstream->client"));
+        let summary = Summary {
+            accepted: 3,
+            client_to_upstream: 9_133_096_997,
+            upstream_to_client: 999,
+            ..Summary::default()
+        };
+        let line = text_line(&ProxyEvent::Stopped(summary));
+        assert!(
+            line.ends_with(
+                "0 pipe growths refused; 9.13 GB (9133096997 B) client->upstream, 999 B \
+                 upstream->client"
+            ),
+            "{line}"
+        );
+        let refused = ProxyEvent::PipeGrowthRefused {
+            id: 4,
+            direction: "upstream_to_client",
+            from: 128 << 10,
+            to: 256 << 10,
+            refused_by: crate::proxy::events::RefusedBy::Budget,
+            pipe_budget: 128 << 10,
+            pipes_grown: 64 << 10,
+        };
+        assert_eq!(
+            text_line(&refused),
+            "tcp_proxy: conn 4: the upstream_to_client pipe stays at 128KiB: growing it to \
+             256KiB was refused by --pipe-budget (pipes have grown by 64KiB of the 128KiB \
+             budget); said once, the summary counts them all"
+        );
+        // The JSON keeps the counts in bytes.
+        let json = serde_json::to_value(ProxyEvent::Stopped(Summary {
+            client_to_upstream: 9_133_096_997,
+            ..Summary::default()
+        }))
+        .unwrap();
+        assert_eq!(json["client_to_upstream"], 9_133_096_997u64);
     }
 }

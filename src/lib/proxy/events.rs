@@ -113,7 +113,8 @@ pub struct Summary {
     pub pipes_in_use: usize,
     pub pipes_pooled: usize,
     /// `--mode splice`: directions that found no pipe (all `pipes_max`
-    /// open, or the kernel refused one) and copied through a buffer.
+    /// open, or the kernel refused one) and copied a burst through a
+    /// buffer; each counted once, however many bursts it copied.
     pub pipes_unavailable: u64,
 }
 
@@ -137,6 +138,10 @@ pub struct Listening {
     /// most connections served at once (`--max-conns`, capped).
     #[serde(flatten)]
     pub capacity: super::Capacity,
+    /// The capacity plan in words: how many connections fit, at two
+    /// descriptors each, and in `splice` that the pipes come from the
+    /// descriptors they leave ([`super::Capacity::plan_text`]).
+    pub capacity_plan: String,
     /// `--mode splice`: the pipes may grow by this much in all (`--pipe-budget`);
     /// `buffer_size` is then each pipe's maximum. Absent in the other modes.
     pub pipe_budget: Option<usize>,
@@ -159,6 +164,7 @@ impl Listening {
             congestion: crate::congestion::Congestion::effective(cfg.congestion),
             congestion_is_system_default: cfg.congestion.is_none(),
             capacity: capacity.clone(),
+            capacity_plan: capacity.plan_text(),
             pipe_budget: splice.then_some(cfg.pipe_budget),
             splice_after: splice.then_some(cfg.splice_after),
         }
@@ -170,8 +176,9 @@ impl Listening {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum ProxyEvent {
-    /// The first event: the listener is registered and accepting.
-    Listening(Listening),
+    /// The first event: the listener is registered and accepting. Boxed:
+    /// it is by far the largest event, and sent once.
+    Listening(Box<Listening>),
     /// A connection ended, however it ended.
     ConnClosed(ConnReport),
     /// The upstream refused or did not answer; the client was closed.
@@ -230,9 +237,11 @@ pub enum ProxyEvent {
         fd_limit: Option<u64>,
     },
     /// The first time a splice direction found no pipe: all `pipes_max`
-    /// pipes were open, or the kernel refused one (`error`, e.g. EMFILE).
-    /// That direction copies through a 64 KiB buffer instead; sent once
-    /// per run, the summary counts every one (`pipes_unavailable`).
+    /// pipes were open (0 when the connections take every descriptor), or
+    /// the kernel refused one (`error`, e.g. EMFILE). That direction
+    /// copies its burst through a 64 KiB buffer instead, and tries for a
+    /// pipe again at its next burst; sent once per run, the summary counts
+    /// every such direction (`pipes_unavailable`).
     PipeUnavailable {
         id: u64,
         direction: &'static str,

@@ -349,8 +349,9 @@ impl Ctx {
     }
 
     /// A splice direction of connection `id` found no pipe (`error`: the
-    /// kernel refused one; else all `pipes_max` are open) and copies
-    /// through a buffer instead: counted, and the first one reported.
+    /// kernel refused one; else all `pipes_max` are open) and copies its
+    /// burst through a buffer instead: counted once per direction, and the
+    /// first one of the run reported.
     pub(crate) fn pipe_unavailable(
         &self,
         id: u64,
@@ -450,8 +451,6 @@ pub fn run(
             cfg.mode.name()
         )));
     }
-    // Before the runtime opens its descriptors: they are in the headroom.
-    let capacity = Capacity::at_start(cfg.mode, cfg.max_conns)?;
     let runtime = if cfg.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -465,6 +464,9 @@ pub fn run(
             .build()
     }
     .map_err(|e| Error::io("cannot start the tokio runtime", e))?;
+    // Once the runtime is up: its epoll and wake-up descriptors are then
+    // counted as open, where a guess for them used to sit in the headroom.
+    let capacity = Capacity::at_start(cfg.mode, cfg.max_conns)?;
     let ctx = Arc::new(Ctx::new(cfg, capacity, events));
     // The accept loop runs as a task on the runtime, not on this thread:
     // a connection it spawns then starts on the worker that accepted it,
@@ -491,11 +493,8 @@ async fn accept_loop(
     let addr = listener
         .local_addr()
         .map_err(|e| Error::io("cannot read the bound address", e))?;
-    ctx.emit(ProxyEvent::Listening(events::Listening::new(
-        addr,
-        &ctx.cfg,
-        &ctx.capacity,
-    )));
+    let listening = events::Listening::new(addr, &ctx.cfg, &ctx.capacity);
+    ctx.emit(ProxyEvent::Listening(Box::new(listening)));
     if ctx.capacity.capped() {
         ctx.emit(ProxyEvent::MaxConnsCapped {
             max_conns_asked: ctx.capacity.max_conns_asked,

@@ -133,8 +133,10 @@ struct Idle {
 /// holds bytes (an error mid-drain) is closed instead: nothing of one
 /// connection may reach another. The pool keeps at most `max_pooled`
 /// pipes, and in use and pooled together there are at most `max_pipes`,
-/// both sized from the descriptor limit (`super::capacity`). A direction
-/// that finds no pipe (the cap, or the kernel's EMFILE) copies through a
+/// both sized from the descriptor limit (`super::capacity`): from the
+/// descriptors left once the connections have their sockets, so that a
+/// pipe is taken only when the descriptors allow. A direction that finds
+/// no pipe (the cap, or the kernel's EMFILE) copies that burst through a
 /// buffer instead, and the connection goes on.
 #[derive(Debug)]
 pub struct PipePool {
@@ -168,6 +170,14 @@ impl PipePool {
             created: AtomicU64::new(0),
             reused: AtomicU64::new(0),
         }
+    }
+
+    /// Whether a new pipe may be made: fewer than `max_pipes` are open.
+    /// `max_pipes` is what the descriptor limit leaves once the
+    /// connections have their sockets (`super::capacity`), so a pipe never
+    /// takes a descriptor a connection was planned to have.
+    pub fn has_room(&self) -> bool {
+        self.open.load(Ordering::Relaxed) < self.max_pipes
     }
 
     /// The growth budget.

@@ -35,8 +35,11 @@
 //! `--buffer-size` under `--pipe-budget`, and given back to the pool as
 //! soon as a fill finds nothing queued (`super::pipes`). Request and
 //! response traffic is cheaper copied (`copy_small_bursts` says by how
-//! much); bulk is cheaper spliced. A direction that finds no pipe copies
-//! like `tokio` with a 64 KiB buffer.
+//! much); bulk is cheaper spliced. A direction that finds no pipe free
+//! copies that burst like `tokio`, with a 64 KiB buffer, and tries for a
+//! pipe again at its next burst: the descriptor limit plans none for a
+//! connection (`super::capacity`), so under a tight limit every direction
+//! copies.
 
 use super::events::End;
 use super::pipes::{GrowingPipe, START_SIZE};
@@ -166,18 +169,42 @@ async fn pump(
 ) -> io::Result<()> {
     loop {
         poll_fn(|cx| from.poll_read_ready(cx)).await?;
-        let mut buf = Vec::with_capacity(buffer_size);
-        loop {
-            match from.try_read_buf(&mut buf) {
-                // Half-close: pass the EOF on; the other direction keeps going.
-                Ok(0) => return pass_eof(to, one_ended),
-                Ok(_) => {
-                    write_all(to, &buf, counter, meter).await?;
-                    buf.clear();
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e),
+        if let Burst::Ended = copy_burst(from, to, buffer_size, counter, meter, one_ended).await? {
+            return Ok(());
+        }
+    }
+}
+
+/// How [`copy_burst`] ended.
+enum Burst {
+    /// `from` would block: everything queued was copied.
+    Drained,
+    /// The EOF came and was passed on: the direction is done.
+    Ended,
+}
+
+/// Reads and writes with a fresh buffer of `buffer_size` until `from`
+/// would block (which clears its readiness) or reaches its EOF, and frees
+/// the buffer.
+async fn copy_burst(
+    from: &TcpStream,
+    to: &TcpStream,
+    buffer_size: usize,
+    counter: &AtomicU64,
+    meter: &Meter,
+    one_ended: &AtomicBool,
+) -> io::Result<Burst> {
+    let mut buf = Vec::with_capacity(buffer_size);
+    loop {
+        match from.try_read_buf(&mut buf) {
+            // Half-close: pass the EOF on; the other direction keeps going.
+            Ok(0) => return pass_eof(to, one_ended).map(|()| Burst::Ended),
+            Ok(_) => {
+                write_all(to, &buf, counter, meter).await?;
+                buf.clear();
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Burst::Drained),
+            Err(e) => return Err(e),
         }
     }
 }
@@ -322,6 +349,12 @@ struct SpliceDirection<'a> {
 /// `super::pipes`); a refused growth is reported and the pipe keeps its
 /// size.
 ///
+/// A burst that finds no pipe free (all `pipes_max` are open, or the
+/// kernel refuses one) is copied like `tokio` ([`copy_burst`]), and the
+/// next burst tries for a pipe again: a connection needs no pipe to work,
+/// so the descriptor limit plans none for it (`super::capacity`). The
+/// first such burst of a direction is counted (`pipes_unavailable`).
+///
 /// A pipe is held only while bytes are queued: when a fill finds nothing,
 /// the empty pipe goes back to the pool and the direction waits for its
 /// next byte holding two sockets, like HAProxy, which releases a pipe as
@@ -358,13 +391,20 @@ async fn splice_pump(
         }
     }
     let from = from.as_ref();
+    let mut copied = false;
     loop {
         let (mut pipe, mut n) = match take_pipe_for_bytes(from, ctx).await? {
             Taken::Pipe(pipe, n) => (pipe, n),
             Taken::Eof => return pass_eof(to, one_ended),
             Taken::Refused(refused) => {
-                ctx.pipe_unavailable(id, direction.name, refused.as_ref());
-                return pump(from, to, START_SIZE, direction.counter, meter, one_ended).await;
+                if !std::mem::replace(&mut copied, true) {
+                    ctx.pipe_unavailable(id, direction.name, refused.as_ref());
+                }
+                let burst = copy_burst(from, to, START_SIZE, direction.counter, meter, one_ended);
+                match burst.await? {
+                    Burst::Ended => return Ok(()),
+                    Burst::Drained => continue,
+                }
             }
         };
         direction.size.store(pipe.capacity(), Ordering::Relaxed);
@@ -486,7 +526,9 @@ enum Taken<'a> {
 /// the fill is tried at once and the pipe goes straight back if nothing
 /// was there (no system call spent, where a peek costs one); with none
 /// pooled, a peek waits for a byte (or the EOF) to be really there before
-/// a pipe is made, so that idle connections never fill the pool.
+/// a pipe is made, so that idle connections never fill the pool. When
+/// every pipe the descriptors allow is open, it says so at once, without
+/// the peek: the copy that follows reads whatever is there, or the EOF.
 async fn take_pipe_for_bytes<'a>(from: &TcpStream, ctx: &'a Ctx) -> io::Result<Taken<'a>> {
     use tokio::io::Interest;
 
@@ -494,6 +536,7 @@ async fn take_pipe_for_bytes<'a>(from: &TcpStream, ctx: &'a Ctx) -> io::Result<T
         from.readable().await?;
         let mut pipe = match ctx.pipes.take_pooled(ctx.cfg.buffer_size) {
             Some(pipe) => pipe,
+            None if !ctx.pipes.has_room() => return Ok(Taken::Refused(None)),
             None => {
                 // poll_peek, not peek(): that future's waiter is 232 bytes
                 // of every connection's task.
