@@ -9,10 +9,11 @@ use netspeed::output::progress::Progress;
 use netspeed::output::report::{
     self, client::client_end_event, client::client_start, duplex::ReverseInterval, server::Interval,
 };
-use netspeed::output::{run_binary, start, timeline, timeline_of, Format};
+use netspeed::output::{iperf3, run_binary, start, timeline, timeline_of, Format};
 use netspeed::shutdown::Shutdown;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::SystemTime;
 
 fn main() {
     run_binary(ClientArgs::command, run);
@@ -39,6 +40,9 @@ fn run_mode(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
         ClientMode::FindLimit { search, plot } => {
             return find_limit(cfg, search, plot.as_deref(), shutdown)
         }
+    }
+    if cfg.iperf3_json {
+        return iperf3_json(cfg, shutdown);
     }
     let mut progress = Progress::new(client::planned_bytes(cfg), !cfg.quiet && !cfg.json);
     if cfg.json_stream {
@@ -127,6 +131,66 @@ fn duplex(cfg: &ClientConfig, shutdown: &Shutdown, progress: Progress) -> Result
         timeline::write_svg(path, &timeline_of::of_duplex(&result, &received, &probes))?;
     }
     Ok(result.exit_code())
+}
+
+/// `--iperf3-json`: the run (an upload, `-R` or `--bidir`) as one iperf3
+/// document on stdout, and nothing else there; a run that fails writes
+/// iperf3's error document, and its one-line error on stderr.
+fn iperf3_json(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
+    let meta = iperf3::Meta::client(cfg, SystemTime::now());
+    let progress = Progress::new(client::planned_bytes(cfg), false);
+    // Every interval a reverse stream's receiver counted.
+    let received = Mutex::new(Vec::new());
+    let collect = |r: &netspeed::meter::account::PeerReport| {
+        received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(r.clone());
+    };
+    let on_server = |go: &dyn Fn(&ClientConfig) -> Result<(serde_json::Value, i32)>| {
+        if cfg.local {
+            netspeed::local::with_local_server(cfg, None, go)
+        } else {
+            go(cfg)
+        }
+    };
+    let outcome = if cfg.traffic.has_reverse() {
+        on_server(&|cfg: &ClientConfig| {
+            let events = Some(&collect as client::reverse::ReceiveEvents);
+            let (mut report, probes) = latency::probed(cfg, shutdown, || {
+                duplex::run(cfg, shutdown, &progress, events)
+            })?;
+            duplex::attach_round_trips(&mut report, &probes);
+            let received = received.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(path) = &cfg.timeline_plot {
+                timeline::write_svg(path, &timeline_of::of_duplex(&report, &received, &probes))?;
+            }
+            let doc = iperf3::client::duplex(&report, &received, &meta);
+            Ok((doc, report.exit_code()))
+        })
+    } else {
+        on_server(&|cfg: &ClientConfig| {
+            let (mut report, probes) = latency::probed(cfg, shutdown, || {
+                client::run_with_progress(cfg, shutdown, &progress)
+            })?;
+            latency::attach_upload(&mut report, &probes);
+            if let Some(path) = &cfg.timeline_plot {
+                timeline::write_svg(path, &timeline_of::of_upload(&report, &probes))?;
+            }
+            Ok((iperf3::client::upload(&report, &meta), report.exit_code()))
+        })
+    };
+    match outcome {
+        Ok((doc, code)) => {
+            println!("{doc}");
+            Ok(code)
+        }
+        Err(e) => {
+            let e = e.after_signal(shutdown.signal());
+            println!("{}", iperf3::client::failed(&meta, &e.to_string()));
+            Err(e)
+        }
+    }
 }
 
 /// `--sweep`: seed 001's table, one run per size and client count.

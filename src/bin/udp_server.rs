@@ -3,20 +3,29 @@
 use clap::CommandFactory;
 use netspeed::config::{ServerArgs, ServerConfig};
 use netspeed::error::Result;
-use netspeed::output::report::server::Listening;
-use netspeed::output::{metrics_http, run_binary, start, Format};
+use netspeed::output::report::server::{Listening, ServerOutput};
+use netspeed::output::{metrics_http, run_binary, start};
 use netspeed::server::metrics::{Board, ServerInfo};
 use netspeed::server::{self, ServerEvent};
-use std::io::Write;
+use netspeed::shutdown::Shutdown;
 use std::sync::Arc;
 
 fn main() {
     run_binary(ServerArgs::command, run);
 }
 
-fn run() -> Result<()> {
+fn run() -> Result<i32> {
     let (cfg, shutdown) = start(ServerConfig::from_args, |cfg| cfg.sched)?;
-    let listener = server::bind(&cfg)?;
+    let mut output = ServerOutput::from_flags(cfg.json, cfg.iperf3_json, cfg.interval);
+    let served = serve(&cfg, &shutdown, &mut output);
+    if let Err(e) = &served {
+        output.failed(&mut std::io::stdout().lock(), &e.to_string());
+    }
+    served
+}
+
+fn serve(cfg: &ServerConfig, shutdown: &Shutdown, output: &mut ServerOutput) -> Result<i32> {
+    let listener = server::bind(cfg)?;
     let bound = &listener.bound;
     if listener.fell_back_to_ipv4 {
         eprintln!("udp_server: IPv6 is unavailable; listening on IPv4 only");
@@ -40,27 +49,21 @@ fn run() -> Result<()> {
             metrics_http::start(addr, Arc::clone(&board), shutdown.clone()).map(|e| (board, e))
         })
         .transpose()?;
-    let format = Format::from_flags(cfg.json);
     let mut out = std::io::stdout().lock();
     let metrics_addr = metrics.as_ref().map(|(_, endpoint)| endpoint.addr);
-    let _ = writeln!(
-        out,
-        "{}",
-        format.show(&Listening {
+    output.listening(
+        &mut out,
+        &Listening {
             bound,
-            cfg: &cfg,
+            cfg,
             metrics: metrics_addr,
-        })
+        },
     );
-    let _ = out.flush();
     let summary = server::run_with(
         bound,
-        &cfg,
-        &shutdown,
-        &mut |event: ServerEvent| {
-            let _ = writeln!(out, "{}", format.show(&event));
-            let _ = out.flush();
-        },
+        cfg,
+        shutdown,
+        &mut |event: ServerEvent| output.event(&mut out, event),
         metrics.as_ref().map(|(board, _)| &**board),
     );
     // The endpoint stops on the same flag (set already, unless the server
@@ -69,6 +72,5 @@ fn run() -> Result<()> {
     if let Some((_, endpoint)) = metrics {
         endpoint.join();
     }
-    let _ = writeln!(out, "{}", format.show(&summary?));
-    Ok(())
+    Ok(output.last(&mut out, &summary?))
 }

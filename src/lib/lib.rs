@@ -17,7 +17,11 @@
 //!   chosen once ([`output::Format`]) and every report knows how it looks
 //!   in each: [`output::report`] (UDP text and JSON, by role:
 //!   [`output::report::server`], [`output::report::client`],
-//!   [`output::report::duplex`]), [`output::limit`] (`--find-limit`'s
+//!   [`output::report::duplex`]), [`output::iperf3`] (`--iperf3-json`:
+//!   one document in iperf3's `-J` shape, a pure mapping from the
+//!   client's reports, [`output::iperf3::client`], and from the server's
+//!   events, [`output::iperf3::server`], unit-tested in
+//!   `output/iperf3/tests.rs`), [`output::limit`] (`--find-limit`'s
 //!   trial lines, result and chart), [`output::sweep`] (`--sweep`'s table
 //!   and chart), [`output::timeline`] (`udp_client --plot` on an ordinary
 //!   run: rate and delay on one time axis, gathered from a run's reports

@@ -202,6 +202,12 @@ pub struct ClientArgs {
     /// with --local), then `end` with the report --json would print.
     #[arg(long, conflicts_with = "json")]
     pub json_stream: bool,
+    /// Write one JSON document in iperf3's -J shape for a UDP test (start,
+    /// intervals, end), for tools that read iperf3; nothing else goes to
+    /// stdout. Reports every second unless -i says otherwise. Not with
+    /// --json, --json-stream, --sweep, --find-limit or --no-server.
+    #[arg(long)]
+    pub iperf3_json: bool,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -241,6 +247,7 @@ pub struct ClientFile {
     pub priority: Option<i32>,
     pub psk_file: Option<PathBuf>,
     pub json: Option<bool>,
+    pub iperf3_json: Option<bool>,
     pub quiet: Option<bool>,
     pub reverse: Option<bool>,
     pub bidir: Option<bool>,
@@ -251,8 +258,8 @@ pub struct ClientFile {
 crate::impl_layer!(ClientFile {
     option: [
         server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, interval, batch,
-        gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, psk_file, json, quiet,
-        reverse, bidir, recv_buffer_size, idle_probe,
+        gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, psk_file, json,
+        iperf3_json, quiet, reverse, bidir, recv_buffer_size, idle_probe,
     ]
     group: [[packets, total_send, duration]]
 });
@@ -294,6 +301,7 @@ impl ClientFile {
             priority: args.sched.priority,
             psk_file: args.psk.psk_file.clone(),
             json: args.json.then_some(true),
+            iperf3_json: args.iperf3_json.then_some(true),
             quiet: args.quiet.then_some(true),
             reverse: args.reverse.then_some(true),
             bidir: args.bidir.then_some(true),
@@ -364,6 +372,8 @@ pub struct ClientConfig {
     pub json: bool,
     /// `--json-stream`: NDJSON events as they happen.
     pub json_stream: bool,
+    /// `--iperf3-json`: one document in iperf3's `-J` shape.
+    pub iperf3_json: bool,
     pub quiet: bool,
     /// One run, a sweep, or a search.
     pub mode: ClientMode,
@@ -499,6 +509,39 @@ fn search_settings(args: &ClientArgs, no_server: bool) -> Result<Option<SearchSe
         trial,
         pause: args.trial_pause.unwrap_or(Duration::from_millis(500)),
     }))
+}
+
+/// `--interval`'s default, and iperf3's: a line every second.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `--iperf3-json` writes one iperf3 document of one ordinary run: not
+/// beside another JSON output, a sweep, a search, or a run without a
+/// server's figures (a flag's and a config file's `iperf3_json` alike).
+fn iperf3_json_alone(
+    json_stream: bool,
+    json: bool,
+    no_server: bool,
+    mode: &ClientMode,
+) -> Result<()> {
+    let other = if json_stream {
+        Some("--json-stream")
+    } else if json {
+        Some("--json")
+    } else if matches!(mode, ClientMode::Sweep { .. }) {
+        Some("--sweep")
+    } else if matches!(mode, ClientMode::FindLimit { .. }) {
+        Some("--find-limit")
+    } else if no_server {
+        Some("--no-server")
+    } else {
+        None
+    };
+    match other {
+        Some(other) => Err(Error::usage(format!(
+            "--iperf3-json writes one iperf3 document of one run: it cannot be combined with {other}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `--bind`: an IP (any port) or IP:PORT, of the server's family; a fixed
@@ -703,6 +746,11 @@ impl ClientConfig {
         let timeline_plot = matches!(mode, ClientMode::Run)
             .then_some(args.plot)
             .flatten();
+        let iperf3_json = l.iperf3_json.unwrap_or(false);
+        if iperf3_json {
+            let (json, no_server) = (l.json == Some(true), l.no_server == Some(true));
+            iperf3_json_alone(args.json_stream, json, no_server, &mode)?;
+        }
         let idle_probe = duration(l.idle_probe, "idle_probe")?.unwrap_or(DEFAULT_IDLE_PROBE);
         if idle_probe > MAX_IDLE_PROBE {
             return Err(Error::usage(format!(
@@ -727,7 +775,9 @@ impl ClientConfig {
             connected: l.connected.unwrap_or(!plain_send),
             clients: client_list[0],
             end_timeout: duration(l.end_timeout, "end_timeout")?.unwrap_or(Duration::from_secs(1)),
-            interval: Some(duration(l.interval, "interval")?.unwrap_or(Duration::from_secs(1)))
+            // iperf3 reports every second: so does --iperf3-json, unless
+            // an interval was given.
+            interval: Some(duration(l.interval, "interval")?.unwrap_or(DEFAULT_INTERVAL))
                 .filter(|d| !d.is_zero()),
             batch,
             gso,
@@ -738,6 +788,7 @@ impl ClientConfig {
             sched,
             json: l.json.unwrap_or(false) || args.json_stream,
             json_stream: args.json_stream,
+            iperf3_json,
             quiet: l.quiet.unwrap_or(false),
             traffic,
             recv_buffer_size,

@@ -691,6 +691,48 @@ mod tests {
     }
 
     #[test]
+    fn iperf3_json_reports_every_second_and_stands_alone() {
+        // A line a second, as iperf3's, unless an interval was given.
+        let cfg = client(&["--iperf3-json"]).unwrap();
+        assert!(cfg.iperf3_json);
+        assert_eq!(cfg.interval, Some(Duration::from_secs(1)));
+        let cfg = client(&["--iperf3-json", "-i", "500ms"]).unwrap();
+        assert_eq!(cfg.interval, Some(Duration::from_millis(500)));
+        let cfg = server(&["--one-off", "--iperf3-json"]).unwrap();
+        assert!(cfg.iperf3_json);
+        assert_eq!(cfg.interval, Some(Duration::from_secs(1)));
+        // A config file's key is the flag.
+        let file = TempConfig::new("iperf3_json = true\ninterval = \"2s\"\n");
+        let cfg = client(&["--config", file.arg()]).unwrap();
+        assert!(cfg.iperf3_json);
+        assert_eq!(cfg.interval, Some(Duration::from_secs(2)));
+        file.write("iperf3_json = true\none_off = true\n");
+        assert!(server(&["--config", file.arg()]).unwrap().iperf3_json);
+        // One document, of one run: nothing beside it.
+        for (args, says) in [
+            (&["--iperf3-json", "--json"][..], "--json"),
+            (&["--iperf3-json", "--json-stream"], "--json-stream"),
+            (&["--iperf3-json", "--find-limit"], "--find-limit"),
+            (&["--iperf3-json", "--sweep", "100,200"], "--sweep"),
+            (&["--iperf3-json", "--no-server"], "--no-server"),
+        ] {
+            let err = client(args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+            assert!(err.to_string().contains(says), "{args:?}: {err}");
+        }
+        file.write("iperf3_json = true\njson = true\n");
+        let err = client(&["--config", file.arg()]).unwrap_err();
+        assert!(err.to_string().contains("--json"), "{err}");
+        for args in [
+            &["--iperf3-json"][..],
+            &["--iperf3-json", "--one-off", "--json"],
+        ] {
+            let err = server(args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+        }
+    }
+
+    #[test]
     fn the_defaults_alone_are_valid() {
         let cfg = ServerConfig::default();
         assert_eq!(cfg.listen, "[::]:35000".parse().unwrap());

@@ -96,6 +96,13 @@ pub struct ServerArgs {
     /// summarised. Foreign traffic and idle sessions do not end it.
     #[arg(short = '1', long)]
     pub one_off: bool,
+    /// With --one-off: write one JSON document in iperf3's -J shape for
+    /// the test it served, from the server's side (what it received, or
+    /// sent), and nothing else to stdout; the listening line goes to
+    /// stderr. Reports every second unless -i says otherwise. Not with
+    /// --json.
+    #[arg(long)]
+    pub iperf3_json: bool,
     /// Serve Prometheus metrics over HTTP at this address (e.g.
     /// 127.0.0.1:9477; port 0 picks a free port, printed at start): GET
     /// /metrics. Bind it to localhost or a management network [default: off].
@@ -151,6 +158,7 @@ pub struct ServerFile {
     pub psk_file: Option<PathBuf>,
     pub json: Option<bool>,
     pub one_off: Option<bool>,
+    pub iperf3_json: Option<bool>,
     pub metrics: Option<String>,
     pub metrics_retain: Option<DurationValue>,
     pub max_duration: Option<DurationValue>,
@@ -162,8 +170,8 @@ pub struct ServerFile {
 crate::impl_layer!(ServerFile {
     option: [
         interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
-        scheduler, priority, psk_file, json, one_off, metrics, metrics_retain, max_duration,
-        max_rate, max_reverse_streams, max_reverse_streams_per_source,
+        scheduler, priority, psk_file, json, one_off, iperf3_json, metrics, metrics_retain,
+        max_duration, max_rate, max_reverse_streams, max_reverse_streams_per_source,
     ]
     group: [[listen, port]]
 });
@@ -172,7 +180,7 @@ impl ServerFile {
     /// The defaults, as a layer.
     pub fn defaults() -> Self {
         ServerFile {
-            interval: Some(DurationValue::Parsed(Duration::from_secs(1))),
+            interval: Some(DurationValue::Parsed(super::DEFAULT_INTERVAL)),
             idle_timeout: Some(DurationValue::Parsed(Duration::from_secs(2))),
             end_grace: Some(DurationValue::Parsed(DEFAULT_END_GRACE)),
             max_peers: Some(4096),
@@ -206,6 +214,7 @@ impl ServerFile {
             psk_file: args.psk.psk_file.clone(),
             json: args.json.then_some(true),
             one_off: args.one_off.then_some(true),
+            iperf3_json: args.iperf3_json.then_some(true),
             metrics: args.metrics.clone(),
             metrics_retain: args.metrics_retain.map(DurationValue::Parsed),
             max_duration: args.max_duration.map(DurationValue::Parsed),
@@ -237,6 +246,9 @@ pub struct ServerConfig {
     pub json: bool,
     /// `--one-off`: stop after the first session that ends with an End.
     pub one_off: bool,
+    /// `--iperf3-json`: one document in iperf3's `-J` shape for the test
+    /// served (with `one_off`).
+    pub iperf3_json: bool,
     /// `--metrics`: where to serve Prometheus metrics, if anywhere.
     pub metrics: Option<SocketAddr>,
     /// `--metrics-retain`: how long finished peers stay in the metrics.
@@ -347,7 +359,23 @@ impl ServerConfig {
             (None, port) => SocketAddr::from(([0u16; 8], port.unwrap_or(DEFAULT_PORT))),
         };
         let duration = |v: Option<DurationValue>, key| v.map(|v| v.duration(key)).transpose();
-        let interval = duration(l.interval, "interval")?.filter(|i| !i.is_zero());
+        let one_off = l.one_off.unwrap_or(false);
+        let iperf3_json = l.iperf3_json.unwrap_or(false);
+        if iperf3_json && l.json == Some(true) {
+            return Err(Error::usage(
+                "--iperf3-json writes one iperf3 document: it cannot be combined with --json",
+            ));
+        }
+        if iperf3_json && !one_off {
+            return Err(Error::usage(
+                "--iperf3-json writes one document for one test: give --one-off too",
+            ));
+        }
+        // iperf3 reports every second: so does --iperf3-json, unless an
+        // interval was given (the defaults' layer gives one).
+        let interval = duration(l.interval, "interval")?
+            .or(iperf3_json.then_some(super::DEFAULT_INTERVAL))
+            .filter(|i| !i.is_zero());
         let idle_timeout =
             duration(l.idle_timeout, "idle_timeout")?.unwrap_or(Duration::from_secs(2));
         if idle_timeout < Duration::from_millis(10) {
@@ -440,7 +468,8 @@ impl ServerConfig {
             sched: sched_from(l.scheduler, l.priority)?,
             psk,
             json: l.json.unwrap_or(false),
-            one_off: l.one_off.unwrap_or(false),
+            one_off,
+            iperf3_json,
             metrics,
             metrics_retain,
             streams,

@@ -15,6 +15,7 @@
 //! (flags, signals and scheduler, as the UDP binaries begin) and
 //! [`exit_with`] (the one-line error and the exit code).
 
+pub mod iperf3;
 pub mod limit;
 pub mod manual;
 pub mod metrics;

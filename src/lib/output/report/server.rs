@@ -9,12 +9,81 @@ use super::{
 use crate::config::ServerConfig;
 use crate::meter::account::{ConflictReport, DoneReason, LateReport, PeerReport, VersionReport};
 use crate::meter::receiver::Bound;
+use crate::output::iperf3::server::ServerTest;
 use crate::server::reverse::{StreamEnd, StreamInterval, StreamReport};
 use crate::server::total::TotalReport;
 use crate::server::{ServerEvent, ServerSummary};
 use crate::stats::RateSpan;
 use crate::units::HumanBytes;
 use serde_json::json;
+use std::io::Write;
+use std::time::Duration;
+
+/// How udp_server writes what happens, chosen once from the flags: each
+/// line as it comes, as text or NDJSON; or (`--iperf3-json`) one iperf3
+/// document of the test when it stops, with the listening line on stderr
+/// so that a port 0 can still be read.
+pub enum ServerOutput {
+    Lines(super::Format),
+    Iperf3(Box<ServerTest>),
+}
+
+impl ServerOutput {
+    /// `--json`, `--iperf3-json` (with its `--interval`) as given.
+    pub fn from_flags(json: bool, iperf3_json: bool, interval: Option<Duration>) -> ServerOutput {
+        if iperf3_json {
+            ServerOutput::Iperf3(Box::new(ServerTest::new(interval)))
+        } else {
+            ServerOutput::Lines(super::Format::from_flags(json))
+        }
+    }
+
+    /// The listening line.
+    pub fn listening(&mut self, out: &mut dyn Write, line: &Listening) {
+        match self {
+            ServerOutput::Lines(format) => {
+                let _ = writeln!(out, "{}", format.show(line));
+                let _ = out.flush();
+            }
+            ServerOutput::Iperf3(test) => {
+                test.listening_on(line.bound.addr);
+                eprintln!("{}", line.text());
+            }
+        }
+    }
+
+    /// One event as it happens.
+    pub fn event(&mut self, out: &mut dyn Write, event: ServerEvent) {
+        match self {
+            ServerOutput::Lines(format) => {
+                let _ = writeln!(out, "{}", format.show(&event));
+                let _ = out.flush();
+            }
+            ServerOutput::Iperf3(test) => test.observe(&event),
+        }
+    }
+
+    /// The server's last words: its summary, or the iperf3 document; the
+    /// exit code they ask for.
+    pub fn last(&self, out: &mut dyn Write, summary: &ServerSummary) -> i32 {
+        let (text, code) = match self {
+            ServerOutput::Lines(format) => (format.show(summary), 0),
+            ServerOutput::Iperf3(test) => (test.document().to_string(), test.exit_code()),
+        };
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+        code
+    }
+
+    /// The server failed: the iperf3 error document (the one-line error
+    /// goes to stderr, as always).
+    pub fn failed(&self, out: &mut dyn Write, message: &str) {
+        if let ServerOutput::Iperf3(test) = self {
+            let _ = writeln!(out, "{}", test.failed(message));
+            let _ = out.flush();
+        }
+    }
+}
 
 /// The `listening` event, naming the `--metrics` endpoint when it serves.
 pub struct Listening<'a> {
