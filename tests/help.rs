@@ -202,3 +202,24 @@ fn a_small_unitless_total_is_said_to_be_bytes() {
         "{report}"
     );
 }
+
+#[test]
+fn every_binary_says_its_release_and_wire_version() {
+    // Two hosts on different releases compare these lines.
+    let wanted = format!(
+        "{} (wire protocol version {})",
+        env!("CARGO_PKG_VERSION"),
+        netspeed::wire::VERSION
+    );
+    for (bin, name) in [
+        (SERVER, "udp_server"),
+        (CLIENT, "udp_client"),
+        (PROXY, "tcp_proxy"),
+        (SOCKBENCH, "sockbench"),
+    ] {
+        let out = run(bin, &["--version"]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let line = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(line.trim(), format!("{name} {wanted}"));
+    }
+}

@@ -444,3 +444,42 @@ fn a_stream_its_client_cannot_take_in_is_slowed_within_two_seconds() {
         "slowed only at {slowed}"
     );
 }
+
+#[test]
+fn a_flood_of_other_versions_from_forged_sources_gets_no_more_than_each_sources_answers() {
+    let p = public("pbv", 106);
+    let server = Server::start_in(&p.net.server, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let dst = p.server_addr(&server);
+    let victim = SocketAddrV4::new(p.client_public_ip(), 40_000);
+    let before = p.net.server.read_snmp_udp();
+    // 4,000 old Hellos a second for 2 s, all "from" one address and port.
+    let sent = spawn_in(&p.attacker, move || {
+        flood(dst, 4_000, Duration::from_secs(2), &|| false, |i| {
+            let mut d = [0u8; 64];
+            d[..4].copy_from_slice(&wire::MAGIC);
+            d[4] = 3;
+            d[5] = 3;
+            d[8..16].copy_from_slice(&i.to_be_bytes());
+            forged(victim, dst, &d)
+        })
+    })
+    .join()
+    .expect("the flood");
+    let after = p.net.server.read_snmp_udp();
+    let events = server.stop();
+    let answers = delta(&before, &after, "OutDatagrams");
+    // The source's budget, in each second the flood touched.
+    let windows = sent.seconds.ceil() as u64 + 1;
+    assert!(
+        answers <= u64::from(netspeed::meter::account::ANSWERS_PER_SOURCE) * windows,
+        "{answers} answers to {} datagrams from one source over {:.1} s",
+        sent.packets,
+        sent.seconds
+    );
+    assert!(answers > 0, "some were answered");
+    let down = events.last().unwrap();
+    assert_eq!(
+        u(down, "wrong_version"),
+        delta(&before, &after, "InDatagrams")
+    );
+}

@@ -24,7 +24,7 @@ use std::time::Duration;
 #[derive(Parser, Debug, Default)]
 #[command(
     name = "udp_client",
-    version,
+    version = super::VERSION_TEXT,
     about = "Sends an exact volume of UDP data to a udp_server and reports both sides.",
     long_about = None
 )]

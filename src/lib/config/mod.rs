@@ -14,6 +14,11 @@ pub mod sockbench;
 pub use client::*;
 pub use server::*;
 
+/// What `--version` prints on every binary: the release, and the wire
+/// protocol version its UDP client and server speak (two hosts must
+/// speak the same; a mismatch says so at once).
+pub const VERSION_TEXT: &str = concat!(env!("CARGO_PKG_VERSION"), " (wire protocol version 4)");
+
 use crate::auth::Psk;
 use crate::error::{Error, Result};
 use crate::sys::SchedPolicy;
@@ -561,6 +566,15 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::{client, server, TempConfig};
     use super::*;
+
+    #[test]
+    fn the_version_names_the_wire_version_the_code_speaks() {
+        assert!(
+            VERSION_TEXT.ends_with(&format!("(wire protocol version {})", crate::wire::VERSION)),
+            "{VERSION_TEXT}"
+        );
+        assert!(VERSION_TEXT.starts_with(env!("CARGO_PKG_VERSION")));
+    }
     use crate::meter::plan::Volume;
     use crate::meter::send::GsoRequest;
 

@@ -132,7 +132,7 @@ fn congestion_name_arg(s: &str) -> Result<String> {
 #[derive(Parser, Debug, Default, Deserialize)]
 #[command(
     name = "tcp_proxy",
-    version,
+    version = super::VERSION_TEXT,
     about = "Forwards TCP connections to one upstream, six ways, with per-connection byte counts.",
     long_about = None,
     after_help = "The latency benchmark is a subcommand: tcp_proxy bench --help"
@@ -406,7 +406,7 @@ impl ProxyConfig {
 #[derive(Parser, Debug, Default, Deserialize)]
 #[command(
     name = "tcp_proxy bench",
-    version,
+    version = super::VERSION_TEXT,
     about = "Request latency through each proxy mode vs a direct connection.",
     long_about = None
 )]

@@ -35,7 +35,7 @@ impl clap::ValueEnum for Method {
 #[derive(Parser, Debug, Default)]
 #[command(
     name = "udp_server",
-    version,
+    version = super::VERSION_TEXT,
     about = "Counts the UDP datagrams and bytes each peer sends, and reports exact rates in Gbit/s.",
     long_about = None
 )]

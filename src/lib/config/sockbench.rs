@@ -25,7 +25,7 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "sockbench",
-    version,
+    version = super::VERSION_TEXT,
     about = "Socket benchmark matrices over loopback: UDP socket libraries, TCP transfers, and receive methods.",
     long_about = None
 )]
