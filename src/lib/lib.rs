@@ -49,7 +49,8 @@
 //!   - [`server`]: bind, and compose the meter's receive engine with what
 //!     only a server does: send reverse streams ([`server::reverse::send`])
 //!     for the sessions that proved their address ([`server::reverse`]:
-//!     Start to EndAck, bounded), answer probes ([`server::probe`]), what
+//!     Start to EndAck, bounded, each watched by a circuit breaker,
+//!     [`server::reverse::breaker`]), answer probes ([`server::probe`]), what
 //!     `--metrics` exposes ([`server::metrics`]), and the socket as a
 //!     whole, each interval and at a burst's end ([`server::total`]);
 //!   - [`client`]: send an exact volume with the meter's send path, the
