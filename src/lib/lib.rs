@@ -89,6 +89,10 @@
 //!   - [`units`]: sizes, rates and durations as people write them;
 //!   - [`wire`]: the datagram header, the start probe and the end-of-test
 //!     messages; pure encode/decode; [`auth`]: `--psk`'s HMAC;
+//!   - [`stamp`]: STAMP's test packets (RFC 8762, RFC 8972's SSID);
+//!     pure encode/decode, the answer written in place, NTP and PTP
+//!     timestamps and the error estimate ([`stamp::time`]), the TLVs a
+//!     reflector copies and marks ([`stamp::tlv`]);
 //!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost;
 //!     [`stats::samples`] summaries, [`stats::histogram`] latencies,
 //!     [`stats::delay`] queue delay and round trips, [`stats::drops`]
@@ -98,7 +102,9 @@
 //!   - [`sys`]: every platform syscall and errno, the only `unsafe` code
 //!     and the only user of the Unix API besides sockbench
 //!     (`sys/linux.rs` with the process's calls in `sys/linux_process.rs`,
-//!     RLIMIT_NOFILE for Linux and macOS in `sys/rlimit.rs`, and the egress
+//!     RLIMIT_NOFILE for Linux and macOS in `sys/rlimit.rs`, answers sent
+//!     back from the buffers their requests arrived in, received TTLs and
+//!     the kernel's clock state in `sys/linux_reply.rs`, and the egress
 //!     device, its qdisc's counters over rtnetlink and SndbufErrors in
 //!     `sys/linux_qdisc.rs`, `sys/splice.rs`, POSIX poll(2) for every
 //!     backend in `sys/poll.rs`; `sys/fallback.rs` is the backend of
@@ -123,6 +129,7 @@ pub mod proxy;
 pub mod server;
 pub mod shutdown;
 pub mod sockbench;
+pub mod stamp;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;
