@@ -39,6 +39,12 @@ fn run_mode(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
         ClientMode::FindLimit { search, plot } => {
             return find_limit(cfg, search, plot.as_deref(), shutdown)
         }
+        ClientMode::Stamp(stamp) => {
+            // STAMP round trips alone (--no-load).
+            let report = client::stamp::run(stamp, shutdown)?;
+            println!("{}", Format::from_flags(cfg.json).show(&report));
+            return Ok(report.exit_code());
+        }
     }
     let mut progress = Progress::new(client::planned_bytes(cfg), !cfg.quiet && !cfg.json);
     if cfg.json_stream {

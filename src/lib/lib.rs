@@ -27,6 +27,8 @@
 //!   [`output::sockbench`] (sockbench's tables, CSV and charts:
 //!   `output/sockbench/table.rs`, `output/sockbench/plot.rs`),
 //!   [`output::proxy`] (tcp_proxy's event lines and benchmark tables),
+//!   [`output::stamp`] (the STAMP sender's report and the reflector's
+//!   lines),
 //!   [`output::metrics`] (`udp_server --metrics`: the Prometheus
 //!   exposition) and [`output::metrics_http`] (its HTTP endpoint: slots,
 //!   per-source shares and deadlines), [`output::manual`] (completions
@@ -46,8 +48,13 @@
 //!     only a server does: send reverse streams ([`server::reverse::send`])
 //!     for the sessions that proved their address ([`server::reverse`]:
 //!     Start to EndAck, bounded), answer probes ([`server::probe`]), what
-//!     `--metrics` exposes ([`server::metrics`]), and the socket as a
-//!     whole, each interval and at a burst's end ([`server::total`]);
+//!     `--metrics` exposes ([`server::metrics`]), the socket as a
+//!     whole, each interval and at a burst's end ([`server::total`]), and
+//!     `--stamp`'s reflector on a socket and a thread of its own
+//!     ([`server::stamp`]: answers in place, a batch per sendmmsg), with
+//!     its per-source budgets in hashed buckets
+//!     ([`server::stamp::budget`]) and its bounded session table
+//!     ([`server::stamp::sessions`]);
 //!   - [`client`]: send an exact volume with the meter's send path, the
 //!     clients of a run sharing a few threads (`client/fleet.rs`) behind
 //!     one start gate (`client/sender.rs`), ask for the server's count
@@ -62,6 +69,11 @@
 //!     unheard drops ([`client::egress`]); say why a run was not faster
 //!     ([`client::verdict`]); search for the highest rate the path carries
 //!     ([`client::limit`]); `--sweep`'s table ([`client::sweep`]);
+//!     STAMP round trips alone (`--stamp-reflector --no-load`,
+//!     [`client::stamp`]): one test packet sent and one answer matched
+//!     into a sample on a socket the caller owns
+//!     ([`client::stamp::session`]), the samples added up
+//!     ([`client::stamp::tally`]: percentiles, loss by direction);
 //!   - [`proxy`]: tcp_proxy's relay modes (`proxy/relay.rs`,
 //!     `proxy/blocking.rs`, splice pipes pooled under one budget in
 //!     `proxy/pipes.rs`, the descriptor limit's capacity in
@@ -71,7 +83,8 @@
 //! - **Settings**: [`config`], flags and TOML files layered once
 //!   (defaults < file < flags) into one validated config per role
 //!   ([`config::server`], [`config::client`], [`config::proxy`],
-//!   [`config::sockbench`]), and [`congestion`] (`--congestion ALGO`).
+//!   [`config::sockbench`], and STAMP's settings of both UDP binaries in
+//!   [`config::stamp`]), and [`congestion`] (`--congestion ALGO`).
 //! - **Engines**: [`meter`], what moves and counts datagrams whichever
 //!   role runs it: the send paths ([`meter::send`]), pacing and back-off
 //!   ([`meter::pace`]), the receive loops ([`meter::recv`]), the receive

@@ -3,8 +3,8 @@
 //! lines.
 
 use super::{
-    cpu_text, direction_label, interval_counts, json_event, latency_lines, plural, queue_suffix, rate_phrase,
-    Shown,
+    cpu_text, direction_label, interval_counts, json_event, latency_lines, plural, queue_suffix,
+    rate_phrase, Shown,
 };
 use crate::client::duplex::{DuplexReport, Stream};
 use crate::meter::account::PeerReport;

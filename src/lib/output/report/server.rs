@@ -3,8 +3,8 @@
 //! words.
 
 use super::{
-    interval_counts, cpu_text, direction_label, drops_in_datagrams, json_event, lost_text, peer_label, plural,
-    queue_suffix, rate, rate_phrase, spread_text, Shown,
+    cpu_text, direction_label, drops_in_datagrams, interval_counts, json_event, lost_text,
+    peer_label, plural, queue_suffix, rate, rate_phrase, spread_text, Shown,
 };
 use crate::config::ServerConfig;
 use crate::meter::account::{ConflictReport, DoneReason, LateReport, PeerReport};
@@ -21,6 +21,8 @@ pub struct Listening<'a> {
     pub bound: &'a Bound,
     pub cfg: &'a ServerConfig,
     pub metrics: Option<std::net::SocketAddr>,
+    /// `--stamp`: the STAMP reflector's socket.
+    pub stamp: Option<&'a crate::server::stamp::StampListener>,
 }
 
 impl Shown for Listening<'_> {
@@ -29,6 +31,7 @@ impl Shown for Listening<'_> {
             bound,
             cfg,
             metrics,
+            stamp,
         } = *self;
         let mut line = json!({
             "event": "listening",
@@ -41,6 +44,9 @@ impl Shown for Listening<'_> {
         if let Some(m) = metrics {
             line["metrics"] = json!(m.to_string());
         }
+        if let Some(s) = stamp {
+            line["stamp"] = crate::output::stamp::StampListening(s).value();
+        }
         line.to_string()
     }
 
@@ -49,12 +55,16 @@ impl Shown for Listening<'_> {
             bound,
             cfg,
             metrics,
+            stamp,
         } = *self;
         let addr = bound.addr;
         let buffer = &bound.buffer;
-        let metrics = metrics.map_or_else(String::new, |m| {
+        let mut metrics = metrics.map_or_else(String::new, |m| {
             format!("; metrics at http://{m}{}", crate::output::metrics::PATH)
         });
+        if let Some(s) = stamp {
+            metrics += &crate::output::stamp::StampListening(s).phrase();
+        }
         let dual = if addr.is_ipv6() && addr.ip().is_unspecified() {
             " (IPv4 and IPv6)"
         } else {
