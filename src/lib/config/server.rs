@@ -179,7 +179,7 @@ pub struct ServerFile {
     pub max_duration: Option<DurationValue>,
     pub max_rate: Option<RateValue>,
     pub max_reverse_streams: Option<usize>,
-    pub stamp: Option<String>,
+    pub stamp: Option<super::stamp::StampListen>,
     pub stamp_max_per_source: Option<u32>,
     pub stamp_max_per_prefix: Option<u32>,
     pub stamp_max_total: Option<u32>,
@@ -243,7 +243,7 @@ impl ServerFile {
             max_duration: args.max_duration.map(DurationValue::Parsed),
             max_rate: args.max_rate.map(RateValue::Parsed),
             max_reverse_streams: args.max_reverse_streams,
-            stamp: args.stamp.clone(),
+            stamp: args.stamp.clone().map(super::stamp::StampListen::Text),
             stamp_max_per_source: args.stamp_max_per_source,
             stamp_max_per_prefix: args.stamp_max_per_prefix,
             stamp_max_total: args.stamp_max_total,
@@ -454,7 +454,7 @@ impl ServerConfig {
         )?;
         let stamp = super::stamp::server_settings(
             super::StampServerKeys {
-                stamp: l.stamp,
+                stamp: l.stamp.map(super::stamp::StampListen::into_text),
                 max_per_source: l.stamp_max_per_source,
                 max_per_prefix: l.stamp_max_per_prefix,
                 max_total: l.stamp_max_total,

@@ -84,6 +84,23 @@ pub const MAX_SESSIONS: usize = 1 << 20;
 /// `--stamp-session-timeout`'s default.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// `stamp` in a TOML file: `862` or `"127.0.0.1:862"`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(untagged)]
+pub enum StampListen {
+    Port(u16),
+    Text(String),
+}
+
+impl StampListen {
+    pub fn into_text(self) -> String {
+        match self {
+            StampListen::Port(p) => p.to_string(),
+            StampListen::Text(t) => t,
+        }
+    }
+}
+
 /// `[ADDR:]PORT`: a port alone is `[::]:PORT` (dual-stack).
 pub fn stamp_listen(text: &str) -> Result<(SocketAddr, bool)> {
     if let Ok(port) = text.parse::<u16>() {
@@ -367,6 +384,15 @@ mod tests {
             (s.max_sessions, s.session_timeout),
             (9, Duration::from_secs(5))
         );
+        // A port alone may be a number; the flag beats the file.
+        file.write("stamp = 8620\n");
+        let s = server(&["--config", file.arg()]).unwrap().stamp.unwrap();
+        assert_eq!(s.listen, "[::]:8620".parse().unwrap());
+        let s = server(&["--config", file.arg(), "--stamp", "127.0.0.1:9"])
+            .unwrap()
+            .stamp
+            .unwrap();
+        assert_eq!(s.listen, "127.0.0.1:9".parse().unwrap());
     }
 
     fn sender(args: &[&str]) -> StampSender {
