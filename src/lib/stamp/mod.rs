@@ -387,6 +387,30 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any bytes: decode never panics, and an answer written in place
+        /// keeps the request's length and copies what it must.
+        #[test]
+        fn any_bytes_decode_or_are_too_short(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let test = decode_test(&bytes);
+            proptest::prop_assert_eq!(test.is_ok(), bytes.len() >= BASE_LEN);
+            proptest::prop_assert_eq!(decode_reflected(&bytes).is_ok(), bytes.len() >= BASE_LEN);
+            let mut answer = bytes.clone();
+            let reflected = reflect_in_place(&mut answer, &some_reflection());
+            proptest::prop_assert_eq!(answer.len(), bytes.len());
+            if let Ok((request, _)) = reflected {
+                let a = decode_reflected(&answer).unwrap();
+                proptest::prop_assert_eq!(Ok(request), test);
+                proptest::prop_assert_eq!(a.sender_seq, request.seq);
+                proptest::prop_assert_eq!(a.sender_timestamp, request.timestamp);
+                proptest::prop_assert_eq!(a.sender_error, request.error);
+                proptest::prop_assert_eq!(a.ssid, request.ssid);
+            } else {
+                proptest::prop_assert_eq!(answer, bytes);
+            }
+        }
+    }
+
     #[test]
     fn a_multiplier_of_0_is_read_and_echoed_not_refused() {
         let mut packet = REQUEST;
