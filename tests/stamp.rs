@@ -3,7 +3,8 @@
 //! and `udp_client --stamp-reflector ... --no-load` against its reflector
 //! (stateless, stateful, PTP timestamps). Then what no peer checks: a
 //! short or malformed request is never answered larger than it came, and
-//! a flood from many sources gets no more answers than their budgets.
+//! a flood from many sources gets no more answers than their budgets; and
+//! loss dropped by nft on each way is placed on its way.
 //!
 //! stamp-suite is found in PATH or at $STAMP_SUITE. Without it these tests
 //! fail (they never skip): install it as CI does (.ci/run).
@@ -489,6 +490,62 @@ fn a_flood_from_many_sources_gets_no_more_than_each_budget() {
     assert!(u["over_total_budget"].as_u64() > Some(0), "{done}");
     assert!(done["sessions_peak"].as_u64() <= Some(16), "{done}");
     assert!(done["answered_stateless"].as_u64() > Some(0), "{done}");
+}
+
+#[test]
+fn loss_is_split_by_direction_from_our_reflectors_numbers() {
+    // In a namespace of its own, nft drops every 10th test packet on the
+    // way to the reflector (the 4th of each ten) and every 10th answer on
+    // the way back (the 6th): of 100, 10 forward, and 9 of the 90 answers.
+    common::impair::require_nft();
+    let ns = common::netns::Netns::new("stampsplit");
+    let server = Server::start_in(&ns, "127.0.0.1:0", &["--stamp", "127.0.0.1:0"]);
+    let listening = server.events.borrow()[0].clone();
+    let addr = listening["stamp"]["addr"]
+        .as_str()
+        .expect("stamp addr")
+        .to_string();
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    common::impair::nft_apply(
+        &ns,
+        &format!(
+            "table inet split {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
+             udp dport {port} numgen inc mod 10 3 counter drop\n    \
+             udp sport {port} numgen inc mod 10 5 counter drop\n  }}\n}}\n"
+        ),
+    );
+    let mut cmd = ns.cmd(CLIENT);
+    cmd.args([
+        "--stamp-reflector",
+        &addr,
+        "--no-load",
+        "--json",
+        "--count",
+        "100",
+        "--stamp-interval",
+        "2ms",
+    ]);
+    let out = run_bounded(&mut cmd, Duration::from_secs(60));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(
+        (r["sent"].as_u64(), r["answered"].as_u64()),
+        (Some(100), Some(81)),
+        "{r}"
+    );
+    assert_eq!(r["reflector_numbering"], "own", "{r}");
+    assert_eq!(r["loss_split_basis"], "the reflector's own numbers", "{r}");
+    assert_eq!(r["loss_split"]["forward"], 10, "{r}");
+    assert_eq!(r["loss_split"]["backward"], 9, "{r}");
+    assert_eq!(r["loss_split"]["after_last_answer"], 0, "{r}");
+    assert_eq!(r["last_reflector_seq"], 89, "{r}");
+    let done = stamp_done(server);
+    assert_eq!(done["answered"], 90, "{done}");
 }
 
 #[test]
