@@ -40,6 +40,12 @@ fn run_mode(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
         ClientMode::FindLimit { search, plot } => {
             return find_limit(cfg, search, plot.as_deref(), shutdown)
         }
+        ClientMode::Stamp(stamp) => {
+            // STAMP round trips alone (--no-load).
+            let report = client::stamp::run(stamp, shutdown)?;
+            println!("{}", Format::from_flags(cfg.json).show(&report));
+            return Ok(report.exit_code());
+        }
     }
     if cfg.iperf3_json {
         return iperf3_json(cfg, shutdown);

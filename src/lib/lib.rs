@@ -31,6 +31,8 @@
 //!   [`output::sockbench`] (sockbench's tables, CSV and charts:
 //!   `output/sockbench/table.rs`, `output/sockbench/plot.rs`),
 //!   [`output::proxy`] (tcp_proxy's event lines and benchmark tables),
+//!   [`output::stamp`] (the STAMP sender's report and the reflector's
+//!   lines),
 //!   [`output::metrics`] (`udp_server --metrics`: the Prometheus
 //!   exposition) and [`output::metrics_http`] (its HTTP endpoint: slots,
 //!   per-source shares and deadlines), [`output::manual`] (completions
@@ -51,8 +53,13 @@
 //!     for the sessions that proved their address ([`server::reverse`]:
 //!     Start to EndAck, bounded, each watched by a circuit breaker,
 //!     [`server::reverse::breaker`]), answer probes ([`server::probe`]), what
-//!     `--metrics` exposes ([`server::metrics`]), and the socket as a
-//!     whole, each interval and at a burst's end ([`server::total`]);
+//!     `--metrics` exposes ([`server::metrics`]), the socket as a
+//!     whole, each interval and at a burst's end ([`server::total`]), and
+//!     `--stamp`'s reflector on a socket and a thread of its own
+//!     ([`server::stamp`]: answers in place, a batch per sendmmsg), with
+//!     its per-source budgets in hashed buckets
+//!     ([`server::stamp::budget`]) and its bounded session table
+//!     ([`server::stamp::sessions`]);
 //!   - [`client`]: send an exact volume with the meter's send path, the
 //!     clients of a run sharing a few threads (`client/fleet.rs`) behind
 //!     one start gate (`client/sender.rs`), ask for the server's count
@@ -67,6 +74,11 @@
 //!     unheard drops ([`client::egress`]); say why a run was not faster
 //!     ([`client::verdict`]); search for the highest rate the path carries
 //!     ([`client::limit`]); `--sweep`'s table ([`client::sweep`]);
+//!     STAMP round trips alone (`--stamp-reflector --no-load`,
+//!     [`client::stamp`]): one test packet sent and one answer matched
+//!     into a sample on a socket the caller owns
+//!     ([`client::stamp::session`]), the samples added up
+//!     ([`client::stamp::tally`]: percentiles, loss by direction);
 //!   - [`proxy`]: tcp_proxy's relay modes (`proxy/relay.rs`,
 //!     `proxy/blocking.rs`, splice pipes pooled under one budget in
 //!     `proxy/pipes.rs`, the descriptor limit's capacity in
@@ -76,7 +88,8 @@
 //! - **Settings**: [`config`], flags and TOML files layered once
 //!   (defaults < file < flags) into one validated config per role
 //!   ([`config::server`], [`config::client`], [`config::proxy`],
-//!   [`config::sockbench`]), and [`congestion`] (`--congestion ALGO`).
+//!   [`config::sockbench`], and STAMP's settings of both UDP binaries in
+//!   [`config::stamp`]), and [`congestion`] (`--congestion ALGO`).
 //! - **Engines**: [`meter`], what moves and counts datagrams whichever
 //!   role runs it: the send paths ([`meter::send`]), pacing and back-off
 //!   ([`meter::pace`]), the receive loops ([`meter::recv`]), the receive
@@ -96,6 +109,10 @@
 //!     messages, the reverse stream's ([`wire::stream`]) and the version
 //!     negotiation answer ([`wire::versions`]); pure encode/decode;
 //!     [`auth`]: `--psk`'s HMAC;
+//!   - [`stamp`]: STAMP's test packets (RFC 8762, RFC 8972's SSID);
+//!     pure encode/decode, the answer written in place, NTP and PTP
+//!     timestamps and the error estimate ([`stamp::time`]), the TLVs a
+//!     reflector copies and marks ([`stamp::tlv`]);
 //!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost;
 //!     [`stats::samples`] summaries, [`stats::histogram`] latencies,
 //!     [`stats::delay`] queue delay and round trips, [`stats::drops`]
@@ -105,7 +122,9 @@
 //!   - [`sys`]: every platform syscall and errno, the only `unsafe` code
 //!     and the only user of the Unix API besides sockbench
 //!     (`sys/linux.rs` with the process's calls in `sys/linux_process.rs`,
-//!     RLIMIT_NOFILE for Linux and macOS in `sys/rlimit.rs`, and the egress
+//!     RLIMIT_NOFILE for Linux and macOS in `sys/rlimit.rs`, answers sent
+//!     back from the buffers their requests arrived in, received TTLs and
+//!     the kernel's clock state in `sys/linux_reply.rs`, and the egress
 //!     device, its qdisc's counters over rtnetlink and SndbufErrors in
 //!     `sys/linux_qdisc.rs`, `sys/splice.rs`, POSIX poll(2) for every
 //!     backend in `sys/poll.rs`; `sys/fallback.rs` is the backend of
@@ -130,6 +149,7 @@ pub mod proxy;
 pub mod server;
 pub mod shutdown;
 pub mod sockbench;
+pub mod stamp;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;

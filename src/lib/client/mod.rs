@@ -26,6 +26,7 @@ mod report;
 pub mod reverse;
 pub mod rtt;
 mod sender;
+pub mod stamp;
 pub mod start;
 mod summary;
 pub mod sweep;

@@ -47,7 +47,8 @@ pub struct ClientArgs {
     #[arg(short = 't', long, value_name = "BYTES", value_parser = size_arg)]
     pub total_send: Option<u64>,
     /// Send this many datagrams instead of a byte total (works with -b 0).
-    #[arg(short = 'n', long, value_name = "N", conflicts_with_all = ["total_send", "duration"])]
+    /// With --stamp-reflector, this many test packets.
+    #[arg(short = 'n', long, visible_alias = "count", value_name = "N", conflicts_with_all = ["total_send", "duration"])]
     pub packets: Option<u64>,
     /// Send for this long instead of a byte total (e.g. 10s).
     #[arg(long, value_name = "DURATION", value_parser = duration_arg, conflicts_with = "total_send")]
@@ -194,6 +195,38 @@ pub struct ClientArgs {
     /// socket (e.g. 8M); the granted size is reported [default: 4M].
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub recv_buffer_size: Option<u64>,
+    /// Measure the round trip to a STAMP reflector (RFC 8762; udp_server
+    /// --stamp, a router, stamp-suite): HOST or HOST:PORT [default port:
+    /// 862]. Needs --no-load for now. Sends --count test packets (or for
+    /// --duration) every --stamp-interval, waits --end-timeout for the
+    /// last answers, and reports round-trip percentiles and loss each way.
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with_all = ["server_addr", "local", "reverse", "bidir", "sweep", "sweep_clients", "find_limit", "total_send"])]
+    pub stamp_reflector: Option<String>,
+    /// With --stamp-reflector: measure the round trip alone, with no load
+    /// beside it (the only way for now).
+    #[arg(long)]
+    pub no_load: bool,
+    /// With --stamp-reflector: the time between test packets [default: 10ms].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub stamp_interval: Option<Duration>,
+    /// With --stamp-reflector: bytes per test packet, the UDP payload; at
+    /// least the 44-byte base packet, the rest an RFC 8972 Extra Padding
+    /// TLV [default: 44].
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    pub stamp_size: Option<u64>,
+    /// With --stamp-reflector: the session identifier (RFC 8972), 1 to
+    /// 65535 [default: random].
+    #[arg(long, value_name = "N")]
+    pub stamp_ssid: Option<u16>,
+    /// With --stamp-reflector: the reflector numbers its answers itself,
+    /// per session (RFC 8762's stateful mode, as udp_server --stamp does),
+    /// so loss its numbers cannot place was on the way back. Without it,
+    /// such loss is split only once the numbers prove the reflector
+    /// stateful.
+    #[arg(long)]
+    pub stamp_stateful: bool,
+    #[command(flatten)]
+    pub stamp_clock: super::StampClockArgs,
     /// Write one JSON object with the final report to stdout.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -253,13 +286,23 @@ pub struct ClientFile {
     pub bidir: Option<bool>,
     pub recv_buffer_size: Option<SizeValue>,
     pub idle_probe: Option<DurationValue>,
+    pub stamp_reflector: Option<String>,
+    pub no_load: Option<bool>,
+    pub stamp_interval: Option<DurationValue>,
+    pub stamp_size: Option<SizeValue>,
+    pub stamp_ssid: Option<u16>,
+    pub stamp_stateful: Option<bool>,
+    pub stamp_synchronized: Option<bool>,
+    pub stamp_clock_error: Option<DurationValue>,
 }
 
 crate::impl_layer!(ClientFile {
     option: [
         server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, interval, batch,
         gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, psk_file, json,
-        iperf3_json, quiet, reverse, bidir, recv_buffer_size, idle_probe,
+        iperf3_json, quiet, reverse, bidir, recv_buffer_size, idle_probe, stamp_reflector, no_load,
+        stamp_interval, stamp_size, stamp_ssid, stamp_stateful, stamp_synchronized,
+        stamp_clock_error,
     ]
     group: [[packets, total_send, duration]]
 });
@@ -307,6 +350,17 @@ impl ClientFile {
             bidir: args.bidir.then_some(true),
             recv_buffer_size: args.recv_buffer_size.map(SizeValue::Number),
             idle_probe: args.idle_probe.map(DurationValue::Parsed),
+            stamp_reflector: args.stamp_reflector.clone(),
+            no_load: args.no_load.then_some(true),
+            stamp_interval: args.stamp_interval.map(DurationValue::Parsed),
+            stamp_size: args.stamp_size.map(SizeValue::Number),
+            stamp_ssid: args.stamp_ssid,
+            stamp_stateful: args.stamp_stateful.then_some(true),
+            stamp_synchronized: args.stamp_clock.stamp_synchronized.then_some(true),
+            stamp_clock_error: args
+                .stamp_clock
+                .stamp_clock_error
+                .map(DurationValue::Parsed),
         }
     }
 }
@@ -463,6 +517,8 @@ pub enum ClientMode {
         /// `--plot`: received rate and loss against offered rate.
         plot: Option<PathBuf>,
     },
+    /// `--stamp-reflector ... --no-load`: STAMP round trips alone.
+    Stamp(super::StampSender),
 }
 
 /// `--find-limit`'s settings from the flags.
@@ -568,6 +624,38 @@ fn bind_addr(text: &str, server: &SocketAddr, clients: usize) -> Result<SocketAd
     Ok(addr)
 }
 
+/// The STAMP sender's settings from the merged layer (None without
+/// `--stamp-reflector`).
+fn stamp_sender(l: &ClientFile) -> Result<Option<super::StampSender>> {
+    let duration = |v: &Option<DurationValue>, key| v.as_ref().map(|v| v.duration(key)).transpose();
+    let keys = super::StampClientKeys {
+        reflector: l.stamp_reflector.clone(),
+        no_load: l.no_load,
+        interval: duration(&l.stamp_interval, "stamp_interval")?,
+        size: l
+            .stamp_size
+            .as_ref()
+            .map(|v| v.bytes("stamp_size"))
+            .transpose()?,
+        ssid: l.stamp_ssid,
+        stateful: l.stamp_stateful,
+        synchronized: l.stamp_synchronized,
+        clock_error: duration(&l.stamp_clock_error, "stamp_clock_error")?,
+    };
+    let wait = duration(&l.end_timeout, "end_timeout")?.unwrap_or(Duration::from_secs(1));
+    let Some(mut sender) =
+        super::stamp::sender_settings(keys, l.packets, duration(&l.duration, "duration")?, wait)?
+    else {
+        return Ok(None);
+    };
+    sender.bind = l
+        .bind
+        .as_deref()
+        .map(|text| bind_addr(text, &sender.reflector, 1))
+        .transpose()?;
+    Ok(Some(sender))
+}
+
 /// Most datagrams per sendmmsg call (the kernel's UIO_MAXIOV is 1024).
 pub const MAX_BATCH: usize = 1024;
 /// Datagrams per sendmmsg call by default: where sendmmsg exists, enough
@@ -593,6 +681,8 @@ impl ClientConfig {
 
     /// Validates merged settings once; `args` gives the flag-only ones.
     fn from_layer(l: ClientFile, args: ClientArgs) -> Result<Self> {
+        let stamp = stamp_sender(&l)?;
+        let total_send_given = l.total_send.is_some();
         let server_text = l.server_addr.unwrap_or_else(|| DEFAULT_SERVER.to_string());
         let server = resolve(&server_text)?;
         let duration = |v: Option<DurationValue>, key| v.map(|v| v.duration(key)).transpose();
@@ -731,7 +821,26 @@ impl ClientConfig {
             },
             None,
         )?;
+        if stamp.is_some() {
+            let stray = [
+                (args.local, "--local"),
+                (traffic != Traffic::Upload, "-R or --bidir"),
+                (!sweep_sizes.is_empty(), "--sweep"),
+                (find_limit.is_some(), "--find-limit"),
+                (client_list[0] > 1, "--clients"),
+                (l.rate.is_some(), "--rate"),
+                (total_send_given, "--total-send"),
+                (l.no_server == Some(true), "--no-server"),
+                (args.plot.is_some(), "--plot"),
+            ];
+            if let Some((_, flag)) = stray.iter().find(|(set, _)| *set) {
+                return Err(Error::usage(format!(
+                    "--stamp-reflector measures round trips alone: it does not take {flag}"
+                )));
+            }
+        }
         let mode = match find_limit {
+            _ if stamp.is_some() => ClientMode::Stamp(stamp.expect("checked")),
             Some(search) => ClientMode::FindLimit {
                 search,
                 plot: args.plot.clone(),

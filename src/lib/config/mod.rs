@@ -10,9 +10,13 @@ pub mod client;
 pub mod proxy;
 pub mod server;
 pub mod sockbench;
+pub mod stamp;
 
 pub use client::*;
 pub use server::*;
+pub use stamp::{
+    StampClientKeys, StampClock, StampClockArgs, StampSender, StampServerKeys, StampSettings,
+};
 
 /// What `--version` prints on every binary: the release, and the wire
 /// protocol version its UDP client and server speak (two hosts must

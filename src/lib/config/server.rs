@@ -130,6 +130,34 @@ pub struct ServerArgs {
     /// [default: a quarter of --max-reverse-streams, at least 1].
     #[arg(long, value_name = "N")]
     pub max_reverse_streams_per_source: Option<usize>,
+    /// Answer STAMP test packets (RFC 8762, with RFC 8972's session
+    /// identifier) on this UDP port, or at ADDR:PORT: a stateful,
+    /// unauthenticated reflector on a socket and a thread of its own; 862
+    /// is STAMP's port [default: off].
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    pub stamp: Option<String>,
+    /// With --stamp: the most answers per second to one source address
+    /// and port [default: 10000].
+    #[arg(long, value_name = "N", requires = "stamp")]
+    pub stamp_max_per_source: Option<u32>,
+    /// With --stamp: the most answers per second to one IPv4 address or
+    /// IPv6 /64 [default: 20000].
+    #[arg(long, value_name = "N", requires = "stamp")]
+    pub stamp_max_per_prefix: Option<u32>,
+    /// With --stamp: the most answers per second in all [default: 1000000].
+    #[arg(long, value_name = "N", requires = "stamp")]
+    pub stamp_max_total: Option<u32>,
+    /// With --stamp: the most sessions (source address, port and SSID)
+    /// numbered at once; a new session beyond them is answered
+    /// statelessly, its own numbers echoed [default: 4096].
+    #[arg(long, value_name = "N", requires = "stamp")]
+    pub stamp_max_sessions: Option<usize>,
+    /// With --stamp: a session with no test packet for this long is
+    /// forgotten; its next packet starts a new one [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "stamp")]
+    pub stamp_session_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub stamp_clock: super::StampClockArgs,
     /// Read settings from a TOML file; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -165,13 +193,23 @@ pub struct ServerFile {
     pub max_rate: Option<RateValue>,
     pub max_reverse_streams: Option<usize>,
     pub max_reverse_streams_per_source: Option<usize>,
+    pub stamp: Option<super::stamp::StampListen>,
+    pub stamp_max_per_source: Option<u32>,
+    pub stamp_max_per_prefix: Option<u32>,
+    pub stamp_max_total: Option<u32>,
+    pub stamp_max_sessions: Option<usize>,
+    pub stamp_session_timeout: Option<DurationValue>,
+    pub stamp_synchronized: Option<bool>,
+    pub stamp_clock_error: Option<DurationValue>,
 }
 
 crate::impl_layer!(ServerFile {
     option: [
         interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
         scheduler, priority, psk_file, json, one_off, iperf3_json, metrics, metrics_retain,
-        max_duration, max_rate, max_reverse_streams, max_reverse_streams_per_source,
+        max_duration, max_rate, max_reverse_streams, max_reverse_streams_per_source, stamp,
+        stamp_max_per_source, stamp_max_per_prefix, stamp_max_total, stamp_max_sessions,
+        stamp_session_timeout, stamp_synchronized, stamp_clock_error,
     ]
     group: [[listen, port]]
 });
@@ -221,6 +259,17 @@ impl ServerFile {
             max_rate: args.max_rate.map(RateValue::Parsed),
             max_reverse_streams: args.max_reverse_streams,
             max_reverse_streams_per_source: args.max_reverse_streams_per_source,
+            stamp: args.stamp.clone().map(super::stamp::StampListen::Text),
+            stamp_max_per_source: args.stamp_max_per_source,
+            stamp_max_per_prefix: args.stamp_max_per_prefix,
+            stamp_max_total: args.stamp_max_total,
+            stamp_max_sessions: args.stamp_max_sessions,
+            stamp_session_timeout: args.stamp_session_timeout.map(DurationValue::Parsed),
+            stamp_synchronized: args.stamp_clock.stamp_synchronized.then_some(true),
+            stamp_clock_error: args
+                .stamp_clock
+                .stamp_clock_error
+                .map(DurationValue::Parsed),
         }
     }
 }
@@ -255,6 +304,8 @@ pub struct ServerConfig {
     pub metrics_retain: Duration,
     /// `--max-duration`, `--max-rate`, `--max-reverse-streams`.
     pub streams: StreamCaps,
+    /// `--stamp`: the STAMP reflector, when it runs.
+    pub stamp: Option<super::StampSettings>,
 }
 
 /// How long the server counts datagrams still in flight after an End: a
@@ -454,6 +505,19 @@ impl ServerConfig {
             },
             None,
         )?;
+        let stamp = super::stamp::server_settings(
+            super::StampServerKeys {
+                stamp: l.stamp.map(super::stamp::StampListen::into_text),
+                max_per_source: l.stamp_max_per_source,
+                max_per_prefix: l.stamp_max_per_prefix,
+                max_total: l.stamp_max_total,
+                max_sessions: l.stamp_max_sessions,
+                session_timeout: duration(l.stamp_session_timeout, "stamp_session_timeout")?,
+                synchronized: l.stamp_synchronized,
+                clock_error: duration(l.stamp_clock_error, "stamp_clock_error")?,
+            },
+            interval,
+        )?;
         Ok(ServerConfig {
             listen,
             listen_is_default,
@@ -473,6 +537,7 @@ impl ServerConfig {
             metrics,
             metrics_retain,
             streams,
+            stamp,
         })
     }
 }

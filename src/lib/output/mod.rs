@@ -25,6 +25,7 @@ pub mod progress;
 pub mod proxy;
 pub mod report;
 pub mod sockbench;
+pub mod stamp;
 pub mod sweep;
 pub mod table;
 pub mod timeline;

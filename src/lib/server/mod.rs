@@ -17,6 +17,7 @@
 pub mod metrics;
 pub mod probe;
 pub mod reverse;
+pub mod stamp;
 pub mod total;
 
 use crate::config::ServerConfig;

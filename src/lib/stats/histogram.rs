@@ -49,6 +49,20 @@ impl Latencies {
         self.hist.len()
     }
 
+    /// The latency at quantile `q` (0 to 1; 0 is the least, 1 the most),
+    /// or None when nothing was recorded.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        if self.hist.is_empty() {
+            return None;
+        }
+        let ns = match q {
+            q if q <= 0.0 => self.hist.min(),
+            q if q >= 1.0 => self.hist.max(),
+            q => self.hist.value_at_quantile(q),
+        };
+        Some(Duration::from_nanos(ns))
+    }
+
     /// Mean, percentiles and maximum in microseconds.
     pub fn summary(&self) -> LatencySummary {
         let us = |ns: u64| ns as f64 / 1e3;

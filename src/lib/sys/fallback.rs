@@ -81,8 +81,66 @@ impl RecvBatch {
             local: None,
             segment_size: None,
             rx_time_ns: None,
+            ttl: None,
         }
     }
+
+    /// The datagram, to be rewritten in place and answered by
+    /// [`ReplyBatch`].
+    pub fn datagram_mut(&mut self, i: usize) -> &mut [u8] {
+        debug_assert_eq!(i, 0);
+        // SAFETY: as in `datagram`: initialised, and `len <= buf.len()`.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast(), self.len) }
+    }
+}
+
+/// Not offered here: answers carry TTL 0, "unknown".
+pub fn enable_rx_ttl(_socket: &Socket) -> io::Result<()> {
+    unsupported("IP_RECVTTL is read on Linux only")
+}
+
+/// Received datagrams carry no TTL here.
+pub const RX_TTL: bool = false;
+
+/// Answers from the receive buffer, one `send_to` each (no sendmmsg
+/// here), from the address the OS picks.
+pub struct ReplyBatch;
+
+impl ReplyBatch {
+    pub fn new(_batch: usize) -> Self {
+        ReplyBatch
+    }
+
+    /// Sends each `(slot, length)` back to its sender, never longer than
+    /// what arrived; returns how many went.
+    pub fn send(
+        &mut self,
+        socket: &Socket,
+        batch: &RecvBatch,
+        answers: &[(usize, usize)],
+        _from_local: bool,
+    ) -> io::Result<usize> {
+        let mut sent = 0;
+        for &(slot, length) in answers {
+            let datagram = batch.datagram(slot);
+            let Some(to) = datagram.from else {
+                sent += 1;
+                continue;
+            };
+            let data = &datagram.data[..length.min(datagram.data.len())];
+            match socket.send_to(data, &to.into()) {
+                Ok(_) => sent += 1,
+                Err(e) if sent == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(sent)
+    }
+}
+
+/// The kernel's clock state is read on Linux only.
+pub fn clock_status() -> Option<super::ClockStatus> {
+    None
 }
 
 /// Per-thread CPU time is not available here.

@@ -21,6 +21,10 @@ pub use process::{rusage, set_scheduler};
 mod qdisc;
 pub use qdisc::{egress_device, root_qdisc, thread_sched, udp_sndbuf_errors};
 
+#[path = "linux_reply.rs"]
+mod reply;
+pub use reply::{clock_status, enable_rx_ttl, ReplyBatch};
+
 fn setsockopt_int(
     socket: &Socket,
     level: libc::c_int,
@@ -66,8 +70,9 @@ pub fn enable_kernel_drop_counter(socket: &Socket) -> io::Result<bool> {
 }
 
 /// Room for the control messages we ask for: SO_RXQ_OVFL (u32), UDP_GRO
-/// (int), SO_TIMESTAMPNS (timespec) and IP_PKTINFO or IPV6_PKTINFO, with
-/// headers and alignment (24 + 24 + 32 + 40), plus slack.
+/// (int), SO_TIMESTAMPNS (timespec), IP_PKTINFO or IPV6_PKTINFO, and
+/// IP_TTL or IPV6_HOPLIMIT (int), with headers and alignment (24 + 24 +
+/// 32 + 40 + 24), plus slack.
 const CONTROL_LEN: usize = 192;
 
 /// Buffers for one recvmmsg call, allocated once per socket and reused, so
@@ -86,6 +91,8 @@ pub struct RecvBatch {
     segments: Vec<u32>,
     /// Per datagram: the kernel's receive time (CLOCK_REALTIME ns), or 0.
     stamps: Vec<u64>,
+    /// Per datagram: its IP TTL or hop limit, if asked for, or 0.
+    ttls: Vec<u8>,
     /// Per datagram: MSG_TRUNC was set.
     truncated: Vec<bool>,
     /// Per datagram: the address it was sent to (IP_PKTINFO), if asked for.
@@ -110,6 +117,7 @@ impl RecvBatch {
             drops: vec![0; batch],
             segments: vec![0; batch],
             stamps: vec![0; batch],
+            ttls: vec![0; batch],
             truncated: vec![false; batch],
             locals: vec![None; batch],
             limit: batch,
@@ -223,7 +231,16 @@ impl RecvBatch {
             self.locals[i] = info.local;
             self.segments[i] = info.segment_size.unwrap_or(0);
             self.stamps[i] = info.rx_time_ns.unwrap_or(0);
+            self.ttls[i] = info.ttl.unwrap_or(0);
         }
+    }
+
+    /// Datagram `i` of the last batch, to be rewritten in place (an
+    /// answer sent back from the same buffer by [`ReplyBatch`]).
+    pub fn datagram_mut(&mut self, i: usize) -> &mut [u8] {
+        let len = (self.headers[i].msg_len as usize).min(self.buf_size);
+        let start = i * self.buf_size;
+        &mut self.buffers[start..start + len]
     }
 
     /// Datagram `i` of the last batch, who sent it, and how many datagrams
@@ -243,6 +260,10 @@ impl RecvBatch {
                 n => Some(n as usize),
             },
             rx_time_ns: match self.stamps[i] {
+                0 => None,
+                t => Some(t),
+            },
+            ttl: match self.ttls[i] {
                 0 => None,
                 t => Some(t),
             },
@@ -324,6 +345,8 @@ pub const RCVBUF_DOUBLES: bool = true;
 /// Received datagrams carry the kernel's receive time
 /// ([`enable_rx_timestamps`]).
 pub const RX_TIMESTAMPS: bool = true;
+/// Received datagrams carry their TTL or hop limit ([`enable_rx_ttl`]).
+pub const RX_TTL: bool = true;
 
 /// Turns on UDP_GRO: the kernel may hand us several datagrams of one flow
 /// coalesced into one buffer, with their size in a control message.
@@ -782,6 +805,8 @@ pub struct ControlInfo {
     pub rx_time_ns: Option<u64>,
     /// IP_PKTINFO / IPV6_PKTINFO: the address the datagram was sent to.
     pub local: Option<IpAddr>,
+    /// IP_TTL / IPV6_HOPLIMIT: the TTL or hop limit it arrived with.
+    pub ttl: Option<u8>,
 }
 
 const CMSG_HEADER: usize = size_of::<libc::cmsghdr>();
@@ -840,6 +865,12 @@ pub fn parse_control(control: &[u8]) -> ControlInfo {
                 // struct in6_pktinfo { in6_addr addr; unsigned ifindex }.
                 let octets: [u8; 16] = data[..16].try_into().expect("16 bytes");
                 info.local = Some(IpAddr::V6(Ipv6Addr::from(octets)));
+            }
+            (libc::IPPROTO_IP, libc::IP_TTL) | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT)
+                if data.len() >= 4 =>
+            {
+                let value = i32::from_ne_bytes(data[..4].try_into().expect("4 bytes"));
+                info.ttl = u8::try_from(value).ok();
             }
             (libc::SOL_UDP, libc::UDP_GRO) if data.len() >= 4 => {
                 info.segment_size =
@@ -931,10 +962,21 @@ mod tests {
         buf.extend(cmsg(libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS, &ts));
         buf.extend(cmsg(libc::SOL_UDP, libc::UDP_GRO, &1460i32.to_ne_bytes()));
         buf.extend(cmsg(99, 99, &[1, 2, 3]));
+        buf.extend(cmsg(libc::IPPROTO_IP, libc::IP_TTL, &33i32.to_ne_bytes()));
         let info = parse_control(&buf);
         assert_eq!(info.kernel_drops, Some(7));
         assert_eq!(info.rx_time_ns, Some(5_000_000_009));
         assert_eq!(info.segment_size, Some(1460));
+        assert_eq!(info.ttl, Some(33));
+        let v6 = cmsg(
+            libc::IPPROTO_IPV6,
+            libc::IPV6_HOPLIMIT,
+            &44i32.to_ne_bytes(),
+        );
+        assert_eq!(parse_control(&v6).ttl, Some(44));
+        // A hop limit out of a byte's range is no TTL.
+        let bad = cmsg(libc::IPPROTO_IP, libc::IP_TTL, &300i32.to_ne_bytes());
+        assert_eq!(parse_control(&bad).ttl, None);
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub use imp::{
     set_tcp_congestion, RecvBatch, SendBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL, RX_TIMESTAMPS,
     SNDBUF_SYSCTL,
 };
+pub use imp::{clock_status, enable_rx_ttl, ReplyBatch, RX_TTL};
 pub use imp::{drain_error_queue, recv_from_nowait};
 pub use imp::{egress_device, root_qdisc, udp_sndbuf_errors};
 #[cfg(all(target_os = "linux", not(feature = "portable")))]
@@ -152,6 +153,21 @@ pub struct Received<'a> {
     pub rx_time_ns: Option<u64>,
     /// The address it was sent to (one of ours), when asked for.
     pub local: Option<std::net::IpAddr>,
+    /// The IP TTL or IPv6 hop limit it arrived with, when asked for
+    /// ([`enable_rx_ttl`]) and the platform tells.
+    pub ttl: Option<u8>,
+}
+
+/// What the kernel says of the system clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockStatus {
+    /// The kernel's clock discipline is synchronised (an NTP daemon
+    /// steers it). Not proof of an external source: STAMP's S bit is
+    /// the user's to claim.
+    pub kernel_synchronized: bool,
+    /// The kernel's bound on the clock's error, in ns (it grows by
+    /// 500 ppm while unsynchronised, up to 16 s).
+    pub max_error_ns: u64,
 }
 
 pub use crate::stats::CpuTime;

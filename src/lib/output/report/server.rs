@@ -75,6 +75,19 @@ impl ServerOutput {
         code
     }
 
+    /// A line from beside the server (the `--stamp` reflector's reports):
+    /// on stdout with the others, or on stderr while stdout is kept for
+    /// the iperf3 document.
+    pub fn aside(&self, out: &mut dyn Write, item: &dyn Shown) {
+        match self {
+            ServerOutput::Lines(format) => {
+                let _ = writeln!(out, "{}", format.show(item));
+                let _ = out.flush();
+            }
+            ServerOutput::Iperf3(_) => eprintln!("{}", item.text()),
+        }
+    }
+
     /// The server failed: the iperf3 error document (the one-line error
     /// goes to stderr, as always).
     pub fn failed(&self, out: &mut dyn Write, message: &str) {
@@ -90,6 +103,8 @@ pub struct Listening<'a> {
     pub bound: &'a Bound,
     pub cfg: &'a ServerConfig,
     pub metrics: Option<std::net::SocketAddr>,
+    /// `--stamp`: the STAMP reflector's socket.
+    pub stamp: Option<&'a crate::server::stamp::StampListener>,
 }
 
 impl Shown for Listening<'_> {
@@ -98,6 +113,7 @@ impl Shown for Listening<'_> {
             bound,
             cfg,
             metrics,
+            stamp,
         } = *self;
         let mut line = json!({
             "event": "listening",
@@ -110,6 +126,9 @@ impl Shown for Listening<'_> {
         if let Some(m) = metrics {
             line["metrics"] = json!(m.to_string());
         }
+        if let Some(s) = stamp {
+            line["stamp"] = crate::output::stamp::StampListening(s).value();
+        }
         line.to_string()
     }
 
@@ -118,12 +137,16 @@ impl Shown for Listening<'_> {
             bound,
             cfg,
             metrics,
+            stamp,
         } = *self;
         let addr = bound.addr;
         let buffer = &bound.buffer;
-        let metrics = metrics.map_or_else(String::new, |m| {
+        let mut metrics = metrics.map_or_else(String::new, |m| {
             format!("; metrics at http://{m}{}", crate::output::metrics::PATH)
         });
+        if let Some(s) = stamp {
+            metrics += &crate::output::stamp::StampListening(s).phrase();
+        }
         let dual = if addr.is_ipv6() && addr.ip().is_unspecified() {
             " (IPv4 and IPv6)"
         } else {
