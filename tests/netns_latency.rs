@@ -23,9 +23,11 @@ mod common;
 
 use common::impair::{require_tc, require_tool, root_qdisc, run_capture, tbf_alone, tc_drops};
 use common::netns::{require_root_and_ip, routed, Netns, Routed};
-use common::udp::{args_to, client_json, f, stream, u, Server, CLIENT};
+use common::stamp_suite::stamp_suite;
+use common::udp::{args_to, client_json, f, stream, u, Server, CLIENT, WAIT};
+use common::ChildGuard;
 use serde_json::Value;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -189,9 +191,16 @@ struct Shaped {
 /// starts the server and puts the tbf on the router toward the load's
 /// receiver.
 fn shaped(tag: &str, net_id: u8, way: Way) -> Shaped {
+    shaped_with(tag, net_id, way, &[])
+}
+
+/// [`shaped`], the server started with `extra` arguments too.
+fn shaped_with(tag: &str, net_id: u8, way: Way, extra: &[&str]) -> Shaped {
     require_tools();
     let net = routed(tag, net_id, false);
-    let server = Server::start_in(&net.server, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let mut args = vec!["--recv-buffer-size", "4M"];
+    args.extend_from_slice(extra);
+    let server = Server::start_in(&net.server, "0.0.0.0:0", &args);
     let dev = way.queue_dev(&net).to_string();
     tbf_alone(
         &net.router,
@@ -207,6 +216,28 @@ fn shaped(tag: &str, net_id: u8, way: Way) -> Shaped {
         dev,
         net,
     }
+}
+
+/// stamp-suite's reflector in `ns`, on `ip`:[`STAMP_PORT`], running
+/// until dropped.
+fn stamp_suite_reflector(ns: &Netns, ip: &str) -> ChildGuard {
+    let mut cmd = ns.cmd(stamp_suite());
+    cmd.env("NO_COLOR", "1")
+        .args(["--is-reflector", "--local-addr", ip, "--local-port"])
+        .arg(STAMP_PORT.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut guard = ChildGuard::spawn(&mut cmd, "stamp-suite reflector");
+    let stderr = guard.stderr_lines();
+    assert!(
+        stderr
+            .wait_for(WAIT, |l| l.contains("STAMP Reflector listening on"))
+            .is_some(),
+        "stamp-suite's reflector did not start in {}: {}",
+        ns.name(),
+        stderr.transcript()
+    );
+    guard
 }
 
 /// Everything one run measured.
@@ -226,13 +257,54 @@ struct Measured {
 /// started, sampling the tbf's backlog meanwhile; prints the figures
 /// ([`show`]) under `tag`.
 fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
+    measure_probed(tag, net_id, way, load, ProbedBy::Server)
+}
+
+/// Who answers the round-trip probes, and so where ping goes too.
+#[derive(Clone, Copy)]
+enum ProbedBy {
+    /// udp_server (the default); ping goes to the server host.
+    Server,
+    /// `udp_server --stamp` on the server host, port [`STAMP_PORT`].
+    OurReflector,
+    /// stamp-suite's reflector on the router (the first hop), port
+    /// [`STAMP_PORT`]; ping goes to the router.
+    StampSuiteOnTheRouter,
+}
+
+/// STAMP's standard port, free in a namespace of our own.
+const STAMP_PORT: u16 = 862;
+
+/// [`measure`], the probes (and ping) answered by `probed`.
+fn measure_probed(tag: &str, net_id: u8, way: Way, load: &str, probed: ProbedBy) -> Measured {
+    let stamp_listen = format!("0.0.0.0:{STAMP_PORT}");
+    let server_extra: &[&str] = match probed {
+        ProbedBy::OurReflector => &["--stamp", &stamp_listen],
+        _ => &[],
+    };
     let Shaped {
         server,
         target,
         dev,
         net,
-    } = shaped(tag, net_id, way);
-    let idle = run_ping(ping_cmd(&net.client, &net.server_ip));
+    } = shaped_with(tag, net_id, way, server_extra);
+    // The router's address on the client's link: 10.N.1.1.
+    let router_ip = format!("10.{net_id}.1.1");
+    let (ping_to, load) = match probed {
+        ProbedBy::Server => (net.server_ip.clone(), load.to_string()),
+        ProbedBy::OurReflector => (
+            net.server_ip.clone(),
+            format!("{load} --stamp-reflector {}:{STAMP_PORT}", net.server_ip),
+        ),
+        ProbedBy::StampSuiteOnTheRouter => (
+            router_ip.clone(),
+            format!("{load} --stamp-reflector {router_ip}:{STAMP_PORT}"),
+        ),
+    };
+    let _their_reflector = matches!(probed, ProbedBy::StampSuiteOnTheRouter)
+        .then(|| stamp_suite_reflector(&net.router, &router_ip));
+    let load = load.as_str();
+    let idle = run_ping(ping_cmd(&net.client, &ping_to));
     let drops_before = tc_drops(&net.router, &dev);
 
     let rest = format!("{} {load}", way.flag());
@@ -250,7 +322,7 @@ fn measure(tag: &str, net_id: u8, way: Way, load: &str) -> Measured {
     });
     thread::sleep(PING_AFTER);
 
-    let pinger = ping_cmd(&net.client, &net.server_ip);
+    let pinger = ping_cmd(&net.client, &ping_to);
     let pinging = thread::spawn(move || run_ping(pinger));
     let (mut backlog_min, mut backlog_max) = (u64::MAX, 0);
     while !pinging.is_finished() {
@@ -444,6 +516,55 @@ fn upload_queue_delay_matches_the_tbf_queue_and_ping() {
 #[test]
 fn reverse_queue_delay_matches_the_tbf_queue_and_ping() {
     a_filled_queue("latrv", 96, Way::Reverse);
+}
+
+/// Issue 40: the probes as STAMP test packets, under a load that fills
+/// the queue, read the same round trip as ping through that queue (within
+/// 10 %), whoever reflects them: `udp_server --stamp` on the far host for
+/// an upload, stamp-suite's reflector on the first-hop router for `-R`
+/// (its answers, and ping's replies, queue in the tbf toward the client).
+fn stamp_probes_through_a_filled_queue(tag: &str, net_id: u8, way: Way, probed: ProbedBy) {
+    let _one = one_at_a_time();
+    let direction = way.direction();
+    let m = measure_probed(tag, net_id, way, OVERLOAD, probed);
+    idle_witness(&m);
+    assert!(
+        m.backlog_min * 10 >= LIMIT_BYTES * 9,
+        "the load did not keep the tbf queue full while ping ran: backlog {}..{} B of {LIMIT_BYTES}",
+        m.backlog_min,
+        m.backlog_max
+    );
+    assert!(
+        m.loaded.rtts.len() >= 5,
+        "fewer than 5 pings came back through the full queue:\n{}",
+        m.loaded.output
+    );
+    let lat = latency(&m.report, direction);
+    assert!(
+        lat["stamp_reflector"]
+            .as_str()
+            .is_some_and(|r| r.ends_with(&format!(":{STAMP_PORT}"))),
+        "the probes went to the STAMP reflector: {lat}"
+    );
+    let rtt = ms(lat, "loaded_rtt_ms", "p50");
+    let ping = m.loaded.median();
+    assert!(
+        (rtt - ping).abs() <= 0.10 * ping,
+        "STAMP loaded RTT p50 {rtt} ms, ping's median through the same queue {ping:.3} ms ± 10%: {lat}"
+    );
+    let idle = f(lat, "idle_rtt_ms");
+    assert!(idle < IDLE_MS, "idle STAMP RTT {idle} ms: {lat}");
+    verdict_says(&m.report, direction, QUEUE_FILLED);
+}
+
+#[test]
+fn stamp_probes_to_our_reflector_match_ping_through_a_filled_queue() {
+    stamp_probes_through_a_filled_queue("latsu", 87, Way::Upload, ProbedBy::OurReflector);
+}
+
+#[test]
+fn stamp_probes_to_stamp_suite_on_the_router_match_ping_through_a_filled_queue() {
+    stamp_probes_through_a_filled_queue("latsr", 86, Way::Reverse, ProbedBy::StampSuiteOnTheRouter);
 }
 
 #[test]

@@ -11,39 +11,14 @@
 
 mod common;
 
+use common::stamp_suite::stamp_suite;
 use common::udp::{Server, CLIENT, WAIT};
 use common::{run_bounded, ChildGuard, LineReader};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// stamp-suite's binary, or a failure that says how to get it.
-fn stamp_suite() -> PathBuf {
-    if let Some(path) = std::env::var_os("STAMP_SUITE") {
-        let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "STAMP_SUITE={} is not a file: install stamp-suite with `cargo install stamp-suite --version 1.0.0 --locked --root /opt/stamp-suite`",
-            path.display()
-        );
-        return path;
-    }
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("stamp-suite"))
-            .find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "stamp-suite is not installed: these interop tests need it. Install it with \
-             `cargo install stamp-suite --version 1.0.0 --locked --root /opt/stamp-suite` and put \
-             /opt/stamp-suite/bin on PATH, or set STAMP_SUITE to the binary (.ci/run does this)"
-        )
-    })
-}
 
 /// A udp_server with a STAMP reflector on a free loopback port, and the
 /// reflector's address.
@@ -79,7 +54,12 @@ fn our_sender(addr: SocketAddr, args: &[&str]) -> Value {
         "--json",
     ])
     .args(args);
-    let out = run_bounded(&mut cmd, Duration::from_secs(60));
+    json_of(&mut cmd)
+}
+
+/// Runs `cmd` (bounded), which must exit 0, and reads its stdout's JSON.
+fn json_of(cmd: &mut Command) -> Value {
+    let out = run_bounded(cmd, Duration::from_secs(60));
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -548,11 +528,60 @@ fn loss_is_split_by_direction_from_our_reflectors_numbers() {
     assert_eq!(done["answered"], 90, "{done}");
 }
 
+/// Beside a load, the round-trip probes go to the STAMP reflector and
+/// not to udp_server: stamp-suite counts every one it reflected, and the
+/// count is the client's `probes_sent` exactly (none lost on loopback).
 #[test]
-fn stamp_reflector_without_no_load_is_a_usage_error() {
-    let out = run_bounded(
-        Command::new(CLIENT).args(["--stamp-reflector", "127.0.0.1:9"]),
-        WAIT,
-    );
-    common::one_line_error(&out, 2, "needs --no-load", "--stamp-reflector alone");
+fn probes_beside_a_load_go_to_stamp_suites_reflector_every_one() {
+    let (guard, stdout, port) = their_reflector(&[]);
+    let server = Server::start("127.0.0.1:0", &[]);
+    let target = format!("127.0.0.1:{}", server.port());
+    let reflector = format!("127.0.0.1:{port}");
+    let mut cmd = Command::new(CLIENT);
+    cmd.args([
+        "-s",
+        &target,
+        "--stamp-reflector",
+        &reflector,
+        "--stamp-ssid",
+        "4661",
+        "--duration",
+        "2s",
+        "--rate",
+        "200M",
+        "--idle-probe",
+        "500ms",
+        "--json",
+    ]);
+    let report = json_of(&mut cmd);
+    let lat = &report["streams"][0]["latency"];
+    assert_eq!(lat["stamp_reflector"], reflector.as_str(), "{lat}");
+    let sent = lat["probes_sent"].as_u64().expect("probes_sent");
+    // 20 a second for the idle 0.5 s and the load's 2 s.
+    assert!((40..=60).contains(&sent), "{sent} probes: {lat}");
+    assert_eq!(lat["probes_lost"], 0, "{lat}");
+    assert!(lat["idle_rtt_ms"].as_f64().is_some(), "{lat}");
+    assert!(lat["loaded_rtt_ms"]["p50"].as_f64().is_some(), "{lat}");
+    let stats = their_statistics(guard, stdout);
+    assert_eq!(stats["total_packets_reflected"], sent, "{stats}");
+    assert_eq!(stats["sessions"][0]["ssid"], 4661, "{stats}");
+    server.stop();
+}
+
+#[test]
+fn stamp_settings_that_cannot_work_are_one_line_usage_errors() {
+    for (args, says) in [
+        (
+            &["--stamp-reflector", "127.0.0.1:9", "--stamp-stateful"][..],
+            "only --no-load reports",
+        ),
+        (
+            &["--stamp-reflector", "127.0.0.1:9", "--no-load", "-R"],
+            "it does not take -R",
+        ),
+        (&["--stamp-size", "100"], "needs --stamp-reflector"),
+    ] {
+        let out = run_bounded(Command::new(CLIENT).args(args), WAIT);
+        common::one_line_error(&out, 2, says, &args.join(" "));
+    }
 }

@@ -24,6 +24,7 @@ pub mod forge;
 pub mod impair;
 pub mod netns;
 pub mod proxy;
+pub mod stamp_suite;
 pub mod udp;
 
 use std::io::{BufRead, BufReader, Read};

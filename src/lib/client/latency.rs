@@ -6,7 +6,7 @@
 //! and the queue delay comes from whichever end received (the server's
 //! answer for an upload, this client's own count for a reverse stream).
 
-use super::rtt::{self, Phases, RttRecord};
+use super::rtt::{self, Phases, RttRecord, Target};
 use super::verdict::Verdict;
 use super::RunReport;
 use crate::config::ClientConfig;
@@ -39,6 +39,9 @@ pub struct Latency {
     pub probes_lost: u64,
     /// Round trips per minute under load (60 s over the loaded median).
     pub rpm: Option<f64>,
+    /// The STAMP reflector that answered the probes (`--stamp-reflector`);
+    /// null: udp_server did.
+    pub stamp_reflector: Option<std::net::SocketAddr>,
     /// Where the receiver's arrival times came from: `kernel` (its receive
     /// timestamps) or `read` (when the datagrams were read); null without
     /// a queue delay.
@@ -75,6 +78,7 @@ impl Latency {
             probes_sent: rtt.map_or(0, |r| r.probes_sent),
             probes_lost: rtt.map_or(0, |r| r.probes_lost),
             rpm: rtt.and_then(|r| r.rpm),
+            stamp_reflector: rtt.and_then(|r| r.stamp_reflector),
             ..self
         }
     }
@@ -150,20 +154,23 @@ pub fn speak_of_the_queue(verdict: &mut Verdict, latency: &Latency) {
 
 /// Runs `load` with round-trip probes beside it: probes alone for
 /// `cfg.idle_probe` first, then with the load, then a short last wait for
-/// their answers. Without a server to answer (`--no-server`), the load
-/// runs alone.
+/// their answers. The probes go to `--stamp-reflector` when given, else to
+/// the server; without either to answer (`--no-server`), the load runs
+/// alone.
 pub fn probed<T>(
     cfg: &ClientConfig,
     shutdown: &Shutdown,
     load: impl FnOnce() -> Result<T>,
 ) -> Result<(T, RttRecord)> {
-    if cfg.no_server {
-        return Ok((load()?, RttRecord::default()));
-    }
-    let socket = rtt::open(cfg.server, cfg.bind)?;
+    let target = match &cfg.stamp_probes {
+        Some(stamp) => Target::Stamp(stamp),
+        None if cfg.no_server => return Ok((load()?, RttRecord::default())),
+        None => Target::Server(cfg.server),
+    };
+    let socket = rtt::open(&target, cfg.bind)?;
     let phases = Phases::default();
     std::thread::scope(|scope| {
-        let prober = scope.spawn(|| rtt::run(&socket, &phases));
+        let prober = scope.spawn(|| rtt::run(&socket, &target, &phases));
         let until = Instant::now() + cfg.idle_probe;
         while Instant::now() < until && !shutdown.is_triggered() {
             std::thread::sleep(

@@ -14,8 +14,17 @@
 //! the probe rate until answered) brings the cookie. Probes are counted
 //! from the first one sent with a cookie; every answer carries a fresh
 //! one. A probe unanswered when the run ends (after a last wait) is lost.
+//!
+//! With `--stamp-reflector`, the probes are STAMP test packets to that
+//! reflector instead (a router, `udp_server --stamp`, any RFC 8762
+//! reflector), built and matched by [`super::stamp::session`]: no Hello,
+//! since a reflector answers every test packet. Everything else (the
+//! schedule, the phases, what counts as lost) is the same loop, so the
+//! rtt line, RPM and the verdict mean the same whichever answers.
 
 use super::open_socket;
+use super::stamp::session::{unix_ns_now, StampSession};
+use crate::config::StampSender;
 use crate::error::Result;
 use crate::stats::delay::{RoundTripFigures, RoundTrips};
 use crate::wire::{self, Header, Hello, Message, Probe, PROBE_ECHOED};
@@ -53,27 +62,183 @@ pub struct Phases {
     pub done: AtomicBool,
 }
 
-/// A socket for probing `server`.
-pub fn open(server: SocketAddr, bind: Option<SocketAddr>) -> Result<UdpSocket> {
-    let bind = bind.map(|b| SocketAddr::new(b.ip(), 0));
-    open_socket(server, true, false, bind)
+/// Who answers the probes: udp_server, or a STAMP reflector.
+pub enum Target<'a> {
+    Server(SocketAddr),
+    Stamp(&'a StampSender),
 }
 
-/// Probes `server` on `socket` until `phases.done`, then waits for the
+impl Target<'_> {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Target::Server(addr) => *addr,
+            Target::Stamp(s) => s.reflector,
+        }
+    }
+
+    fn every(&self) -> Duration {
+        match self {
+            Target::Server(_) => Duration::from_secs(1) / PROBE_RATE,
+            Target::Stamp(s) => s.interval,
+        }
+    }
+}
+
+/// A socket for probing `target`, from `bind`'s address when given.
+pub fn open(target: &Target, bind: Option<SocketAddr>) -> Result<UdpSocket> {
+    let bind = match target {
+        Target::Stamp(s) => s.bind,
+        Target::Server(_) => bind,
+    };
+    let bind = bind.map(|b| SocketAddr::new(b.ip(), 0));
+    open_socket(target.addr(), true, false, bind)
+}
+
+/// One kind of probe: how it is sent and how its answer is known.
+trait Probes {
+    /// Sends the next probe at `now`; Some(its key) when it counts (a
+    /// netspeed probe counts once it carries a cookie).
+    fn send(&mut self, socket: &UdpSocket, now: Instant) -> Option<u64>;
+    /// A datagram read at `arrived`: Some((its probe's key, round trip in
+    /// ns)) for an answer to a probe.
+    fn answer(&mut self, datagram: &[u8], arrived: Instant) -> Option<(u64, u64)>;
+    /// Whether the far end has answered anything.
+    fn heard(&self) -> bool;
+}
+
+/// udp_server's probes: a Hello until the cookie comes, then probes that
+/// echo it.
+struct ServerProbes {
+    session: u64,
+    started: Instant,
+    seq: u64,
+    cookie: u64,
+    heard: bool,
+}
+
+impl Probes for ServerProbes {
+    fn send(&mut self, socket: &UdpSocket, now: Instant) -> Option<u64> {
+        let seq = self.seq;
+        self.seq += 1;
+        let header = Header {
+            session: self.session,
+            seq,
+            send_time_ns: now.duration_since(self.started).as_nanos() as u64,
+        };
+        // Until a HelloAck brings the cookie, a Hello goes instead: the
+        // server answers only probes that echo it from their flow's own
+        // budget.
+        let message = match self.cookie {
+            0 => wire::encode_hello(&Hello {
+                header,
+                nonce: self.session,
+                ..Hello::default()
+            })
+            .to_vec(),
+            cookie => wire::encode_probe(&Probe { header, cookie }).to_vec(),
+        };
+        (socket.send(&message).is_ok() && self.cookie != 0).then_some(seq)
+    }
+
+    fn answer(&mut self, datagram: &[u8], arrived: Instant) -> Option<(u64, u64)> {
+        let ack = match wire::decode(datagram) {
+            Ok(Message::ProbeAck(ack)) => ack,
+            Ok(Message::HelloAck(hello)) if hello.session == self.session && hello.cookie != 0 => {
+                self.heard = true;
+                self.cookie = hello.cookie;
+                return None;
+            }
+            _ => return None,
+        };
+        if ack.header.session != self.session {
+            return None;
+        }
+        self.heard = true;
+        self.cookie = ack.cookie;
+        if ack.flags & PROBE_ECHOED == 0 {
+            return None;
+        }
+        let now_ns = arrived.duration_since(self.started).as_nanos() as u64;
+        Some((
+            ack.header.seq,
+            now_ns.saturating_sub(ack.header.send_time_ns),
+        ))
+    }
+
+    fn heard(&self) -> bool {
+        self.heard
+    }
+}
+
+/// STAMP test packets: each counts from the first.
+struct StampProbes {
+    session: StampSession,
+    heard: bool,
+}
+
+impl Probes for StampProbes {
+    fn send(&mut self, socket: &UdpSocket, _now: Instant) -> Option<u64> {
+        self.session.send(socket).ok().map(u64::from)
+    }
+
+    fn answer(&mut self, datagram: &[u8], arrived: Instant) -> Option<(u64, u64)> {
+        let sample = self.session.answer(datagram, arrived, unix_ns_now())?;
+        self.heard = true;
+        Some((u64::from(sample.sender_seq), sample.rtt_ns))
+    }
+
+    fn heard(&self) -> bool {
+        self.heard
+    }
+}
+
+/// Probes `target` on `socket` until `phases.done`, then waits for the
 /// last answers. Returns what it found.
-pub fn run(socket: &UdpSocket, phases: &Phases) -> RttRecord {
-    let session = crate::auth::random_u64();
+pub fn run(socket: &UdpSocket, target: &Target, phases: &Phases) -> RttRecord {
     let started = Instant::now();
-    let every = Duration::from_secs(1) / PROBE_RATE;
+    match target {
+        Target::Server(_) => {
+            let session = crate::auth::random_u64();
+            let mut probes = ServerProbes {
+                session,
+                started,
+                seq: 0,
+                cookie: 0,
+                heard: false,
+            };
+            probe(socket, &mut probes, target.every(), started, phases)
+        }
+        Target::Stamp(s) => {
+            let error = crate::stamp::local_estimate(s.clock.synchronized, s.clock.error);
+            let ssid = s.ssid.unwrap_or_else(super::stamp::random_ssid);
+            let mut probes = StampProbes {
+                session: StampSession::new(ssid, s.size, error),
+                heard: false,
+            };
+            let mut record = probe(socket, &mut probes, target.every(), started, phases);
+            if let Some(f) = &mut record.figures {
+                f.stamp_reflector = Some(s.reflector);
+            }
+            record
+        }
+    }
+}
+
+fn probe(
+    socket: &UdpSocket,
+    probes: &mut dyn Probes,
+    every: Duration,
+    started: Instant,
+    phases: &Phases,
+) -> RttRecord {
     let mut trips = RoundTrips::default();
     let mut points = Vec::new();
     let mut load_start = None;
-    // seq -> sent under load
+    // key -> sent under load
     let mut outstanding: BTreeMap<u64, bool> = BTreeMap::new();
-    let (mut cookie, mut seq, mut answered) = (0u64, 0u64, false);
     let mut next_send = started;
     let mut done_at: Option<Instant> = None;
-    let mut buf = [0u8; 2048];
+    let mut buf = vec![0u8; 65536];
     loop {
         let now = Instant::now();
         if done_at.is_none() && phases.done.load(Ordering::Acquire) {
@@ -89,31 +254,13 @@ pub fn run(socket: &UdpSocket, phases: &Phases) -> RttRecord {
             load_start = Some(now.duration_since(started).as_secs_f64());
         }
         if done_at.is_none() && now >= next_send {
-            let header = Header {
-                session,
-                seq,
-                send_time_ns: now.duration_since(started).as_nanos() as u64,
-            };
-            // Until a HelloAck brings the cookie, a Hello goes instead:
-            // the server answers only probes that echo it from their
-            // flow's own budget.
-            let message = match cookie {
-                0 => wire::encode_hello(&Hello {
-                    header,
-                    nonce: session,
-                    ..Hello::default()
-                })
-                .to_vec(),
-                _ => wire::encode_probe(&Probe { header, cookie }).to_vec(),
-            };
-            if socket.send(&message).is_ok() && cookie != 0 {
+            if let Some(key) = probes.send(socket, now) {
                 trips.sent(loaded);
-                outstanding.insert(seq, loaded);
+                outstanding.insert(key, loaded);
                 while outstanding.len() > OUTSTANDING {
                     outstanding.pop_first();
                 }
             }
-            seq += 1;
             next_send += every;
             if next_send < now {
                 next_send = now + every;
@@ -128,35 +275,21 @@ pub fn run(socket: &UdpSocket, phases: &Phases) -> RttRecord {
             continue;
         };
         let arrived = Instant::now();
-        let ack = match wire::decode(&buf[..n]) {
-            Ok(Message::ProbeAck(ack)) => ack,
-            Ok(Message::HelloAck(hello)) if hello.session == session && hello.cookie != 0 => {
-                answered = true;
-                cookie = hello.cookie;
-                continue;
-            }
-            _ => continue,
-        };
-        if ack.header.session != session {
-            continue;
-        }
-        answered = true;
-        cookie = ack.cookie;
-        if ack.flags & PROBE_ECHOED == 0 {
-            continue;
-        }
-        let Some(was_loaded) = outstanding.remove(&ack.header.seq) else {
+        let Some((key, rtt)) = probes.answer(&buf[..n], arrived) else {
             continue;
         };
-        let now_ns = arrived.duration_since(started).as_nanos() as u64;
-        let rtt = now_ns.saturating_sub(ack.header.send_time_ns);
+        let Some(was_loaded) = outstanding.remove(&key) else {
+            continue;
+        };
         trips.answered(was_loaded, rtt);
         if points.len() < MOST_POINTS {
-            points.push((ack.header.send_time_ns as f64 / 1e9, rtt as f64 / 1e6));
+            let sent_at = arrived.duration_since(started).as_nanos() as u64;
+            let sent_at = sent_at.saturating_sub(rtt);
+            points.push((sent_at as f64 / 1e9, rtt as f64 / 1e6));
         }
     }
     RttRecord {
-        figures: answered.then(|| trips.figures()),
+        figures: probes.heard().then(|| trips.figures()),
         points,
         load_start: load_start.unwrap_or(0.0),
     }

@@ -195,18 +195,22 @@ pub struct ClientArgs {
     /// socket (e.g. 8M); the granted size is reported [default: 4M].
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub recv_buffer_size: Option<u64>,
-    /// Measure the round trip to a STAMP reflector (RFC 8762; udp_server
-    /// --stamp, a router, stamp-suite): HOST or HOST:PORT [default port:
-    /// 862]. Needs --no-load for now. Sends --count test packets (or for
-    /// --duration) every --stamp-interval, waits --end-timeout for the
-    /// last answers, and reports round-trip percentiles and loss each way.
-    #[arg(long, value_name = "HOST[:PORT]", conflicts_with_all = ["server_addr", "local", "reverse", "bidir", "sweep", "sweep_clients", "find_limit", "total_send"])]
+    /// Send the round-trip probes to a STAMP reflector (RFC 8762; udp_server
+    /// --stamp, a router, stamp-suite) instead of udp_server: HOST or
+    /// HOST:PORT [default port: 862]. The load still goes to --server; the
+    /// rtt line, RPM and the verdict then tell the delay to that
+    /// reflector. With --no-load: the round trip alone, --count test
+    /// packets (or for --duration) every --stamp-interval, waiting
+    /// --end-timeout for the last answers; round-trip percentiles and loss
+    /// each way.
+    #[arg(long, value_name = "HOST[:PORT]")]
     pub stamp_reflector: Option<String>,
     /// With --stamp-reflector: measure the round trip alone, with no load
-    /// beside it (the only way for now).
+    /// beside it.
     #[arg(long)]
     pub no_load: bool,
-    /// With --stamp-reflector: the time between test packets [default: 10ms].
+    /// With --stamp-reflector: the time between test packets [default: 10ms
+    /// with --no-load; 50ms, the probes' own rate, under a load].
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub stamp_interval: Option<Duration>,
     /// With --stamp-reflector: bytes per test packet, the UDP payload; at
@@ -218,7 +222,7 @@ pub struct ClientArgs {
     /// 65535 [default: random].
     #[arg(long, value_name = "N")]
     pub stamp_ssid: Option<u16>,
-    /// With --stamp-reflector: the reflector numbers its answers itself,
+    /// With --stamp-reflector --no-load: the reflector numbers its answers itself,
     /// per session (RFC 8762's stateful mode, as udp_server --stamp does),
     /// so loss its numbers cannot place was on the way back. Without it,
     /// such loss is split only once the numbers prove the reflector
@@ -437,6 +441,10 @@ pub struct ClientConfig {
     pub recv_buffer_size: usize,
     /// `--idle-probe`: round-trip probes alone before the load.
     pub idle_probe: Duration,
+    /// `--stamp-reflector` beside a load: the round-trip probes go to that
+    /// reflector as STAMP test packets (its `count` and `duration` unused:
+    /// the load's are).
+    pub stamp_probes: Option<super::StampSender>,
     /// `--plot` on an ordinary run: the timeline's SVG file.
     pub timeline_plot: Option<PathBuf>,
 }
@@ -821,7 +829,8 @@ impl ClientConfig {
             },
             None,
         )?;
-        if stamp.is_some() {
+        let stamp_alone = stamp.as_ref().is_some_and(|s| s.alone);
+        if stamp_alone {
             let stray = [
                 (args.local, "--local"),
                 (traffic != Traffic::Upload, "-R or --bidir"),
@@ -835,12 +844,12 @@ impl ClientConfig {
             ];
             if let Some((_, flag)) = stray.iter().find(|(set, _)| *set) {
                 return Err(Error::usage(format!(
-                    "--stamp-reflector measures round trips alone: it does not take {flag}"
+                    "--stamp-reflector --no-load measures round trips alone: it does not take {flag}"
                 )));
             }
         }
         let mode = match find_limit {
-            _ if stamp.is_some() => ClientMode::Stamp(stamp.expect("checked")),
+            _ if stamp_alone => ClientMode::Stamp(stamp.clone().expect("checked")),
             Some(search) => ClientMode::FindLimit {
                 search,
                 plot: args.plot.clone(),
@@ -902,6 +911,7 @@ impl ClientConfig {
             traffic,
             recv_buffer_size,
             idle_probe,
+            stamp_probes: stamp.filter(|s| !s.alone),
             timeline_plot,
         })
     }

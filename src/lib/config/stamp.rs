@@ -180,10 +180,13 @@ pub fn server_settings(
     }))
 }
 
-/// The sender's settings (`udp_client --stamp-reflector ... --no-load`).
+/// The sender's settings (`udp_client --stamp-reflector ...`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StampSender {
     pub reflector: SocketAddr,
+    /// `--no-load`: the round trip alone. Otherwise the test packets are a
+    /// load run's round-trip probes.
+    pub alone: bool,
     /// Test packets to send; None: for `duration`.
     pub count: Option<u64>,
     pub duration: Option<Duration>,
@@ -204,8 +207,11 @@ pub struct StampSender {
     pub bind: Option<SocketAddr>,
 }
 
-/// `--stamp-interval`'s default.
+/// `--stamp-interval`'s default with `--no-load` (STAMP's usual) ...
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(10);
+/// ... and beside a load: the round-trip probes' own rate, 20 a second,
+/// so that a reflector sees no more than udp_server's probes would send.
+pub const LOADED_INTERVAL: Duration = Duration::from_millis(50);
 /// The shortest `--stamp-interval`, and the longest.
 pub const MIN_INTERVAL: Duration = Duration::from_micros(10);
 pub const MAX_INTERVAL: Duration = Duration::from_secs(60);
@@ -250,10 +256,11 @@ pub struct StampClientKeys {
 }
 
 /// The sender's settings, or None without `--stamp-reflector`. `count`
-/// and `duration` are the run's `--count` and `--duration`; `wait` its
+/// and `duration` are the run's `--count` and `--duration` (the STAMP
+/// run's with `--no-load`, the load's otherwise); `wait` its
 /// `--end-timeout`; `bind` is the client's to fill. A STAMP setting
-/// without a reflector, or a reflector without `--no-load`, is a usage
-/// error.
+/// without a reflector is a usage error, and so is `--stamp-stateful`
+/// beside a load (only `--no-load` splits loss by direction).
 pub fn sender_settings(
     k: StampClientKeys,
     count: Option<u64>,
@@ -277,13 +284,18 @@ pub fn sender_settings(
         }
         return Ok(None);
     };
-    if k.no_load != Some(true) {
+    let alone = k.no_load == Some(true);
+    if !alone && k.stateful == Some(true) {
         return Err(Error::usage(
-            "--stamp-reflector needs --no-load for now: STAMP measures the round trip alone until it can run beside a load",
+            "--stamp-stateful splits loss by direction, which only --no-load reports: beside a load the rtt line counts probes lost either way",
         ));
     }
     let reflector = reflector_addr(&text)?;
-    let interval = k.interval.unwrap_or(DEFAULT_INTERVAL);
+    let interval = k.interval.unwrap_or(if alone {
+        DEFAULT_INTERVAL
+    } else {
+        LOADED_INTERVAL
+    });
     if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) {
         return Err(Error::usage("--stamp-interval: between 10us and 60s"));
     }
@@ -300,18 +312,21 @@ pub fn sender_settings(
             "--stamp-ssid 0 means no SSID (RFC 8972): give 1 to 65535",
         ));
     }
-    if count == Some(0) {
+    if alone && count == Some(0) {
         return Err(Error::usage("--count 0 sends nothing: give at least 1"));
     }
-    if duration.is_some_and(|d| d.is_zero()) {
+    if alone && duration.is_some_and(|d| d.is_zero()) {
         return Err(Error::usage("--duration must be greater than 0"));
     }
+    let (count, duration) = match (alone, count, duration) {
+        (false, _, _) => (None, None),
+        (true, None, None) => (Some(DEFAULT_COUNT), None),
+        (true, c, d) => (c, d),
+    };
     Ok(Some(StampSender {
         reflector,
-        count: match (count, duration) {
-            (None, None) => Some(DEFAULT_COUNT),
-            (c, _) => c,
-        },
+        alone,
+        count,
         duration,
         interval,
         size: size as usize,
@@ -433,10 +448,30 @@ mod tests {
     }
 
     #[test]
+    fn beside_a_load_the_sender_is_the_runs_prober() {
+        let cfg = client(&["--stamp-reflector", "127.0.0.1", "-t", "1M", "-R"]).unwrap();
+        assert!(matches!(cfg.mode, ClientMode::Run), "{:?}", cfg.mode);
+        let s = cfg.stamp_probes.expect("the probes' settings");
+        assert_eq!(s.reflector, "127.0.0.1:862".parse().unwrap());
+        assert!(!s.alone);
+        assert_eq!(
+            (s.count, s.duration),
+            (None, None),
+            "the load's, not STAMP's"
+        );
+        assert_eq!(s.interval, LOADED_INTERVAL);
+        let cfg = client(&["--stamp-reflector", "127.0.0.1", "--stamp-interval", "5ms"]).unwrap();
+        assert_eq!(cfg.stamp_probes.unwrap().interval, Duration::from_millis(5));
+        assert_eq!(client(&["-t", "1M"]).unwrap().stamp_probes, None);
+        let cfg = client(&["--stamp-reflector", "127.0.0.1", "--no-load"]).unwrap();
+        assert_eq!(cfg.stamp_probes, None, "--no-load: STAMP alone");
+    }
+
+    #[test]
     fn bad_sender_settings_are_usage_errors() {
-        let err = client(&["--stamp-reflector", "127.0.0.1"]).unwrap_err();
+        let err = client(&["--stamp-reflector", "127.0.0.1", "--stamp-stateful"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
-        assert!(err.to_string().contains("needs --no-load"), "{err}");
+        assert!(err.to_string().contains("only --no-load"), "{err}");
         for bad in [
             &["--no-load"][..],
             &["--stamp-interval", "1ms"],
@@ -483,9 +518,9 @@ mod tests {
             let err = client(bad).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
         }
-        let file = TempConfig::new("stamp_reflector = \"127.0.0.1:9\"\n");
+        let file = TempConfig::new("stamp_reflector = \"127.0.0.1:9\"\nstamp_stateful = true\n");
         let err = client(&["--config", file.arg()]).unwrap_err();
-        assert!(err.to_string().contains("needs --no-load"), "{err}");
+        assert!(err.to_string().contains("only --no-load"), "{err}");
         file.write(
             "stamp_reflector = \"127.0.0.1:9\"\nno_load = true\nstamp_interval = \"20ms\"\n",
         );

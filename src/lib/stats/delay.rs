@@ -414,6 +414,9 @@ pub struct RoundTripFigures {
     pub probes_lost: u64,
     /// Round trips per minute under load: 60 s over the loaded median.
     pub rpm: Option<f64>,
+    /// The STAMP reflector the probes went to (`--stamp-reflector`); None:
+    /// udp_server answered them.
+    pub stamp_reflector: Option<std::net::SocketAddr>,
 }
 
 impl RoundTrips {
@@ -449,6 +452,7 @@ impl RoundTrips {
             probes_sent: sent,
             probes_lost: sent.saturating_sub(answered),
             rpm: loaded.filter(|l| l.p50 > 0.0).map(|l| 60_000.0 / l.p50),
+            stamp_reflector: None,
         }
     }
 }

@@ -100,7 +100,7 @@ impl StampReport {
 }
 
 /// A random SSID: any but 0, which means none.
-fn random_ssid() -> u16 {
+pub(crate) fn random_ssid() -> u16 {
     loop {
         let ssid = crate::auth::random_u64() as u16;
         if ssid != 0 {

@@ -146,8 +146,11 @@ pub(super) fn latency_lines(l: &Latency, label: &str) -> String {
             ),
             None => "unknown under load".into(),
         };
+        let to = l
+            .stamp_reflector
+            .map_or_else(String::new, |r| format!(" (STAMP, to {r})"));
         out += &format!(
-            "\n{label}rtt       {idle}, {loaded}; {} of {} probes lost",
+            "\n{label}rtt       {idle}, {loaded}; {} of {} probes lost{to}",
             l.probes_lost, l.probes_sent
         );
     }
