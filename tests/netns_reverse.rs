@@ -17,6 +17,7 @@ use common::netns::{require_root_and_ip, routed, Routed};
 use common::udp::{args_to, client_in, stream, u, Server, CLIENT};
 use common::{poll_every, ChildGuard};
 use netspeed::wire;
+use serde_json::Value;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -359,4 +360,75 @@ fn a_spoofer_can_never_aim_a_stream_at_its_victim() {
     assert_eq!(done["reason"], "never_confirmed", "{done}");
     assert_eq!(u(&done, "sent_packets"), 0, "{done}");
     server.stop();
+}
+
+/// Issue 41: `--bidir` through the NAT with no shaper. In each direction
+/// the summary's queue-delay p50 lies within the p50s of the interval
+/// lines that showed the same datagrams (the server's for the upload,
+/// this client's for the reverse stream), and the queue stayed short.
+#[test]
+fn bidir_queue_delay_summaries_agree_with_their_intervals_through_nat() {
+    require_root_and_ip();
+    let net = routed("qbn", 85, true);
+    // Interval lines every second (the test servers' default is none).
+    let server = Server::start_args_in(
+        &net.server,
+        &["--listen", "0.0.0.0:0", "--recv-buffer-size", "4M"],
+    );
+    let target = format!("{}:{}", net.server_ip, server.port());
+    let out = common::run_bounded(
+        net.client.cmd(CLIENT).args(args_to(
+            &target,
+            "--bidir -b 1400 --rate 200M --duration 4s --json-stream",
+        )),
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = common::ndjson(&String::from_utf8_lossy(&out.stdout));
+    let end = lines
+        .iter()
+        .find(|v| v["event"] == "end")
+        .unwrap_or_else(|| panic!("no end event: {lines:?}"));
+    let events = server.stop();
+    let upload_intervals: Vec<&Value> = events
+        .iter()
+        .filter(|v| v["event"] == "interval" && v["direction"] != "server_to_client")
+        .filter(|v| v.get("queue_delay_ms").is_some())
+        .collect();
+    let reverse_intervals: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["event"] == "interval" && v["direction"] == "server_to_client")
+        .filter(|v| v.get("queue_delay_ms").is_some())
+        .collect();
+    for (direction, intervals) in [
+        ("client_to_server", upload_intervals),
+        ("server_to_client", reverse_intervals),
+    ] {
+        assert!(intervals.len() >= 3, "{direction}: {intervals:?}");
+        let p50s: Vec<f64> = intervals
+            .iter()
+            .map(|v| v["queue_delay_ms"]["p50"].as_f64().expect("p50"))
+            .collect();
+        let lowest = p50s.iter().copied().fold(f64::MAX, f64::min);
+        let highest = p50s.iter().copied().fold(0.0, f64::max);
+        let st = stream(end, direction);
+        let summary = st["latency"]["queue_delay_ms"]["p50"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{direction}: no queue delay: {st}"));
+        let slack = 0.002 + 0.01 * highest;
+        eprintln!("FIGURE qbn {direction}: interval p50s {p50s:?}, summary p50 {summary}");
+        assert!(
+            summary >= lowest - slack && summary <= highest + slack,
+            "{direction}: summary p50 {summary} ms outside its intervals' {p50s:?}: {st}"
+        );
+        assert!(
+            summary < 0.5,
+            "{direction}: no shaper, yet p50 {summary} ms: {st}"
+        );
+    }
 }

@@ -450,3 +450,73 @@ fn a_forged_far_sequence_number_cannot_wrap_the_loss() {
     assert_eq!(u(&done, "unexpected"), 1, "{done}");
     assert_eq!(u(&report["server"], "unexpected"), 1, "{report}");
 }
+
+// ------------------------------------------------------- queue baseline
+
+/// Issue 41: a delay that steps down mid-run (the relay holds the first
+/// 2,500 data datagrams 2 ms, then none) is a minimum that comes late.
+/// Every figure uses one baseline: the summary's percentiles lie within
+/// its interval lines' (it is their datagrams taken together), the
+/// summary's max is an interval's max, and the fall of the floor is said
+/// (about the 2 ms the relay stopped holding).
+#[test]
+fn a_late_minimum_changes_no_figure_already_shown_and_is_said() {
+    const HELD: u64 = 2500;
+    // Interval lines every second (the test servers' default is none).
+    let server = Server::start_args(&["--listen", "127.0.0.1:0", "--recv-buffer-size", "4M"]);
+    let rules: Vec<(Pick, Action)> = (0..HELD)
+        .map(|n| {
+            (
+                pick(Dir::ToServer, DATA, n),
+                Action::Delay(Duration::from_millis(2)),
+            )
+        })
+        .collect();
+    let relay = server.relay(&rules);
+    let target = relay.addr().to_string();
+    // 1,250 datagrams a second for 4 s: two held seconds, two free.
+    let report = client(&args_to(&target, "-b 1000 -n 5000 --rate 10Mbit"));
+    let counts = relay.finish();
+    assert_eq!(counts.delayed(Dir::ToServer, DATA), HELD);
+    let session = session(&report);
+    let events = server.stop();
+    let intervals: Vec<&Value> = events
+        .iter()
+        .filter(|v| v["event"] == "interval" && v["session"] == session.as_str())
+        .filter(|v| u(v, "packets") > 0)
+        .collect();
+    assert!(intervals.len() >= 3, "{intervals:?}");
+    let done = peer_dones(&events, &session)[0];
+    let q = |v: &Value, k: &str| {
+        v["queue_delay_ms"][k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k}: {v}"))
+    };
+    let p50s: Vec<f64> = intervals.iter().map(|v| q(v, "p50")).collect();
+    let lowest = p50s.iter().copied().fold(f64::MAX, f64::min);
+    let highest = p50s.iter().copied().fold(0.0, f64::max);
+    // Histogram buckets: exact to the microsecond below 256 us, 1 % above.
+    let slack = 0.002 + 0.01 * highest;
+    let summary = q(done, "p50");
+    assert!(
+        summary >= lowest - slack && summary <= highest + slack,
+        "the summary's p50 {summary} ms lies within its intervals' {p50s:?}: {done}"
+    );
+    let max = intervals.iter().map(|v| q(v, "max")).fold(0.0, f64::max);
+    assert!(
+        (q(done, "max") - max).abs() <= slack.max(0.01 * max),
+        "the summary's max is its intervals' largest ({max}): {done}"
+    );
+    let shown = q(&report["streams"][0]["latency"], "p50");
+    assert!(
+        (shown - summary).abs() < 0.001,
+        "the client shows the server's summary ({shown}): {report}"
+    );
+    let fell = done["queue_baseline_drop_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the fall of the floor is said: {done}"));
+    assert!(
+        (1.5..4.0).contains(&fell),
+        "the floor fell by the 2 ms hold: {fell} {done}"
+    );
+}

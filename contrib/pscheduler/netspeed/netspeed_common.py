@@ -232,7 +232,8 @@ def find_binary(name):
 
 
 def binary_version(path):
-    """'0.1.0' from '<path> --version', or None."""
+    """'0.1.0' from '<path> --version' ('udp_client 0.1.0 (wire protocol
+    version 4)'), or None."""
     try:
         out = subprocess.run(
             [path, "--version"],
@@ -245,9 +246,9 @@ def binary_version(path):
     except (OSError, subprocess.SubprocessError):
         return None
     words = out.stdout.split()
-    if out.returncode != 0 or not words:
+    if out.returncode != 0 or len(words) < 2:
         return None
-    return words[-1]
+    return words[1]
 
 
 # --- The spec --------------------------------------------------------------

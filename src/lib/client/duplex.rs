@@ -226,7 +226,14 @@ pub fn reverse_stream(cfg: &ClientConfig, streams: &[ReverseStream]) -> Stream {
         sender,
         receiver: Some(receiver),
         limited_by: reverse_verdict(cfg, streams),
-        latency: Latency::new(worst_queue(streams), None).with_arrival(crate::sys::RX_TIMESTAMPS),
+        latency: Latency {
+            queue_baseline_drop_ms: streams
+                .iter()
+                .filter_map(|d| d.received.queue_baseline_drop_ms)
+                .reduce(f64::max),
+            ..Latency::new(worst_queue(streams), None)
+        }
+        .with_arrival(crate::sys::RX_TIMESTAMPS),
     }
 }
 

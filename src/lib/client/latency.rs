@@ -33,6 +33,9 @@ pub struct Latency {
     /// datagram.
     pub queue_delay_ms: Option<Spread>,
     pub delay_samples: u64,
+    /// How far the queue delay's floor fell after the first quarter
+    /// second, when it did and this client measured it (reverse streams).
+    pub queue_baseline_drop_ms: Option<f64>,
     pub clock_skew_ppm: Option<f64>,
     pub drift_bound_ms: f64,
     pub probes_sent: u64,

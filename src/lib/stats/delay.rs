@@ -4,10 +4,22 @@
 //! Why the load's own datagrams: every one carries its send time on the
 //! sender's clock, and the receiver has the kernel's arrival time on its
 //! own. Their difference is the one-way delay plus an unknown, constant
-//! clock offset. Subtract the run's smallest one-way delay and the offset
-//! cancels: what remains is how long each datagram waited in queues beyond
-//! the fastest datagram of the run (the queue delay). No clock sync, no
-//! extra packet, no extra system call.
+//! clock offset. Subtract the smallest one-way delay seen so far (the
+//! floor) and the offset cancels: what remains is how long each datagram
+//! waited in queues beyond the fastest datagram before it (the queue
+//! delay). No clock sync, no extra packet, no extra system call.
+//!
+//! Why the floor *so far*, for every figure: the interval lines are
+//! printed while the run goes on, so they can only use the floor known
+//! then. Were the run's figures to use the run's final floor, a minimum
+//! that came late (a path that got shorter, a clock that drifts down, one
+//! datagram stamped oddly) would lift every earlier datagram after the
+//! lines that showed them were printed, and the summary would contradict
+//! its own intervals. So each datagram is measured once, from the floor
+//! at its arrival, and the same value goes into its interval and into the
+//! run: the run's percentiles are those of its intervals' datagrams taken
+//! together. How far the floor fell after the first quarter second is
+//! kept too ([`QueueDelay::baseline_drop_ms`]), for the report to say.
 //!
 //! Why a bound on clock drift rather than a correction: two hosts' clocks
 //! run at slightly different rates (a few ppm when both follow NTP, up to
@@ -128,14 +140,13 @@ struct Floor {
 /// One direction's queue delay, fed one received buffer at a time.
 #[derive(Debug, Clone)]
 pub struct QueueDelay {
-    /// The first one-way delay: the histograms hold delays relative to it,
-    /// those at or above it in `above`, those below in `below`.
-    base_ns: Option<i64>,
-    /// The least one-way delay so far.
+    /// The least one-way delay so far; i64::MAX before any datagram.
     floor_ns: i64,
-    above: Option<Histogram<u32>>,
-    below: Option<Histogram<u32>>,
-    /// Since the last interval: delays above the floor known then.
+    /// The floor when the first window of arrivals ended (None before).
+    early_floor_ns: Option<i64>,
+    /// Every datagram's delay above the floor known at its arrival.
+    run: Option<Histogram<u32>>,
+    /// The same, since the last interval.
     interval: Option<Histogram<u32>>,
     keep_intervals: bool,
     floors: Vec<Floor>,
@@ -143,7 +154,7 @@ pub struct QueueDelay {
     /// The arrival times the last floor's window covers, [start, end):
     /// most datagrams fall in it and need no division.
     window_span: (i64, i64),
-    first_at_ns: i64,
+    first_at_ns: Option<i64>,
     last_at_ns: i64,
 }
 
@@ -152,16 +163,15 @@ impl QueueDelay {
     /// as well (one more histogram).
     pub fn new(intervals: bool) -> Self {
         QueueDelay {
-            base_ns: None,
             floor_ns: i64::MAX,
-            above: None,
-            below: None,
+            early_floor_ns: None,
+            run: None,
             interval: None,
             keep_intervals: intervals,
             floors: Vec::new(),
             window_ns: FIRST_WINDOW_NS,
             window_span: (0, 0),
-            first_at_ns: 0,
+            first_at_ns: None,
             last_at_ns: 0,
         }
     }
@@ -174,28 +184,34 @@ impl QueueDelay {
     pub fn record(&mut self, send_ns: u64, recv_ns: u64, count: u64) {
         let at = recv_ns as i64;
         let delay = at.wrapping_sub(send_ns as i64);
-        let base = *self.base_ns.get_or_insert_with(|| {
-            self.first_at_ns = at;
-            delay
-        });
+        let first = *self.first_at_ns.get_or_insert(at);
+        if self.early_floor_ns.is_none() && at.wrapping_sub(first) >= FIRST_WINDOW_NS {
+            self.early_floor_ns = Some(self.floor_ns);
+        }
         self.last_at_ns = self.last_at_ns.max(at);
         self.floor_ns = self.floor_ns.min(delay);
-        let count = count.max(1);
-        let us = |ns: i64| (ns.unsigned_abs().saturating_add(500) / 1000).min(HIGHEST_US);
-        let above_base = delay.wrapping_sub(base);
-        let h = if above_base >= 0 {
-            self.above.get_or_insert_with(histogram)
-        } else {
-            self.below.get_or_insert_with(histogram)
-        };
-        h.saturating_record_n(us(above_base), count as u32);
+        let count = count.max(1) as u32;
+        let over_floor = delay.wrapping_sub(self.floor_ns);
+        let us = (over_floor.unsigned_abs().saturating_add(500) / 1000).min(HIGHEST_US);
+        self.run
+            .get_or_insert_with(histogram)
+            .saturating_record_n(us, count);
         if self.keep_intervals {
-            let over_floor = delay.wrapping_sub(self.floor_ns);
             self.interval
                 .get_or_insert_with(histogram)
-                .saturating_record_n(us(over_floor), count as u32);
+                .saturating_record_n(us, count);
         }
         self.sample_floor(at, delay);
+    }
+
+    /// How far the floor fell after the first quarter second of arrivals,
+    /// in ms: the datagrams before the fall were measured from a floor
+    /// that much higher. 0 when it did not fall (or the run was shorter).
+    pub fn baseline_drop_ms(&self) -> f64 {
+        match self.early_floor_ns {
+            Some(early) => early.wrapping_sub(self.floor_ns).max(0) as f64 / 1e6,
+            None => 0.0,
+        }
     }
 
     fn sample_floor(&mut self, at: i64, delay: i64) {
@@ -211,15 +227,14 @@ impl QueueDelay {
                 return;
             }
         }
-        let window = at.wrapping_sub(self.first_at_ns) / self.window_ns;
-        let start = self
-            .first_at_ns
-            .wrapping_add(window.wrapping_mul(self.window_ns));
+        let first_at = self.first_at_ns.unwrap_or(at);
+        let window = at.wrapping_sub(first_at) / self.window_ns;
+        let start = first_at.wrapping_add(window.wrapping_mul(self.window_ns));
         self.window_span = (start, start.wrapping_add(self.window_ns));
         let last_window = self
             .floors
             .last()
-            .map(|f| f.at_ns.wrapping_sub(self.first_at_ns) / self.window_ns);
+            .map(|f| f.at_ns.wrapping_sub(first_at) / self.window_ns);
         match self.floors.last_mut() {
             Some(last) if last_window == Some(window) => {
                 if delay < last.delay_ns {
@@ -246,7 +261,7 @@ impl QueueDelay {
     fn merge_windows(&mut self) {
         self.window_ns *= 2;
         self.window_span = (0, 0);
-        let first = self.first_at_ns;
+        let first = self.first_at_ns.unwrap_or(0);
         let window = self.window_ns;
         let mut merged: Vec<Floor> = Vec::with_capacity(MAX_WINDOWS / 2 + 1);
         for f in self.floors.drain(..) {
@@ -264,54 +279,21 @@ impl QueueDelay {
 
     /// Datagrams recorded.
     pub fn samples(&self) -> u64 {
-        let len = |h: &Option<Histogram<u32>>| h.as_ref().map_or(0, |h| h.len());
-        len(&self.above) + len(&self.below)
+        self.run.as_ref().map_or(0, |h| h.len())
     }
 
-    /// The run's queue delay: each datagram's one-way delay less the least
-    /// of the run. None before any datagram.
+    /// The run's queue delay: each datagram's one-way delay less the floor
+    /// known at its arrival, as its interval counted it. None before any
+    /// datagram.
     pub fn run(&self) -> Option<QueueFigures> {
-        let base = self.base_ns?;
-        // The base is where the histograms start; the floor is at or
-        // below it: a delay of `v` above the base is `v + lift` above the
-        // floor, one `v` below it is `lift - v`.
-        let lift_us = (base.wrapping_sub(self.floor_ns) as f64 / 1e3).round();
-        let empty = histogram();
-        let above = self.above.as_ref().unwrap_or(&empty);
-        let below = self.below.as_ref().unwrap_or(&empty);
-        let (na, nb) = (above.len(), below.len());
-        let total = na + nb;
-        if total == 0 {
-            return None;
-        }
-        // The k-th smallest delay over both histograms (1-based): the
-        // below-base ones come first, largest distance from the base first.
-        let kth_ms = |k: u64| -> f64 {
-            let us = if k <= nb {
-                let j = nb - k + 1;
-                lift_us - below.value_at_quantile(j as f64 / nb as f64) as f64
-            } else {
-                let j = k - nb;
-                lift_us + above.value_at_quantile(j as f64 / na as f64) as f64
-            };
-            us.max(0.0) / 1e3
-        };
-        let rank = |q: f64| ((q * total as f64).ceil() as u64).clamp(1, total);
-        let max_us = if na > 0 {
-            lift_us + above.max() as f64
-        } else {
-            lift_us - below.min() as f64
-        };
+        let h = self.run.as_ref()?;
+        let spread = Spread::of(h, 0.0)?;
         let skew = self.skew_ppm();
-        let span_s = self.last_at_ns.wrapping_sub(self.first_at_ns).max(0) as f64 / 1e9;
+        let first = self.first_at_ns.unwrap_or(self.last_at_ns);
+        let span_s = self.last_at_ns.wrapping_sub(first).max(0) as f64 / 1e9;
         Some(QueueFigures {
-            spread: Spread {
-                p50: kth_ms(rank(0.5)),
-                p90: kth_ms(rank(0.9)),
-                p99: kth_ms(rank(0.99)),
-                max: max_us.max(0.0) / 1e3,
-            },
-            samples: total,
+            spread,
+            samples: h.len(),
             skew_ppm: skew,
             drift_bound_ms: skew.map_or(0.0, |s| s.abs() * 1e-6 * span_s * 1e3),
         })
@@ -504,9 +486,10 @@ mod tests {
     }
 
     #[test]
-    fn a_first_datagram_that_waited_does_not_become_the_floor() {
+    fn a_first_datagram_that_waited_is_measured_from_itself_and_the_rest_from_the_floor() {
         // The first datagram waited 40 ms; the rest none, then a queue
-        // of 20 ms for the last fifth: delays fall below the base.
+        // of 20 ms for the last fifth. The first is its own floor (0);
+        // every later one is measured from the floor the second set.
         let mut q = QueueDelay::new(false);
         let mut first = true;
         feed(&mut q, 1234, 0.0, 5, |t| {
@@ -521,7 +504,34 @@ mod tests {
         let r = q.run().unwrap();
         assert!(r.spread.p50 < 0.01, "{r:?}");
         assert!((r.spread.p90 - 20.0).abs() < 0.2, "{r:?}");
-        assert!((r.spread.max - 40.0).abs() < 0.4, "{r:?}");
+        assert!((r.spread.max - 20.0).abs() < 0.2, "{r:?}");
+        assert_eq!(q.baseline_drop_ms(), 0.0, "it fell within the first window");
+    }
+
+    /// The issue-41 case: a delay that steps down mid-run (a hold of 2 ms
+    /// that stops). The run's figures are its intervals' taken together
+    /// (never lifted by the late floor), and the fall is reported.
+    #[test]
+    fn a_late_minimum_changes_neither_the_intervals_nor_the_run_it_is_said() {
+        let mut q = QueueDelay::new(true);
+        let mut intervals = Vec::new();
+        for i in 0..4000u64 {
+            let hold = if i < 3000 { 2 * MS } else { 0 };
+            q.record(i * MS, 777 + i * MS + hold, 1);
+            if i % 1000 == 999 {
+                intervals.push(q.take_interval().unwrap());
+            }
+        }
+        let r = q.run().unwrap();
+        for s in &intervals {
+            assert!(s.p50 < 0.01 && s.max < 0.01, "{s:?}");
+        }
+        assert!(r.spread.max < 0.01, "no datagram waited in a queue: {r:?}");
+        assert!(
+            (q.baseline_drop_ms() - 2.0).abs() < 1e-6,
+            "{}",
+            q.baseline_drop_ms()
+        );
     }
 
     #[test]
@@ -533,10 +543,19 @@ mod tests {
             let skew = r.skew_ppm.expect("estimated");
             assert!((skew - drift).abs() < 1.0, "{drift}: {r:?}");
             // 50 ppm over 10 s is 0.5 ms: what the uncorrected delays
-            // can be off by, and they are.
+            // can be off by. A floor that rises shows as delay; one that
+            // falls moves the baseline (each datagram is its own floor).
             assert!((r.drift_bound_ms - 0.5).abs() < 0.02, "{r:?}");
             assert!(r.spread.max <= r.drift_bound_ms + 0.01, "{r:?}");
-            assert!(r.spread.max > 0.45, "the drift shows: {r:?}");
+            if drift > 0.0 {
+                assert!(r.spread.max > 0.45, "the drift shows: {r:?}");
+            } else {
+                assert!(
+                    (q.baseline_drop_ms() - 0.49).abs() < 0.02,
+                    "{}",
+                    q.baseline_drop_ms()
+                );
+            }
         }
     }
 

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// A fall of the queue delay's floor smaller than this (ms) is noise,
+/// not worth a word.
+pub const BASELINE_DROP_SHOWN_MS: f64 = 0.05;
+
 /// Why a peer's summary was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -66,11 +70,15 @@ pub struct PeerReport {
     #[serde(skip_serializing_if = "is_zero")]
     pub unexpected: u64,
     pub jitter_ms: Option<f64>,
-    /// How long the datagrams waited in queues beyond the fastest of the
-    /// session (ms; `stats::delay`): interval lines, the interval's
-    /// datagrams above the floor known then; summaries, the session's
-    /// above its least one-way delay.
+    /// How long the datagrams waited in queues beyond the fastest before
+    /// them (ms; `stats::delay`): each datagram above the floor known at
+    /// its arrival, the interval's in an interval line, all of them in a
+    /// summary.
     pub queue_delay_ms: Option<Spread>,
+    /// Summaries: how far that floor fell after the first quarter second
+    /// (ms), when it did: the datagrams before measured from the higher.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_baseline_drop_ms: Option<f64>,
     /// Summaries: the floor's slope (the clocks' relative drift, ppm),
     /// when it could be estimated ...
     pub clock_skew_ppm: Option<f64>,
@@ -209,6 +217,7 @@ impl Peer {
             clock_skew_ppm: None,
             drift_bound_ms: None,
             delay_samples: None,
+            queue_baseline_drop_ms: None,
             untagged_packets: t.map_or(0, |t| t.untagged_packets),
             drops: KernelDrops::new(self.socket_drops(), shared, self.arrivals()),
             split: LossSplit::default(),
@@ -261,6 +270,9 @@ impl Peer {
             report.drift_bound_ms = Some(q.drift_bound_ms);
             report.delay_samples = Some(q.samples);
         }
+        report.queue_baseline_drop_ms = t
+            .map(|t| t.delay.baseline_drop_ms())
+            .filter(|&d| d >= BASELINE_DROP_SHOWN_MS);
         report
     }
 

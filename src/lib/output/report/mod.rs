@@ -116,6 +116,17 @@ pub(super) fn queue_suffix(q: Option<&Spread>) -> String {
     })
 }
 
+/// A fall of the queue delay's floor during the run, in words (nothing
+/// when it did not fall).
+pub(super) fn baseline_drop_text(drop_ms: Option<f64>) -> String {
+    drop_ms.map_or_else(String::new, |d| {
+        format!(
+            " (the floor fell {} after the first 0.25 s: datagrams before were measured from the higher one)",
+            ms(d)
+        )
+    })
+}
+
 /// A spread of delays in words.
 pub(super) fn spread_text(s: &Spread) -> String {
     format!(
@@ -164,6 +175,7 @@ pub(super) fn latency_lines(l: &Latency, label: &str) -> String {
             spread_text(q),
             l.delay_samples
         );
+        out += &baseline_drop_text(l.queue_baseline_drop_ms);
         if l.drift_bound_ms >= 0.05 {
             out += &format!(
                 " (clock drift {:+.1} ppm: each within {})",

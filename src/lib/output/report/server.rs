@@ -380,7 +380,11 @@ fn peer_done_text(r: &PeerReport) -> String {
             r.jitter_ms.unwrap_or(0.0)
         );
         if let Some(q) = &r.queue_delay_ms {
-            out += &format!("\n  queue     {}", spread_text(q));
+            out += &format!(
+                "\n  queue     {}{}",
+                spread_text(q),
+                super::baseline_drop_text(r.queue_baseline_drop_ms)
+            );
         }
         if r.uncertain > 0 {
             out += &format!(
