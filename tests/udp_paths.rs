@@ -413,3 +413,49 @@ fn plain_send_is_one_sendto_per_datagram() {
         assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
     }
 }
+
+/// Issue 41: drops in one unit. A server that has seen coalesced
+/// (GRO) datagrams from an earlier client, then 65,500-byte datagrams
+/// (never coalesced) unpaced into a 1 MB buffer: its `total` lines count
+/// the drops in datagrams, as the peer does, and add up to the peer's.
+#[test]
+fn the_totals_drops_in_datagrams_equal_the_peers() {
+    let server = Server::start_args(&["--listen", "127.0.0.1:0", "--recv-buffer-size", "1M"]);
+    let target = server.addr.clone();
+    // Coalesced datagrams first, paced well under what the buffer drains.
+    client(&args_to(&target, "-b 1400 -n 5000 --rate 100M"));
+    let report = client(&args_to(&target, "-b 65500 -t 1G"));
+    let session = report["clients"][0]["session"]
+        .as_str()
+        .expect("session")
+        .to_string();
+    let events = server.stop();
+    let done = events
+        .iter()
+        .find(|v| v["event"] == "peer_done" && v["session"] == session.as_str())
+        .expect("the big client's summary");
+    let peer_drops = u(done, "kernel_drops_datagrams");
+    assert_eq!(done["kernel_drops_unit"], "datagrams", "{done}");
+    assert!(
+        peer_drops > 0,
+        "a 1 MB buffer must overflow under 1 GB unpaced: {done}"
+    );
+    let totals: Vec<&serde_json::Value> = events.iter().filter(|v| v["event"] == "total").collect();
+    let summed: u64 = totals
+        .iter()
+        .map(|t| t["kernel_drops_datagrams"].as_u64().unwrap_or(0))
+        .sum();
+    let all_peers: u64 = events
+        .iter()
+        .filter(|v| v["event"] == "peer_done")
+        .map(|v| v["kernel_drops_datagrams"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(summed, all_peers, "totals {totals:?}");
+    for t in totals
+        .iter()
+        .filter(|t| t["kernel_drops"].as_u64().unwrap_or(0) > 0)
+    {
+        assert_eq!(t["kernel_drops_unit"], "datagrams", "{t}");
+        assert_eq!(t["kernel_drops_basis"], "counted", "{t}");
+    }
+}

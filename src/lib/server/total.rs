@@ -87,7 +87,8 @@ pub struct Counters {
     pub control: u64,
     pub drops: Option<u64>,
     pub cpu: Option<CpuTime>,
-    /// The whole run's arrivals so far: the basis of the drops' estimate.
+    /// The whole run's arrivals so far: their growth over a span is the
+    /// basis of its drops' estimate.
     pub arrivals: stats::Arrivals,
     pub not_proven: NotProven,
     pub answers_limited: u64,
@@ -214,7 +215,17 @@ impl TotalMeter {
             .drops
             .zip(self.mark.drops)
             .map(|(n, m)| n.saturating_sub(m));
-        let converted = drops.map(|d| c.arrivals.drops_in_datagrams(d));
+        // The span's own arrivals are the basis: drops in a span whose
+        // datagrams came one by one are counted datagrams, as its peers
+        // count them, whatever earlier peers' GRO did. A span where
+        // nothing arrived falls back on the run's.
+        let span_arrivals = c.arrivals.since(&self.mark.arrivals);
+        let basis = if span_arrivals.datagrams > 0 {
+            span_arrivals
+        } else {
+            c.arrivals
+        };
+        let converted = drops.map(|d| basis.drops_in_datagrams(d));
         let cpu = c
             .cpu
             .zip(self.mark.cpu)
@@ -234,7 +245,7 @@ impl TotalMeter {
             datagrams_read: c.read.saturating_sub(self.mark.read),
             control_packets: c.control.saturating_sub(self.mark.control),
             kernel_drops: drops,
-            kernel_drops_unit: drops.map(|_| c.arrivals.drops_unit()),
+            kernel_drops_unit: drops.map(|_| basis.drops_unit()),
             kernel_drops_datagrams: converted.as_ref().map(|d| d.datagrams),
             kernel_drops_basis: converted.map(|d| d.basis),
             recv_buffer_bytes: self.recv_buffer,
@@ -374,5 +385,37 @@ mod tests {
             .unwrap()
             .contains("46.0 datagrams per buffer"));
         assert_eq!(t.recv_buffer_peak_bytes, Some(900_000));
+    }
+
+    /// Issue 41: a span whose datagrams came one by one counts its drops
+    /// in datagrams, as its peers do, though earlier peers' came coalesced.
+    #[test]
+    fn a_span_without_gro_counts_drops_in_datagrams_whatever_came_before() {
+        let t0 = Instant::now();
+        let before = Counters {
+            drops: Some(0),
+            arrivals: stats::Arrivals {
+                datagrams: 46 * 100,
+                coalesced_buffers: 100,
+                coalesced_datagrams: Some(46 * 100),
+            },
+            ..Counters::default()
+        };
+        let mut meter = TotalMeter::new(t0, true, 1 << 20, before);
+        let mut now = before;
+        now.drops = Some(263);
+        now.arrivals.datagrams += 15_000;
+        let t = meter.take(
+            Now {
+                at: t0 + Duration::from_secs(1),
+                active: 1,
+                counters: now,
+                buffer_peak: None,
+            },
+            false,
+        );
+        assert_eq!(t.kernel_drops_unit, Some("datagrams"));
+        assert_eq!(t.kernel_drops_datagrams, Some(263));
+        assert_eq!(t.kernel_drops_basis.as_deref(), Some("counted"));
     }
 }

@@ -31,6 +31,20 @@ pub struct Arrivals {
 }
 
 impl Arrivals {
+    /// What arrived since `earlier` (counters that only grow).
+    pub fn since(&self, earlier: &Arrivals) -> Arrivals {
+        Arrivals {
+            datagrams: self.datagrams.saturating_sub(earlier.datagrams),
+            coalesced_buffers: self
+                .coalesced_buffers
+                .saturating_sub(earlier.coalesced_buffers),
+            coalesced_datagrams: self
+                .coalesced_datagrams
+                .zip(earlier.coalesced_datagrams)
+                .map(|(n, e)| n.saturating_sub(e)),
+        }
+    }
+
     /// The mean datagrams per buffer received: coalesced buffers and
     /// single datagrams alike, since a dropped buffer is one of either.
     pub fn per_buffer(&self) -> Option<f64> {
