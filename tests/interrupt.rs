@@ -96,6 +96,37 @@ fn an_interrupted_download_says_so_too() {
     assert_eq!(code, Some(130), "{text}");
     let report: Value = serde_json::from_str(&text).expect("one JSON report");
     assert_eq!(report["interrupted"]["signal"], "SIGINT", "{report}");
+    // Issue 41: the server's count, if it came, is at least what this
+    // client received; if it did not, it is unknown (null), never 0.
+    let stream = &report["streams"][0];
+    let received = stream["receiver"]["packets"].as_u64().expect("received");
+    assert!(received > 0, "{report}");
+    let sender = &stream["sender"];
+    match sender["packets"].as_u64() {
+        Some(sent) => assert!(
+            sent >= received,
+            "sent {sent} < received {received}: {report}"
+        ),
+        None => {
+            for key in ["packets", "bytes", "seconds", "gbps"] {
+                assert!(
+                    sender[key].is_null(),
+                    "{key} unknown yet not null: {sender}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_interrupted_download_in_text_never_says_the_server_sent_nothing() {
+    let (code, text) = interrupted_client("-R", libc::SIGINT);
+    assert_eq!(code, Some(130), "{text}");
+    let sent = text
+        .lines()
+        .find(|l| l.starts_with("[S->C] sent "))
+        .unwrap_or_else(|| panic!("no sent line:\n{text}"));
+    assert!(!sent.contains(" 0 packets"), "{sent}\n{text}");
 }
 
 #[test]

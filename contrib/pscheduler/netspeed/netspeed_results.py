@@ -226,7 +226,9 @@ def _client_reverse(report, stream_events):
         answered = all(d.get("answered") for d in report.get("downloads") or [])
         total = entry(
             start=0.0,
-            end=sender.get("seconds", receiver.get("seconds", 0.0)),
+            # A sender whose count never came has nulls (not 0): its span
+            # is then the receiver's.
+            end=sender.get("seconds") or receiver.get("seconds") or 0.0,
             throughput_bits=bits(sender.get("gbps"))
             or rate(sender.get("bytes"), sender.get("seconds"))
             or 0.0,

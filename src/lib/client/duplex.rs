@@ -28,9 +28,15 @@ use std::time::Duration;
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Side {
-    pub packets: u64,
-    pub bytes: u64,
-    pub seconds: f64,
+    /// What this side counted; null when its count never came (a reverse
+    /// stream's sender whose End did not arrive: an interrupted run, a
+    /// lost end exchange), never 0 for unknown.
+    #[serialize_always]
+    pub packets: Option<u64>,
+    #[serialize_always]
+    pub bytes: Option<u64>,
+    #[serialize_always]
+    pub seconds: Option<f64>,
     #[serialize_always]
     pub gbps: Option<f64>,
     pub lost_packets: Option<u64>,
@@ -133,17 +139,17 @@ pub fn upload_stream(r: &RunReport) -> Stream {
     Stream {
         direction: Direction::ClientToServer,
         sender: Side {
-            packets: r.sent_packets,
-            bytes: r.sent_bytes,
-            seconds: r.seconds,
+            packets: Some(r.sent_packets),
+            bytes: Some(r.sent_bytes),
+            seconds: Some(r.seconds),
             gbps: r.gbps,
             cpu: r.cpu,
             ..Side::default()
         },
         receiver: r.server.as_ref().map(|v| Side {
-            packets: v.received_packets,
-            bytes: v.received_bytes,
-            seconds: v.seconds,
+            packets: Some(v.received_packets),
+            bytes: Some(v.received_bytes),
+            seconds: Some(v.seconds),
             gbps: v.gbps,
             lost_packets: Some(v.lost_packets),
             duplicates: Some(v.duplicates),
@@ -172,10 +178,11 @@ pub fn reverse_stream(cfg: &ClientConfig, streams: &[ReverseStream]) -> Stream {
     let (mut sender_cpu, mut sender_cpu_known) = (CpuTime::default(), true);
     let (mut first_bytes, mut longest_send, mut longest_receive) = (0, Duration::ZERO, 0.0f64);
     let mut all_answered = true;
+    let (mut sent_packets, mut sent_bytes, mut got_packets, mut got_bytes) = (0, 0, 0, 0);
     for d in streams {
         let r = &d.received;
-        receiver.packets += r.packets;
-        receiver.bytes += r.bytes;
+        got_packets += r.packets;
+        got_bytes += r.bytes;
         longest_receive = longest_receive.max(r.seconds);
         *receiver.lost_packets.get_or_insert(0) += r.lost.unwrap_or(0);
         *receiver.duplicates.get_or_insert(0) += r.duplicates.unwrap_or(0);
@@ -191,8 +198,8 @@ pub fn reverse_stream(cfg: &ClientConfig, streams: &[ReverseStream]) -> Stream {
         );
         match &r.declared {
             Some(end) => {
-                sender.packets += end.sent_packets;
-                sender.bytes += end.sent_bytes;
+                sent_packets += end.sent_packets;
+                sent_bytes += end.sent_bytes;
                 longest_send = longest_send.max(Duration::from_nanos(end.duration_ns));
                 match end.sender {
                     Some(s) if s.cpu_user_ns != wire::UNKNOWN => {
@@ -208,14 +215,22 @@ pub fn reverse_stream(cfg: &ClientConfig, streams: &[ReverseStream]) -> Stream {
             None => all_answered = false,
         }
     }
-    sender.seconds = longest_send.as_secs_f64();
-    sender.gbps = stats::rate_gbps(sender.bytes.saturating_sub(first_bytes), longest_send);
-    sender.cpu = (sender_cpu_known && all_answered && !streams.is_empty())
-        .then(|| CpuCost::of(sender_cpu, longest_send, sender.bytes));
-    receiver.seconds = longest_receive;
+    // The sender's side is the server's Ends: unknown (not 0) unless
+    // every stream's came.
+    let known = all_answered && !streams.is_empty();
+    sender.packets = known.then_some(sent_packets);
+    sender.bytes = known.then_some(sent_bytes);
+    sender.seconds = known.then_some(longest_send.as_secs_f64());
+    sender.gbps =
+        stats::rate_gbps(sent_bytes.saturating_sub(first_bytes), longest_send).filter(|_| known);
+    sender.cpu =
+        (sender_cpu_known && known).then(|| CpuCost::of(sender_cpu, longest_send, sent_bytes));
+    receiver.packets = Some(got_packets);
+    receiver.bytes = Some(got_bytes);
+    receiver.seconds = Some(longest_receive);
     receiver.gbps = match streams {
         [one] => one.received.gbps,
-        _ => stats::rate_gbps(receiver.bytes, Duration::from_secs_f64(longest_receive)),
+        _ => stats::rate_gbps(got_bytes, Duration::from_secs_f64(longest_receive)),
     };
     receiver.cpu = match streams {
         [one] => one.receive_cpu,

@@ -224,13 +224,18 @@ fn reverse_flow(
         client_to_server: false,
         local_sends: false,
         streams,
-        sent_total: totals.map(|t| Span {
-            seconds: t.sender.seconds,
-            bits_per_second: bps(t.sender.gbps),
+        // Unknown (the server's Ends never came) is left out, not 0.
+        sent_total: totals.and_then(|t| {
+            Some(Span {
+                seconds: t.sender.seconds?,
+                bits_per_second: bps(t.sender.gbps),
+            })
         }),
-        received_total: totals.and_then(|t| t.receiver.as_ref()).map(|r| Span {
-            seconds: r.seconds,
-            bits_per_second: bps(r.gbps),
+        received_total: totals.and_then(|t| t.receiver.as_ref()).and_then(|r| {
+            Some(Span {
+                seconds: r.seconds?,
+                bits_per_second: bps(r.gbps),
+            })
         }),
     }
 }

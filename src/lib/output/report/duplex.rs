@@ -50,24 +50,30 @@ impl Shown for ReverseInterval<'_> {
 fn stream_lines(st: &Stream, sender: &str, receiver: &str) -> String {
     let label = direction_label(st.direction);
     let s = &st.sender;
-    let mut out = format!(
-        "{label} sent      {}, {} in {:.3} s {} ({sender})",
-        plural(s.packets, "packet", "packets"),
-        HumanBytes(s.bytes),
-        s.seconds,
-        rate_phrase(s.gbps),
-    );
+    let mut out = match (s.packets, s.bytes, s.seconds) {
+        (Some(packets), Some(bytes), Some(seconds)) => format!(
+            "{label} sent      {}, {} in {:.3} s {} ({sender})",
+            plural(packets, "packet", "packets"),
+            HumanBytes(bytes),
+            seconds,
+            rate_phrase(s.gbps),
+        ),
+        _ => format!("{label} sent      unknown: the {sender}'s count never came"),
+    };
     match &st.receiver {
         Some(r) => {
             let lost = r.lost_packets.unwrap_or(0);
+            let loss = s.packets.map_or_else(
+                || "of an unknown number sent".to_string(),
+                |sent| format!("({:.3}%)", crate::stats::percent(lost, sent)),
+            );
             out += &format!(
-                "\n{label} received  {}, {} in {:.3} s {} ({receiver})\n{label} loss      {} lost ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms",
-                plural(r.packets, "packet", "packets"),
-                HumanBytes(r.bytes),
-                r.seconds,
+                "\n{label} received  {}, {} in {:.3} s {} ({receiver})\n{label} loss      {} lost {loss}, {} duplicates, {} reordered, jitter {:.3} ms",
+                plural(r.packets.unwrap_or(0), "packet", "packets"),
+                HumanBytes(r.bytes.unwrap_or(0)),
+                r.seconds.unwrap_or(0.0),
                 rate_phrase(r.gbps),
                 lost,
-                crate::stats::percent(lost, s.packets),
                 r.duplicates.unwrap_or(0),
                 r.reordered.unwrap_or(0),
                 r.jitter_ms.unwrap_or(0.0),
@@ -161,16 +167,16 @@ mod tests {
         let stream = Stream {
             direction: Direction::ServerToClient,
             sender: Side {
-                packets: 7150,
-                bytes: 10_010_000,
-                seconds: 0.5,
+                packets: Some(7150),
+                bytes: Some(10_010_000),
+                seconds: Some(0.5),
                 gbps: Some(0.16),
                 ..Side::default()
             },
             receiver: Some(Side {
-                packets: 7143,
-                bytes: 10_000_200,
-                seconds: 0.5,
+                packets: Some(7143),
+                bytes: Some(10_000_200),
+                seconds: Some(0.5),
                 gbps: Some(0.16),
                 lost_packets: Some(7),
                 duplicates: Some(0),
@@ -227,6 +233,25 @@ mod tests {
 [S->C] rtt       0.25 ms idle, 0.30 ms under load (p90 0.50 ms, p99 0.90 ms; 200000 RPM); 0 of 20 probes lost
 [S->C] limit     paced: the server held the granted 0.160 Gbit/s"
         );
+    }
+
+    /// Issue 41: a sender whose count never came is unknown, not 0.
+    #[test]
+    fn an_unknown_sender_is_said_unknown_not_zero() {
+        let mut r = reverse();
+        r.streams[0].sender = Side::default();
+        let text = r.text();
+        assert!(
+            text.contains("[S->C] sent      unknown: the server's count never came"),
+            "{text}"
+        );
+        assert!(text.contains("7 lost of an unknown number sent"), "{text}");
+        assert!(!text.contains("sent      0 packets"), "{text}");
+        let json: Value = serde_json::from_str(&r.json()).unwrap();
+        let sender = &json["streams"][0]["sender"];
+        for key in ["packets", "bytes", "seconds", "gbps"] {
+            assert!(sender[key].is_null(), "{key}: {sender}");
+        }
     }
 
     #[test]
