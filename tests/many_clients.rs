@@ -308,3 +308,118 @@ fn the_client_sweep_reports_what_the_server_counted_per_run() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The CPU-seconds one process has used so far (/proc/PID/stat: user +
+/// system, in clock ticks), the kernel's own figure.
+fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').expect("a command name") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15, the 12th and 13th after it.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / per_second
+}
+
+/// Sixteen unpaced clients into one server (issue 41): the receive CPU
+/// each client reports is its share, so together they come to no more
+/// than the server process used (its kernel figure, within 1.5×), each
+/// says whom it shared with, and a client that lost everything to the
+/// full buffer has a rate of 0 bit/s, not none.
+#[test]
+fn sixteen_clients_receiver_cpu_adds_up_to_the_servers_own_and_every_rate_is_known() {
+    let server = Server::loopback();
+    let target = server.addr.clone();
+    let clients: Vec<ChildGuard> = (0..16)
+        .map(|_| {
+            let mut cmd = std::process::Command::new(CLIENT);
+            cmd.args(args_to(
+                &target,
+                "-b 1400 -t 30M --idle-probe 0 --end-timeout 3s --json -q",
+            ))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+            ChildGuard::spawn(&mut cmd, "udp_client")
+        })
+        .collect();
+    let mut reports = Vec::new();
+    for mut c in clients {
+        let lines = c.stdout_lines();
+        c.wait_timeout(Duration::from_secs(60))
+            .expect("a client finished within 60 s");
+        let report: Value = serde_json::from_str(&lines.drain(Duration::from_secs(5)).join("\n"))
+            .expect("one JSON report");
+        reports.push(report);
+    }
+    let server_cpu = process_cpu_seconds(server.guard.id());
+    let events = server.stop();
+    let receive_cpu = events
+        .iter()
+        .find(|e| e["event"] == "shutdown")
+        .and_then(|e| e["cpu"]["seconds"].as_f64())
+        .expect("the server's own receive CPU");
+    let mut sum = 0.0;
+    let mut shared = 0;
+    let mut nothing_received = 0;
+    for r in &reports {
+        let view = &r["server"];
+        assert_eq!(u(r, "clients_answered"), 1, "{r}");
+        let gbps = view["gbps"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("a receive rate, even of nothing: {view}"));
+        if u(view, "received_packets") == 0 {
+            nothing_received += 1;
+            assert_eq!(gbps, 0.0, "{view}");
+            assert_eq!(view["rate_span"], "sender", "{view}");
+        }
+        let cpu = &view["cpu"];
+        sum += cpu["seconds"].as_f64().expect("the server's CPU is known");
+        if let Some(others) = cpu["shared"]["other_peers"].as_u64() {
+            assert!((1..=15).contains(&others), "{cpu}");
+            let whole = cpu["shared"]["whole_seconds"].as_f64().unwrap();
+            assert!(cpu["seconds"].as_f64().unwrap() <= whole + 1e-9, "{cpu}");
+            shared += 1;
+        }
+    }
+    figure!(
+        "16 unpaced clients: their receiver CPU adds up to {sum:.3} s; the server's receive threads {receive_cpu:.3} s, its process {server_cpu:.3} s; {shared} said shared; {nothing_received} received nothing"
+    );
+    assert!(
+        shared > 0,
+        "sixteen clients at once, none shared: {reports:?}"
+    );
+    assert!(
+        sum <= 1.5 * server_cpu.max(receive_cpu),
+        "the clients' shares ({sum:.3} s) exceed the server's own CPU ({server_cpu:.3} s process, {receive_cpu:.3} s receive threads)"
+    );
+}
+
+/// A client whose every datagram was lost on the way received nothing
+/// over a known span: 0 bit/s, not an unknown rate (issue 41).
+#[test]
+fn nothing_received_over_a_known_span_is_zero_bits_per_second() {
+    let server = Server::loopback();
+    let rules: Vec<(Pick, Action)> = (0..100u64)
+        .map(|n| (Pick::to_server(common::impair::kind::DATA, n), Action::Drop))
+        .collect();
+    let relay = server.relay(&rules);
+    // 100 datagrams at 10 Mbit/s: sent over about 110 ms.
+    let outcome = common::udp::client_outcome(&args_to(
+        &relay.addr().to_string(),
+        "-b 1400 -n 100 --rate 10Mbit --idle-probe 0",
+    ));
+    let report = outcome.report.expect("a JSON report");
+    let view = &report["server"];
+    assert_eq!(u(view, "received_packets"), 0, "{view}");
+    assert_eq!(u(view, "lost_packets"), 100, "{view}");
+    assert_eq!(view["gbps"].as_f64(), Some(0.0), "{view}");
+    assert_eq!(view["rate_span"], "sender", "{view}");
+    assert_eq!(
+        relay
+            .finish()
+            .dropped(common::impair::Dir::ToServer, common::impair::kind::DATA),
+        100
+    );
+}

@@ -61,6 +61,11 @@ pub(super) fn server_view(answers: &[(&EndAck, u64)], sender_span: Option<Durati
         let (span, basis) = stats::receive_span(arrivals, sender_span);
         v.rate_span = basis;
         v.gbps = stats::rate_gbps(v.received_bytes.saturating_sub(at_first), span);
+    } else if let (false, Some(sent_over)) = (answers.is_empty(), sender_span) {
+        // The server answered and nothing arrived: 0 bit/s over the span
+        // the datagrams were sent in (unknown only if that is too short).
+        v.rate_span = RateSpan::Sender;
+        v.gbps = stats::rate_gbps(0, sent_over);
     }
     // Kernel drops: per receive socket, the counter's growth over the union
     // of the sessions' spans on it, then summed over sockets.
@@ -120,7 +125,9 @@ fn queue_figures(a: &EndAck) -> Option<QueueFigures> {
 /// The server's receive CPU over the answered sessions: one session's own
 /// split, or the total from the earliest start to the latest end of
 /// several (the counter runs from the server's start, so overlapping
-/// sessions are not counted twice).
+/// sessions are not counted twice). Where the server says whom that CPU
+/// also served ([`wire::CpuSharing`]), the figures are these sessions'
+/// share of it by datagrams, the whole beside them.
 pub(super) fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCost> {
     let known = |a: &EndAck| {
         [a.cpu_user_ns, a.cpu_system_ns, a.cpu_start_ns]
@@ -137,7 +144,11 @@ pub(super) fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCo
             user: Duration::from_nanos(a.cpu_user_ns),
             system: Duration::from_nanos(a.cpu_system_ns),
         };
-        return Some(CpuCost::of(cpu, span(a), bytes));
+        let whole = CpuCost::of(cpu, span(a), bytes);
+        return Some(match wire::CpuSharing::decode(a.cpu_sharing) {
+            Some(s) => whole.shared_by(a.received_packets, s.datagrams, s.other_peers),
+            None => whole,
+        });
     }
     let start = answers.iter().map(|(a, _)| a.cpu_start_ns).min()?;
     let end = answers
@@ -146,11 +157,37 @@ pub(super) fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCo
         .max()?;
     let first = answers.iter().map(|(a, _)| a.first_arrival_ns).min()?;
     let last = answers.iter().map(|(a, _)| a.last_arrival_ns).max()?;
-    Some(CpuCost::of_total(
+    let whole = CpuCost::of_total(
         Duration::from_nanos(end.saturating_sub(start)),
         Duration::from_nanos(last.saturating_sub(first)),
         bytes,
-    ))
+    );
+    // Each session's share of what the threads spent meanwhile, summed:
+    // shares never overlap, as the wholes do.
+    let sharing: Option<Vec<_>> = answers
+        .iter()
+        .map(|(a, _)| wire::CpuSharing::decode(a.cpu_sharing).map(|s| (*a, s)))
+        .collect();
+    let Some(sharing) = sharing else {
+        return Some(whole);
+    };
+    let mut own_ns = 0.0;
+    let mut others = 0;
+    for (a, s) in sharing {
+        let handled = s.datagrams.max(a.received_packets).max(1);
+        own_ns +=
+            (a.cpu_user_ns + a.cpu_system_ns) as f64 * a.received_packets as f64 / handled as f64;
+        others = others.max(s.other_peers);
+    }
+    // The sessions of this run are each other's "other peers".
+    let others = others.saturating_sub(answers.len() as u64 - 1);
+    let whole_ns = whole.seconds * 1e9;
+    if others == 0 || whole_ns <= 0.0 {
+        return Some(whole);
+    }
+    let share = (own_ns / whole_ns).min(1.0);
+    let handled = 1_000_000_000u64;
+    Some(whole.shared_by((share * handled as f64) as u64, handled, others))
 }
 
 /// How a run means to send, before it has: GSO as the settings allow it
@@ -396,4 +433,79 @@ pub(super) fn server_notes(v: &ServerView) -> impl Iterator<Item = String> {
     ]
     .into_iter()
     .filter_map(|(due, note)| due.then_some(note))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(received: u64, cpu_ms: u64, sharing: u64) -> EndAck {
+        EndAck {
+            received_packets: received,
+            received_bytes: received * 1000,
+            first_arrival_ns: 1_000_000,
+            last_arrival_ns: 1_001_000_000,
+            cpu_user_ns: cpu_ms * 1_000_000,
+            cpu_system_ns: 0,
+            cpu_start_ns: 5_000_000,
+            cpu_sharing: sharing,
+            ..EndAck::default()
+        }
+    }
+
+    #[test]
+    fn nothing_received_over_a_known_span_is_zero_not_unknown() {
+        let a = ack(0, 1, 0);
+        let v = server_view(&[(&a, 5_000)], Some(Duration::from_millis(35)));
+        assert_eq!((v.gbps, v.rate_span), (Some(0.0), RateSpan::Sender));
+        // No span known (or one too short to time): unknown.
+        assert_eq!(server_view(&[(&a, 5_000)], None).gbps, None);
+        let short = server_view(&[(&a, 5_000)], Some(Duration::from_micros(10)));
+        assert_eq!(short.gbps, None);
+    }
+
+    #[test]
+    fn a_shared_receive_cpu_is_this_sessions_share_and_says_so() {
+        // 1,000 of the 16,000 datagrams the threads read, among 15 others.
+        let sharing = wire::CpuSharing {
+            other_peers: 15,
+            datagrams: 16_000,
+        };
+        let a = ack(1_000, 800, sharing.encode());
+        let cpu = server_cpu(&[(&a, 1_000)], a.received_bytes).expect("known");
+        assert!((cpu.seconds - 0.05).abs() < 1e-9, "{cpu:?}");
+        let s = cpu.shared.expect("said as shared");
+        assert_eq!((s.whole_seconds, s.other_peers), (0.8, 15));
+        // An older server says nothing: the whole, as before.
+        let old = ack(1_000, 800, 0);
+        let cpu = server_cpu(&[(&old, 1_000)], old.received_bytes).unwrap();
+        assert_eq!((cpu.seconds, cpu.shared), (0.8, None));
+    }
+
+    #[test]
+    fn several_sessions_of_one_run_add_their_shares_not_their_wholes() {
+        // Two sessions of this run, and two peers of someone else's, each
+        // a quarter of the datagrams over the same second and the same
+        // 0.8 s of CPU.
+        let sharing = wire::CpuSharing {
+            other_peers: 3,
+            datagrams: 4_000,
+        }
+        .encode();
+        let (a, b) = (ack(1_000, 800, sharing), ack(1_000, 800, sharing));
+        let cpu = server_cpu(&[(&a, 1_000), (&b, 1_000)], 2_000_000).unwrap();
+        assert!((cpu.seconds - 0.4).abs() < 1e-6, "{cpu:?}");
+        let s = cpu.shared.expect("shared with the other two");
+        assert_eq!(s.other_peers, 2);
+        // This run alone: its sessions share with each other only, and
+        // the whole is theirs.
+        let alone = wire::CpuSharing {
+            other_peers: 1,
+            datagrams: 2_000,
+        }
+        .encode();
+        let (a, b) = (ack(1_000, 800, alone), ack(1_000, 800, alone));
+        let cpu = server_cpu(&[(&a, 1_000), (&b, 1_000)], 2_000_000).unwrap();
+        assert_eq!((cpu.seconds, cpu.shared), (0.8, None));
+    }
 }

@@ -252,7 +252,7 @@ impl Collector for Exposition {
             peers,
             (
                 "peer_cpu",
-                "Receive threads' CPU time while the peer was active, shared with any other active peer (peer_done cpu.seconds).",
+                "Receive threads' CPU time while the peer was active: its share by datagrams where other peers were active too (peer_done cpu.seconds).",
                 Some(Unit::Seconds),
                 Counter,
             ),

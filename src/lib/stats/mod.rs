@@ -13,11 +13,13 @@
 //! how many arrivals it could not classify ([`SeqSet::uncertain`]) rather
 //! than guessing.
 
+pub mod cpu;
 pub mod delay;
 pub mod drops;
 pub mod histogram;
 pub mod samples;
 
+pub use cpu::{CpuCost, CpuTime, SharedCpu};
 pub use drops::{split_loss, Arrivals, KernelDrops, LossSplit};
 
 use std::collections::VecDeque;
@@ -292,87 +294,6 @@ impl SeqSet {
     /// declared one: everything up to the highest plausible number.
     pub fn expected_from_sequence(&self) -> u64 {
         self.highest.map_or(0, |h| h.saturating_add(1))
-    }
-}
-
-/// User and system CPU time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct CpuTime {
-    pub user: Duration,
-    pub system: Duration,
-}
-
-impl CpuTime {
-    pub fn total(&self) -> Duration {
-        self.user + self.system
-    }
-
-    /// What was used from `earlier` to `self` (never negative).
-    pub fn since(&self, earlier: CpuTime) -> CpuTime {
-        CpuTime {
-            user: self.user.saturating_sub(earlier.user),
-            system: self.system.saturating_sub(earlier.system),
-        }
-    }
-
-    pub fn plus(&self, other: CpuTime) -> CpuTime {
-        CpuTime {
-            user: self.user + other.user,
-            system: self.system + other.system,
-        }
-    }
-}
-
-/// What some work cost in CPU, as iperf3 and netperf report it.
-#[serde_with::skip_serializing_none]
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct CpuCost {
-    /// User and system CPU seconds (absent when only the total is known).
-    pub user_seconds: Option<f64>,
-    pub system_seconds: Option<f64>,
-    pub seconds: f64,
-    /// `seconds` over the wall-clock span, in % of one core (can pass 100
-    /// with several threads); null under [`MIN_RATE_SPAN`].
-    #[serialize_always]
-    pub percent_of_core: Option<f64>,
-    /// CPU seconds per 10^9 payload bytes moved (netperf's service demand,
-    /// per GB); null when nothing moved.
-    #[serialize_always]
-    pub seconds_per_gb: Option<f64>,
-}
-
-impl CpuCost {
-    /// The cost of `cpu` spent over `span` moving `bytes`.
-    pub fn of(cpu: CpuTime, span: Duration, bytes: u64) -> Self {
-        Self::of_total(cpu.total(), span, bytes).with_split(cpu)
-    }
-
-    /// The same when only the total CPU time is known.
-    pub fn of_total(total: Duration, span: Duration, bytes: u64) -> Self {
-        let seconds = total.as_secs_f64();
-        CpuCost {
-            user_seconds: None,
-            system_seconds: None,
-            seconds,
-            percent_of_core: (span >= MIN_RATE_SPAN).then(|| seconds * 100.0 / span.as_secs_f64()),
-            seconds_per_gb: (bytes > 0).then(|| seconds / (bytes as f64 / 1e9)),
-        }
-    }
-
-    /// The same, for work done by `threads` threads: at most 100 % of a
-    /// core each. The CPU clock and the span are read at slightly
-    /// different moments, so a short span's quotient can pass that (105 %
-    /// for one thread over a last, short interval); it is capped, not shown.
-    pub fn on_threads(mut self, threads: usize) -> Self {
-        let most = 100.0 * threads.max(1) as f64;
-        self.percent_of_core = self.percent_of_core.map(|p| p.min(most));
-        self
-    }
-
-    fn with_split(mut self, cpu: CpuTime) -> Self {
-        self.user_seconds = Some(cpu.user.as_secs_f64());
-        self.system_seconds = Some(cpu.system.as_secs_f64());
-        self
     }
 }
 
@@ -883,28 +804,6 @@ mod tests {
         let t = track(&[0, 1, 2, 7, 8]);
         assert_eq!(t.unexpected(5), 2);
         assert_eq!(t.lost_range(5), (2, 2), "seq 3 and 4; 7 and 8 hide nothing");
-    }
-
-    #[test]
-    fn cpu_cost_per_core_and_per_gb() {
-        let cpu = CpuTime {
-            user: Duration::from_millis(300),
-            system: Duration::from_millis(200),
-        };
-        let c = CpuCost::of(cpu, Duration::from_secs(2), 2_000_000_000);
-        assert_eq!(c.seconds, 0.5);
-        assert_eq!(c.percent_of_core, Some(25.0));
-        assert_eq!(c.seconds_per_gb, Some(0.25));
-        assert_eq!((c.user_seconds, c.system_seconds), (Some(0.3), Some(0.2)));
-        let skewed = CpuCost::of_total(Duration::from_millis(105), Duration::from_millis(100), 1);
-        assert_eq!(skewed.on_threads(1).percent_of_core, Some(100.0));
-        assert_eq!(skewed.on_threads(2).percent_of_core, skewed.percent_of_core);
-        let none = CpuCost::of_total(Duration::from_millis(5), Duration::ZERO, 0);
-        assert_eq!((none.percent_of_core, none.seconds_per_gb), (None, None));
-        assert_eq!(
-            cpu.since(CpuTime::default()).plus(cpu).total(),
-            Duration::from_secs(1)
-        );
     }
 
     #[test]

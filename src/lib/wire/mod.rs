@@ -264,7 +264,42 @@ pub struct EndAck {
     /// ... and the floor's slope in parts per billion, as an i64 in two's
     /// complement ([`UNKNOWN`] when it could not be estimated).
     pub clock_skew_ppb: u64,
+    /// Whom the receive threads' CPU above was shared with
+    /// ([`CpuSharing::encode`]); 0 from a server that does not say.
+    pub cpu_sharing: u64,
     pub tag: [u8; TAG_LEN],
+}
+
+/// What else the server's receive threads handled while a session ran, so
+/// that a client can give its own share of their CPU instead of the whole
+/// (the threads serve every peer; their CPU cannot be split exactly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuSharing {
+    /// Other peers whose datagrams the receive threads handled during the
+    /// session (at most 65,535 said).
+    pub other_peers: u64,
+    /// Every datagram the receive threads handled during the session, this
+    /// session's included (at most 2^48 − 1 said).
+    pub datagrams: u64,
+}
+
+impl CpuSharing {
+    const DATAGRAM_BITS: u32 = 48;
+
+    /// Other peers in the top 16 bits, datagrams in the low 48; 0 (never a
+    /// session's value: it handled at least its own) means unknown.
+    pub fn encode(self) -> u64 {
+        let most = (1u64 << Self::DATAGRAM_BITS) - 1;
+        (self.other_peers.min(0xffff) << Self::DATAGRAM_BITS) | self.datagrams.min(most)
+    }
+
+    /// None for 0: a server that does not say.
+    pub fn decode(value: u64) -> Option<Self> {
+        (value != 0).then_some(CpuSharing {
+            other_peers: value >> Self::DATAGRAM_BITS,
+            datagrams: value & ((1u64 << Self::DATAGRAM_BITS) - 1),
+        })
+    }
 }
 
 /// A round-trip probe (client to server), sent at a steady rate before
@@ -440,7 +475,7 @@ fn decode_sender_stats(buf: &[u8]) -> Option<SenderStats> {
 }
 
 /// The figures of an EndAck, in wire order from offset 32.
-fn end_ack_fields(ack: &EndAck) -> [u64; 31] {
+fn end_ack_fields(ack: &EndAck) -> [u64; 32] {
     [
         ack.nonce,
         ack.received_packets,
@@ -473,6 +508,7 @@ fn end_ack_fields(ack: &EndAck) -> [u64; 31] {
         ack.delay_samples,
         ack.clock_skew_ppb,
         ack.gro_datagrams,
+        ack.cpu_sharing,
     ]
 }
 
@@ -525,6 +561,7 @@ fn decode_end_ack(buf: &[u8], header: Header) -> EndAck {
         delay_samples: f(28),
         clock_skew_ppb: f(29),
         gro_datagrams: f(30),
+        cpu_sharing: f(31),
         tag,
     }
 }
@@ -765,9 +802,11 @@ mod tests {
             queue_max_ns: 22,
             delay_samples: 23,
             clock_skew_ppb: -24i64 as u64,
+            cpu_sharing: 25,
             tag: [9; TAG_LEN],
         };
         let bytes = encode_end_ack(&ack);
+        assert_eq!(&bytes[280..288], &25u64.to_be_bytes(), "cpu_sharing last");
         assert!(bytes.len() <= encode_end(&end()).len());
         assert_eq!(
             u16::from_be_bytes([bytes[6], bytes[7]]),
@@ -775,6 +814,23 @@ mod tests {
         );
         assert_eq!(&bytes[32..40], &3u64.to_be_bytes(), "the nonce comes first");
         assert_eq!(decode(&bytes), Ok(Message::EndAck(ack)));
+    }
+
+    #[test]
+    fn cpu_sharing_packs_both_counts_and_zero_is_unknown() {
+        let s = CpuSharing {
+            other_peers: 15,
+            datagrams: 1_234_567,
+        };
+        assert_eq!(CpuSharing::decode(s.encode()), Some(s));
+        assert_eq!(CpuSharing::decode(0), None, "an older server's zero");
+        let huge = CpuSharing {
+            other_peers: 1 << 20,
+            datagrams: u64::MAX,
+        };
+        let back = CpuSharing::decode(huge.encode()).unwrap();
+        assert_eq!(back.other_peers, 0xffff, "saturates, never wraps");
+        assert_eq!(back.datagrams, (1 << 48) - 1);
     }
 
     #[test]

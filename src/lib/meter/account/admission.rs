@@ -321,6 +321,7 @@ impl PeerTable {
 
     /// Registers a new unfinished peer on `socket`.
     pub(super) fn start_peer(&mut self, peer: &mut Peer, socket: usize) {
+        peer.others_at_start = self.sockets.iter().map(|s| u64::from(s.active)).sum();
         let others = self.sockets.get(socket).map_or(0, |s| s.active);
         if others > 0 {
             self.join(socket);
@@ -331,6 +332,7 @@ impl PeerTable {
             s.active += 1;
         }
         self.totals.peers += 1;
+        peer.started_as = self.totals.peers;
     }
 
     pub(super) fn end_peer(&mut self, socket: usize) {
@@ -470,7 +472,7 @@ impl PeerTable {
     pub(super) fn on_untagged(&mut self, len: usize, addr: SocketAddr, now: Instant, meta: Meta) {
         if let Some(slot) = self.untagged.find(&addr) {
             let peer = self.untagged.get_mut(slot);
-            peer.seen(now, meta.drops, meta.cpu);
+            peer.seen(now, meta.drops, meta.cpu, meta.handled);
             peer.count(len, now);
             return;
         }
@@ -487,7 +489,7 @@ impl PeerTable {
                 return;
             }
             let peer = self.tagged.get_mut(slot);
-            peer.seen(now, meta.drops, meta.cpu);
+            peer.seen(now, meta.drops, meta.cpu, meta.handled);
             peer.count(len, now);
             peer.tagged.untagged_packets += 1;
             return;
@@ -498,7 +500,7 @@ impl PeerTable {
         }
         let mut peer = Peer::new(addr, now, meta.socket);
         self.start_peer(&mut peer, meta.socket);
-        peer.seen(now, meta.drops, meta.cpu);
+        peer.seen(now, meta.drops, meta.cpu, meta.handled);
         peer.count(len, now);
         self.untagged.insert(addr, peer);
     }

@@ -40,7 +40,7 @@ impl PeerTable {
             return;
         }
         let peer = self.tagged.get_mut(slot);
-        peer.seen(at.now, meta.drops, meta.cpu);
+        peer.seen(at.now, meta.drops, meta.cpu, meta.handled);
         if meta.coalesced_first {
             peer.gro_buffers += 1;
         }
@@ -151,7 +151,7 @@ impl PeerTable {
                 let epoch = self.epoch;
                 let peer = self.tagged.get_mut(slot);
                 if !peer.is_finished() {
-                    peer.seen(now, meta.drops, meta.cpu);
+                    peer.seen(now, meta.drops, meta.cpu, meta.handled);
                 }
                 if hello.run.id != 0 {
                     peer.tagged.run.get_or_insert(hello.run);
@@ -254,7 +254,7 @@ impl PeerTable {
         // arrived: a receive thread that lags behind must not cut it short.
         let grace_from = meta.processed.max(now);
         let peer = self.tagged.get_mut(slot);
-        peer.seen(now, meta.drops, meta.cpu);
+        peer.seen(now, meta.drops, meta.cpu, meta.handled);
         match &mut peer.state {
             State::Closing { reply: pending, .. } => {
                 // Answered once the grace period is over, to the latest ask.

@@ -488,6 +488,10 @@ impl PeerTable {
             socket: rx.socket,
             local: rx.local,
             cpu: rx.cpu,
+            handled: Handled {
+                datagrams: self.totals.packets,
+                peers_started: self.totals.peers,
+            },
             processed: rx.processed,
             drops,
             coalesced_first: false,
@@ -594,7 +598,7 @@ impl PeerTable {
             wire: (count - 1) * wire_bytes(segment as u64, ipv6)
                 + wire_bytes(last_len as u64, ipv6),
         };
-        peer.seen(at.now, meta.drops, meta.cpu);
+        peer.seen(at.now, meta.drops, meta.cpu, meta.handled);
         peer.gro_buffers += 1;
         peer.gro_datagrams += count;
         self.totals.gro_buffers += 1;
@@ -916,6 +920,8 @@ struct Meta {
     socket: usize,
     local: Option<IpAddr>,
     cpu: Option<CpuTime>,
+    /// The table's counts before the buffer was accounted.
+    handled: Handled,
     /// When the datagram was read (its arrival time is the kernel's).
     processed: Instant,
     /// The socket's running drop total, when known.

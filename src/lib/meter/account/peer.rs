@@ -195,6 +195,22 @@ pub(super) struct Peer {
     /// The datagrams those GRO buffers held.
     pub(super) gro_datagrams: u64,
     pub(super) truncated: u64,
+    /// What the table had handled at the peer's first and latest CPU
+    /// sample, and the peers active when it started: whom its share of
+    /// the receive CPU is taken against ([`Peer::cpu_sharing`]).
+    pub(super) handled_start: Option<Handled>,
+    pub(super) handled_end: Handled,
+    pub(super) others_at_start: u64,
+    /// The table's count of peers started, this one included.
+    pub(super) started_as: u64,
+}
+
+/// The table's running counts when a datagram was read: every datagram
+/// accounted so far and every peer started so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Handled {
+    pub(super) datagrams: u64,
+    pub(super) peers_started: u64,
 }
 
 impl Peer {
@@ -219,6 +235,10 @@ impl Peer {
             gro_buffers: 0,
             gro_datagrams: 0,
             truncated: 0,
+            handled_start: None,
+            handled_end: Handled::default(),
+            others_at_start: 0,
+            started_as: 0,
         }
     }
 
@@ -254,7 +274,13 @@ impl Peer {
         }
     }
 
-    pub(super) fn seen(&mut self, now: Instant, drops: Option<u64>, cpu: Option<CpuTime>) {
+    pub(super) fn seen(
+        &mut self,
+        now: Instant,
+        drops: Option<u64>,
+        cpu: Option<CpuTime>,
+        handled: Handled,
+    ) {
         self.last_seen = self.last_seen.max(now);
         if drops.is_some() {
             self.drops_start = self.drops_start.or(drops);
@@ -263,12 +289,44 @@ impl Peer {
         if cpu.is_some() {
             self.cpu_start = self.cpu_start.or(cpu);
             self.cpu_end = cpu;
+            self.handled_start.get_or_insert(handled);
+            self.handled_end = handled;
         }
     }
 
     /// The receive CPU from the peer's first datagram to its latest.
     pub(super) fn cpu_used(&self) -> Option<CpuTime> {
         Some(self.cpu_end?.since(self.cpu_start?))
+    }
+
+    /// What the receive threads handled while [`Peer::cpu_used`] was
+    /// spent: every datagram (its own included: at least those) and the
+    /// other peers whose datagrams were among them, those active when it
+    /// started and those started since.
+    pub(super) fn cpu_sharing(&self) -> Option<wire::CpuSharing> {
+        let start = self.handled_start?;
+        let end = self.handled_end;
+        let started_since = end.peers_started.saturating_sub(self.started_as);
+        Some(wire::CpuSharing {
+            other_peers: self.others_at_start + started_since,
+            datagrams: end
+                .datagrams
+                .saturating_sub(start.datagrams)
+                .max(self.total.packets),
+        })
+    }
+
+    /// [`Peer::cpu_used`] as a cost over its span and bytes, its share
+    /// where it was shared.
+    pub(super) fn cpu_cost(&self, threads: usize) -> Option<CpuCost> {
+        let cpu = self.cpu_used()?;
+        let span = self.last_seen.saturating_duration_since(self.first_seen);
+        // The receive threads' CPU: at most a core each.
+        let whole = CpuCost::of(cpu, span, self.total.bytes).on_threads(threads);
+        Some(match self.cpu_sharing() {
+            Some(s) => whole.shared_by(self.total.packets, s.datagrams, s.other_peers),
+            None => whole,
+        })
     }
 
     /// How its datagrams came in: the basis of its drops in datagrams.
@@ -395,6 +453,7 @@ impl Session {
             clock_skew_ppb: delay
                 .and_then(|d| d.skew_ppm)
                 .map_or(wire::UNKNOWN, |ppm| (ppm * 1e3).round() as i64 as u64),
+            cpu_sharing: self.cpu_sharing().map_or(0, wire::CpuSharing::encode),
             tag: [0; wire::TAG_LEN],
         }
     }

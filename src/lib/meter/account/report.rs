@@ -248,11 +248,7 @@ impl Peer {
             .and_then(|t| t.declared)
             .map(|end| Duration::from_nanos(end.duration_ns));
         let (rate_over, rate_span) = stats::receive_span(arrivals, sender);
-        let cpu = self.cpu_used().map(|c| {
-            let span = self.last_seen.saturating_duration_since(self.first_seen);
-            // The receive threads' CPU: at most a core each.
-            CpuCost::of(c, span, self.total.bytes).on_threads(threads)
-        });
+        let cpu = self.cpu_cost(threads);
         let mut report = self.report(
             t,
             self.total,

@@ -36,6 +36,7 @@ fn cpu(user: f64, system: f64, span: f64) -> CpuCost {
         seconds: user + system,
         percent_of_core: Some((user + system) * 100.0 / span),
         seconds_per_gb: None,
+        shared: None,
     }
 }
 
@@ -99,6 +100,7 @@ fn run(clients: Vec<ClientReport>) -> RunReport {
                 seconds: 0.1,
                 percent_of_core: Some(5.0),
                 seconds_per_gb: None,
+                shared: None,
             }),
             ..ServerView::default()
         }),
@@ -715,6 +717,7 @@ fn cpu_is_split_in_proportion_to_user_and_system_seconds() {
         seconds: 1.0,
         percent_of_core: Some(50.0),
         seconds_per_gb: None,
+        shared: None,
     };
     assert_eq!(
         CpuPercent::of(&whole_only),

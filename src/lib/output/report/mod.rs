@@ -87,7 +87,15 @@ pub(super) fn cpu_text(c: &CpuCost) -> String {
     let per_gb = c
         .seconds_per_gb
         .map_or_else(String::new, |g| format!(", {g:.2} CPU-s/GB"));
-    format!("{:.3} s{split}{core}{per_gb}", c.seconds)
+    let shared = c.shared.map_or_else(String::new, |s| {
+        format!(
+            " (its share by datagrams, {:.1} %, of {:.3} s shared with {})",
+            s.share * 100.0,
+            s.whole_seconds,
+            plural(s.other_peers, "other peer", "other peers")
+        )
+    });
+    format!("{:.3} s{split}{core}{per_gb}{shared}", c.seconds)
 }
 
 /// What an interval line counts: its span, packets, bytes, rate and

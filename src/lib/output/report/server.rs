@@ -421,10 +421,13 @@ fn peer_done_text(r: &PeerReport) -> String {
         );
     }
     if let Some(c) = &r.cpu {
-        out += &format!(
-            "\n  cpu       {} (receive threads, shared with any other active peer)",
-            cpu_text(c)
-        );
+        // A share says so itself; a whole served this peer alone.
+        let whose = if c.shared.is_some() {
+            "receive threads"
+        } else {
+            "receive threads, no other peer meanwhile"
+        };
+        out += &format!("\n  cpu       {} ({whose})", cpu_text(c));
     }
     if let Some(why) = r.conflict {
         out += &format!(
@@ -615,6 +618,7 @@ mod tests {
             seconds: 0.12,
             percent_of_core: Some(12.0),
             seconds_per_gb: Some(1.2),
+            shared: None,
         });
         assert_eq!(
             ServerEvent::Interval(r).text(),
