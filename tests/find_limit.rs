@@ -384,7 +384,7 @@ fn paced_and_unpaced_loopback_runs_name_their_cap() {
         paced["limited_by"]["text"]
             .as_str()
             .unwrap()
-            .contains("0.200 Gbit/s"),
+            .contains("200.0 Mbit/s"),
         "{paced}"
     );
     // Unpaced on loopback: whatever capped it, the verdict must match its

@@ -279,13 +279,13 @@ fn the_first_command_runs_long_enough_to_mean_something() {
     assert!(took >= Duration::from_secs(3), "{took:?}");
     let intervals = text
         .lines()
-        .filter(|l| l.ends_with("Gbit/s (sender side)") && l.contains("pkts"))
+        .filter(|l| l.ends_with("bit/s (sender side)") && l.contains("pkts"))
         .count();
     assert_eq!(intervals, 3, "{text}");
     // And the receiver side of each, from the in-process server.
     let received = text
         .lines()
-        .filter(|l| l.starts_with("[127.0.0.1:") && l.contains("session") && l.contains("Gbit/s"))
+        .filter(|l| l.starts_with("[127.0.0.1:") && l.contains("session") && l.contains("bit/s"))
         .count();
     assert!(received >= 3, "{text}");
     let sent = text
@@ -301,7 +301,7 @@ fn the_first_command_runs_long_enough_to_mean_something() {
     assert!((2.5..3.5).contains(&seconds), "{sent}");
     assert!(
         text.lines()
-            .any(|l| l.starts_with("received ") && l.contains("Gbit/s (server side)")),
+            .any(|l| l.starts_with("received ") && l.contains("bit/s (server side)")),
         "{text}"
     );
     // Without --local, no flags still means seed 001's 1 MB.
@@ -579,7 +579,7 @@ fn client_intervals_add_up_and_the_json_records_the_run() {
     let text = String::from_utf8_lossy(&out.stdout);
     let lines = text
         .lines()
-        .filter(|l| l.contains("Gbit/s (sender side)") && l.contains("pkts"))
+        .filter(|l| l.contains("bit/s (sender side)") && l.contains("pkts"))
         .count();
     assert_eq!(lines, 4, "{text}");
     assert!(text.contains("0.00-0.25 s"), "{text}");

@@ -55,7 +55,7 @@ fn run_mode(cfg: &ClientConfig, shutdown: &Shutdown) -> Result<i32> {
         progress = progress.with_interval_events();
         println!("{}", client_start(cfg));
     } else if !cfg.json {
-        progress = progress.with_intervals(cfg.clients);
+        progress = progress.with_intervals(cfg.clients, cfg.traffic.has_reverse());
     }
     if cfg.traffic.has_reverse() {
         return duplex(cfg, shutdown, progress);

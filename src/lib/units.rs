@@ -226,6 +226,11 @@ impl fmt::Display for HumanBytes {
     }
 }
 
+/// [`HumanRate`] of a rate in Gbit/s, the unit the figures are kept in.
+pub fn gbps_text(gbps: f64) -> String {
+    HumanRate((gbps * 1e9).round().max(0.0) as u64).to_string()
+}
+
 /// A rate in bits per second as a person reads it, scaled: `97.3 Mbit/s`,
 /// `1.234 Gbit/s`, `512 kbit/s`, `800 bit/s`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

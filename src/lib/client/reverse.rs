@@ -61,6 +61,38 @@ pub struct ReverseStream {
     /// says (absent when it did nothing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_breaker: Option<ServerBreaker>,
+    /// How the server sent the stream, as its End says (absent when its
+    /// End never came).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_send: Option<ServerSend>,
+}
+
+/// The server's send path for a reverse stream: the same figures as the
+/// client's own `path` and `back-off` lines for an upload.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServerSend {
+    /// Data send calls ...
+    pub calls: u64,
+    /// ... of up to this many messages each ...
+    pub batch: u64,
+    /// ... each a GSO buffer of up to this many datagrams (absent: GSO off).
+    pub gso_segments: Option<u64>,
+    pub enobufs_retries: u64,
+    pub backoff_seconds: f64,
+}
+
+impl ServerSend {
+    /// What the server's End says of its sending.
+    pub fn of(end: &wire::End) -> Option<ServerSend> {
+        let s = end.sender?;
+        Some(ServerSend {
+            calls: s.calls,
+            batch: s.batch,
+            gso_segments: (s.gso_segments > 0).then_some(s.gso_segments),
+            enobufs_retries: s.enobufs_retries,
+            backoff_seconds: s.backoff_ns as f64 / 1e9,
+        })
+    }
 }
 
 /// The server's circuit breaker slowed the stream (this client took in
@@ -306,6 +338,7 @@ pub fn receive_one(
         // it for the session; over the whole run where it could not.
         receive_cpu: received.cpu.or(summary.receive_cpu),
         server_breaker: received.declared.as_ref().and_then(ServerBreaker::of),
+        server_send: received.declared.as_ref().and_then(ServerSend::of),
         received,
     })
 }

@@ -96,8 +96,8 @@ pub fn refusal(
             "this address (its IPv4 address, or its IPv6 /64) already has its share of the server's reverse streams ({limit}, --max-reverse-streams-per-source): fewer -P, or try again later"
         ),
         wire::START_TOO_FAST => format!(
-            "--rate is above its --max-rate ({:.3} Gbit/s): ask for at most that",
-            limit as f64 / 1e9
+            "--rate is above its --max-rate ({}): ask for at most that",
+            crate::units::HumanRate(limit)
         ),
         wire::START_BAD_REQUEST if limit > 0 => format!(
             "it cannot send datagrams of that size (at most {limit} bytes to this client)"

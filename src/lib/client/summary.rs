@@ -406,7 +406,7 @@ pub(super) fn summarise(
 fn local_loss_note(v: &ServerView) -> String {
     let rate = v
         .gbps
-        .map_or_else(|| "an unknown rate".into(), |g| format!("{g:.3} Gbit/s"));
+        .map_or_else(|| "an unknown rate".into(), crate::units::gbps_text);
     format!(
         "--local: no network lies between the two ends, so the {} datagrams lost ({:.3}%) were not lost on a path: this host's in-process server could not take them in (its socket buffer overflowed) while it received {rate} with the sender beside it on the same cores; that is what this host can receive; pace with --rate below it to measure without loss",
         v.lost_packets, v.loss_percent

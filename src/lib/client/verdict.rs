@@ -230,7 +230,7 @@ pub struct Facts {
 }
 
 fn gbit(bps: f64) -> String {
-    format!("{:.3} Gbit/s", bps / 1e9)
+    crate::units::HumanRate(bps.round().max(0.0) as u64).to_string()
 }
 
 fn core(percent: Option<f64>) -> String {
@@ -872,7 +872,7 @@ mod tests {
                 "the tbf qdisc on veth0",
                 "blocked for 4.200 s (70% of the sending time, over all the clients)",
                 "it passes 200 Mbit/s in all, shared by the clients",
-                "sent 0.200 Gbit/s of the requested 0.300 Gbit/s",
+                "sent 200.0 Mbit/s of the requested 300.0 Mbit/s",
             ],
         );
         assert!(!v.text.contains("descheduled"), "{}", v.text);

@@ -14,13 +14,7 @@ use std::path::Path;
 /// A rate with the unit that keeps four significant digits: the search
 /// runs from tens of Gbit/s down to a shaper's few Mbit/s.
 pub fn rate(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.3} Gbit/s", bps / 1e9)
-    } else if bps >= 1e6 {
-        format!("{:.2} Mbit/s", bps / 1e6)
-    } else {
-        format!("{:.1} kbit/s", bps / 1e3)
-    }
+    crate::units::HumanRate(bps.round().max(0.0) as u64).to_string()
 }
 
 fn opt_rate(bps: Option<f64>) -> String {

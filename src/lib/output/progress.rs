@@ -9,8 +9,12 @@ use std::time::Duration;
 /// How client interval reports are printed.
 #[derive(Debug, Clone, Copy)]
 enum IntervalLines {
-    /// A text line; with the session id when several clients run.
-    Text { with_session: bool },
+    /// A text line; with the session id when several clients run, and
+    /// the direction (`[C->S]`) when data flows both ways.
+    Text {
+        with_session: bool,
+        with_direction: bool,
+    },
     /// An NDJSON `interval` event (`--json-stream`).
     Json,
 }
@@ -31,9 +35,11 @@ impl Progress {
                 intervals: None,
             };
         }
-        // The rate in Gbit/s, as the report prints it (not indicatif's MB/s).
+        // The rate in bit/s, scaled as the report prints it (not
+        // indicatif's MB/s).
         let gbps = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-            let _ = write!(w, "{:.3} Gbit/s", state.per_sec() * 8.0 / 1e9);
+            let bps = (state.per_sec() * 8.0).max(0.0) as u64;
+            let _ = write!(w, "{}", crate::units::HumanRate(bps));
         };
         let style = |template: &str, fallback: ProgressStyle| {
             ProgressStyle::with_template(template)
@@ -74,10 +80,11 @@ impl Progress {
     }
 
     /// Also print each client interval, above the bar; `clients` > 1 puts
-    /// the session id in front.
-    pub fn with_intervals(mut self, clients: usize) -> Self {
+    /// the session id in front, `both_ways` the direction.
+    pub fn with_intervals(mut self, clients: usize, both_ways: bool) -> Self {
         self.intervals = Some(IntervalLines::Text {
             with_session: clients > 1,
+            with_direction: both_ways,
         });
         self
     }
@@ -103,8 +110,19 @@ impl crate::client::SendProgress for Progress {
     fn interval(&self, session: &str, interval: &crate::stats::SendInterval) {
         let line = match self.intervals {
             None => return,
-            Some(IntervalLines::Text { with_session }) => {
-                super::report::client::send_interval(with_session.then_some(session), interval)
+            Some(IntervalLines::Text {
+                with_session,
+                with_direction,
+            }) => {
+                let line =
+                    super::report::client::send_interval(with_session.then_some(session), interval);
+                match with_direction {
+                    true => format!(
+                        "{} {line}",
+                        super::report::direction_label(crate::wire::Direction::ClientToServer)
+                    ),
+                    false => line,
+                }
             }
             Some(IntervalLines::Json) => {
                 super::report::client::send_interval_event(session, interval)

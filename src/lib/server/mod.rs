@@ -249,7 +249,10 @@ impl Server<'_, '_, '_> {
         let due = if pass.last {
             meter.worth(0, &counters)
         } else {
-            burst_end || (pass.ticked && meter.worth(active, &counters))
+            burst_end
+                || (pass.ticked
+                    && meter.worth(active, &counters)
+                    && !meter.quiet(active, &counters))
         };
         if due {
             let at = total::Now {

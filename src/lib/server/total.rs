@@ -18,6 +18,15 @@
 //! finishes (`burst_end`), so a burst shorter than an interval has its
 //! total too. With interval lines off, only the burst-end totals are
 //! written, summed from the peers' summaries.
+//!
+//! Why lines cover only active time: a line that runs from the end of the
+//! last burst to the middle of the next (`7.13-22.00 s 1 peer active …
+//! 3 Mbit/s` for a client pacing at 150 Mbit/s) gives a rate nobody sent.
+//! So the line of a burst's first interval starts at the burst's first
+//! arrival, and idle time that saw only control datagrams (a client's
+//! Hello and idle probes before its data) is folded into the next line
+//! instead of printing `0 peers active` lines of nothing
+//! ([`TotalMeter::quiet`]).
 
 use super::ServerEvent;
 use crate::meter::account::{NotProven, Totals};
@@ -136,7 +145,18 @@ pub struct TotalMeter {
     bytes: u64,
     started: u64,
     finished: u64,
+    /// No peer was active when the last `total` was taken (or none yet):
+    /// the next burst's line starts at its first arrival ...
+    idle_before: bool,
+    /// ... the earliest start of a peer's first interval line in the span
+    /// (seconds since the epoch).
+    first_arrival: Option<f64>,
 }
+
+/// Idle spans whose unproven datagrams were at most this many (a few
+/// clients' Hellos) are folded into the next `total`; more (a flood of
+/// forged Hellos, say) get lines of their own, interval by interval.
+pub const FOLDED_UNPROVEN: u64 = 8;
 
 impl TotalMeter {
     /// The same meter, for `threads` receive threads (1 by default).
@@ -159,6 +179,8 @@ impl TotalMeter {
             bytes: 0,
             started: 0,
             finished: 0,
+            idle_before: true,
+            first_arrival: None,
         }
     }
 
@@ -172,6 +194,10 @@ impl TotalMeter {
                     // A peer's first interval line covers all it has.
                     if r.total_packets == Some(r.packets) {
                         self.started += 1;
+                        if let Some(start) = r.start_seconds {
+                            self.first_arrival =
+                                Some(self.first_arrival.map_or(start, |f| f.min(start)));
+                        }
                     }
                 }
                 ServerEvent::PeerDone(r) => {
@@ -206,10 +232,33 @@ impl TotalMeter {
             || counters.answers_limited != self.mark.answers_limited
     }
 
+    /// Whether the span since the last `total` was idle but for control
+    /// datagrams of proven sessions (a client's idle round-trip probes)
+    /// and a few unproven ones ([`FOLDED_UNPROVEN`]): no peer active,
+    /// started or finished, no data, no drops, no answer refused. Its line
+    /// would say nothing; its counts go into the next one.
+    pub fn quiet(&self, active: u64, counters: &Counters) -> bool {
+        active == 0
+            && self.packets == 0
+            && self.started == 0
+            && self.finished == 0
+            && counters.drops == self.mark.drops
+            && counters.answers_limited == self.mark.answers_limited
+            && counters.not_proven.since(&self.mark.not_proven).datagrams() <= FOLDED_UNPROVEN
+    }
+
     /// The `total` of the span since the last one, ending now; starts the
     /// next span.
     pub fn take(&mut self, now: Now, burst_end: bool) -> TotalReport {
-        let span = now.at.saturating_duration_since(self.from);
+        // A burst after idle time: its line starts at its first arrival.
+        let from = match (self.idle_before, self.first_arrival) {
+            (true, Some(first)) => {
+                let at = self.epoch + std::time::Duration::from_secs_f64(first);
+                at.clamp(self.from, now.at.max(self.from))
+            }
+            _ => self.from,
+        };
+        let span = now.at.saturating_duration_since(from);
         let c = now.counters;
         let drops = c
             .drops
@@ -232,7 +281,7 @@ impl TotalMeter {
             .map(|(n, m)| CpuCost::of(n.since(m), span, self.bytes).on_threads(self.threads));
         let since = |at: Instant| at.saturating_duration_since(self.epoch).as_secs_f64();
         let report = TotalReport {
-            start: since(self.from),
+            start: since(from),
             end: since(now.at),
             seconds: span.as_secs_f64(),
             peers_active: now.active,
@@ -259,6 +308,7 @@ impl TotalMeter {
             from: now.at,
             mark: c,
             threads: self.threads,
+            idle_before: now.active == 0,
             ..TotalMeter::new(self.epoch, self.intervals, self.recv_buffer, c)
         };
         report

@@ -82,6 +82,7 @@ impl PeerTable {
     ) {
         let flags = &self.flags;
         let threads = self.cfg.sockets;
+        let epoch = self.epoch;
         let sessions = self
             .tagged
             .slots
@@ -95,7 +96,9 @@ impl PeerTable {
                 continue;
             }
             let shared = peer.shared_now(flags);
-            if let Some(report) = peer.interval(t.as_deref(), now, cpu_now, shared, threads) {
+            if let Some(report) =
+                peer.interval(t.as_deref(), (epoch, now), cpu_now, shared, threads)
+            {
                 events(Event::Interval(report));
                 if let Some(t) = t.as_mut() {
                     t.delay.take_interval();

@@ -276,6 +276,16 @@ impl NotProven {
         }
     }
 
+    /// Datagrams counted here, of every reason (bytes aside).
+    pub fn datagrams(&self) -> u64 {
+        self.hellos
+            + self.ends_unknown
+            + self.ends_unproven
+            + self.unproven_packets
+            + self.probes_unproven
+            + self.wrong_version
+    }
+
     /// Anything at all.
     pub fn any(&self) -> bool {
         *self != NotProven::default()

@@ -34,8 +34,11 @@ pub struct PeerReport {
     /// Distinct datagrams received (duplicates are not counted again).
     pub packets: u64,
     pub bytes: u64,
-    /// Summary: first to last datagram. Interval: the interval's span.
+    /// Summary: first to last datagram. Interval: the interval's span ...
     pub seconds: f64,
+    /// ... which began this long after the table's start (the server's,
+    /// or the receiving client's); absent in summaries.
+    pub start_seconds: Option<f64>,
     /// Rates of what arrived after the span's start, over the span named
     /// by `rate_span`: a summary's is the longer of `seconds` and the
     /// sender's declared span (`stats::receive_span`), an interval's is
@@ -194,6 +197,7 @@ impl Peer {
             packets: amount.packets,
             bytes: amount.bytes,
             seconds: span.as_secs_f64(),
+            start_seconds: None,
             gbps: stats::rate_gbps(after_start.bytes, span),
             pps: stats::rate_per_second(after_start.packets, span),
             wire_gbps: stats::rate_gbps(after_start.wire, span),
@@ -277,7 +281,7 @@ impl Peer {
     pub(super) fn interval(
         &self,
         t: Option<&Tagged>,
-        end: Instant,
+        (epoch, end): (Instant, Instant),
         cpu_now: Option<CpuTime>,
         shared: bool,
         threads: usize,
@@ -314,6 +318,7 @@ impl Peer {
         report.total_packets = Some(self.total.packets);
         report.total_bytes = Some(self.total.bytes);
         report.queue_delay_ms = t.and_then(|t| t.delay.interval());
+        report.start_seconds = Some(start.saturating_duration_since(epoch).as_secs_f64());
         Some(report)
     }
 }
@@ -348,9 +353,13 @@ impl PeerTable {
     ) {
         let shared = peer.shared_now(&self.flags);
         if self.cfg.intervals {
-            if let Some(report) =
-                peer.interval(t, peer.last, peer.cpu_end, shared, self.cfg.sockets)
-            {
+            if let Some(report) = peer.interval(
+                t,
+                (self.epoch, peer.last),
+                peer.cpu_end,
+                shared,
+                self.cfg.sockets,
+            ) {
                 events(Event::Interval(report));
             }
         }

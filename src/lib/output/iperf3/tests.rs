@@ -345,6 +345,7 @@ fn reverse(port: u16) -> (ReverseStream, Vec<PeerReport>) {
         answered: true,
         receive_cpu: Some(cpu(0.005, 0.015, 1.0)),
         server_breaker: None,
+        server_send: None,
     };
     (stream, lines)
 }

@@ -3,12 +3,12 @@
 //! load and the verdict; and the sender-side interval lines.
 
 use super::{
-    cpu_text, drops_in_datagrams, json_event, latency_lines, lost_text, rate_phrase, Shown,
+    cpu_text, drops_in_datagrams, json_event, latency_lines, lost_text, plural, rate_phrase, Shown,
 };
 use crate::client::duplex::upload_stream;
 use crate::client::{Answer, ClientReport, RunReport, ServerView};
 use crate::stats::{CpuCost, RateSpan, SendInterval};
-use crate::units::HumanBytes;
+use crate::units::{HumanBytes, HumanRate};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -27,16 +27,10 @@ impl Shown for RunReport {
 /// prefixes it when several clients run.
 pub fn send_interval(session: Option<&str>, i: &SendInterval) -> String {
     let who = session.map_or_else(String::new, |s| format!("[{s}] "));
-    // Milliseconds where hundredths would print "0.00-0.00 s" beside a
-    // rate.
-    let span = if i.end - i.start < 0.05 {
-        format!("{:.3}-{:.3}", i.start, i.end)
-    } else {
-        format!("{:.2}-{:.2}", i.start, i.end)
-    };
+    let span = super::time_range(i.start, i.end);
     let rate = i.gbps.map_or_else(
         || "rate unknown (under 1 ms)".into(),
-        |g| format!("{g:>8.3} Gbit/s"),
+        |g| format!("{:>13}", crate::units::gbps_text(g)),
     );
     format!(
         "{who}{span:>13} s {:>10} pkts {:>11} {rate} (sender side)",
@@ -81,8 +75,8 @@ fn drops_text(v: &ServerView, total: bool) -> String {
 
 fn server_line(v: &ServerView, sent_packets: u64, total: bool) -> String {
     let mut out = format!(
-        "received  {} packets, {} in {:.3} s {} (server side); lost {} of {} ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms{}",
-        v.received_packets,
+        "received  {}, {} in {:.3} s {} (server side); lost {} of {} ({:.3}%), {} duplicates, {} reordered, jitter {:.3} ms{}",
+        plural(v.received_packets, "packet", "packets"),
         HumanBytes(v.received_bytes),
         v.seconds,
         rate_phrase(v.gbps),
@@ -117,7 +111,8 @@ fn server_line(v: &ServerView, sent_packets: u64, total: bool) -> String {
 
 fn sent_line(packets: u64, bytes: u64, seconds: f64, gbps: Option<f64>) -> String {
     format!(
-        "sent      {packets} packets, {} in {seconds:.3} s {} (sender side)",
+        "sent      {}, {} in {seconds:.3} s {} (sender side)",
+        plural(packets, "packet", "packets"),
         HumanBytes(bytes),
         rate_phrase(gbps)
     )
@@ -183,23 +178,35 @@ fn client_lines(c: &ClientReport) -> String {
         }
         (None, _) => out += "received  unknown: the server did not answer the end-of-test message",
     }
-    out += &format!(
+    out += &backoff_line(c);
+    if let Some(cpu) = cpu_line(c.cpu.as_ref(), c.server.as_ref()) {
+        out += &cpu;
+    }
+    out + &path_lines(c)
+}
+
+/// `back-off  …`: the sender's ENOBUFS retries and time blocked.
+fn backoff_line(c: &ClientReport) -> String {
+    format!(
         "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting{}",
         c.enobufs_retries,
         c.backoff_seconds,
         blocked_text(c.send_blocked_seconds)
-    );
-    if let Some(cpu) = cpu_line(c.cpu.as_ref(), c.server.as_ref()) {
-        out += &cpu;
-    }
+    )
+}
+
+/// `path`, `pacing` and `sndbuf`: how one client sent.
+fn path_lines(c: &ClientReport) -> String {
     let p = &c.send_path;
     let gso = match p.gso_segments {
         Some(n) => format!("gso: on (up to {n} datagrams per buffer)"),
         None => format!("gso: {}", p.gso),
     };
-    out += &format!(
-        "\npath      {}: {} per call, {gso}, {} calls",
-        p.name, p.batch, p.calls
+    let mut out = format!(
+        "\npath      {}: {} per call, {gso}, {}",
+        p.name,
+        p.batch,
+        plural(p.calls, "call", "calls")
     );
     if let Some(pace) = &c.pacing {
         let mode = match pace.mode {
@@ -227,6 +234,43 @@ fn client_lines(c: &ClientReport) -> String {
         if let Some(w) = &b.warning {
             out += &format!(" ({w})");
         }
+    }
+    out
+}
+
+/// How an upload was sent, for `--bidir`, whose `[C->S]` lines already
+/// give what was sent, received and lost, the CPU, the delay and the
+/// verdict: the back-off, the path and pacing, the sender's egress queue
+/// and the notes (each client's lines with several).
+pub(super) fn upload_detail(r: &RunReport) -> String {
+    let mut out = String::new();
+    if let [c] = r.clients.as_slice() {
+        out += &backoff_line(c);
+        out += &path_lines(c);
+    } else {
+        for (i, c) in r.clients.iter().enumerate() {
+            out += &format!(
+                "\nclient {} (session {}, {})",
+                i + 1,
+                c.session,
+                c.local_addr
+            );
+            for line in client_lines(c).lines() {
+                out += &format!("\n  {line}");
+            }
+        }
+        out += &format!(
+            "\nback-off  {} ENOBUFS/EAGAIN retries, {:.3} s waiting{} (all clients)",
+            r.enobufs_retries,
+            r.backoff_seconds,
+            blocked_text(r.send_blocked_seconds)
+        );
+    }
+    if let Some(q) = &r.sender_queue {
+        out += &sender_queue_line(q);
+    }
+    for note in &r.notes {
+        out += &format!("\nnote: {note}");
     }
     out
 }
@@ -264,25 +308,41 @@ pub fn client_end_event(r: &RunReport) -> String {
     json_event("end", &client_json(r))
 }
 
-/// The client's final report.
-fn report_text(r: &RunReport) -> String {
+/// `udp_client to ADDR: …`: what the upload sent, and how.
+pub(super) fn upload_header(r: &RunReport) -> String {
     let clients = r.clients.len();
-    let mut out = format!(
-        "udp_client to {}: {}-byte datagrams, {} client{}, {}{}\n",
+    format!(
+        "udp_client to {}: {}-byte datagrams, {}, {}{}",
         r.server_addr,
         r.buffer_size,
-        clients,
-        if clients == 1 { "" } else { "s" },
+        plural(clients as u64, "client", "clients"),
         if r.connected {
             "connected"
         } else {
             "unconnected (sendto)"
         },
-        match r.rate_bps {
-            Some(b) => format!(", paced at {:.3} Gbit/s", b as f64 / 1e9),
-            None => String::new(),
-        }
-    );
+        paced_text(r.rate_bps, clients),
+    )
+}
+
+/// `, paced at 0.800 Gbit/s` for one client; `, paced at 0.800 Gbit/s
+/// each (12.800 Gbit/s in all)` for several: `--rate` is per client.
+pub(super) fn paced_text(rate_bps: Option<u64>, clients: usize) -> String {
+    match rate_bps {
+        Some(b) if clients > 1 => format!(
+            ", paced at {} each ({} in all)",
+            HumanRate(b),
+            HumanRate(b.saturating_mul(clients as u64))
+        ),
+        Some(b) => format!(", paced at {}", HumanRate(b)),
+        None => String::new(),
+    }
+}
+
+/// The client's final report.
+fn report_text(r: &RunReport) -> String {
+    let clients = r.clients.len();
+    let mut out = upload_header(r) + "\n";
     if clients == 1 {
         out += &client_lines(&r.clients[0]);
     } else {
@@ -391,9 +451,9 @@ mod tests {
     fn an_upload_report() {
         assert_eq!(
             upload().text(),
-            "udp_client to 192.0.2.1:35000: 1400-byte datagrams, 1 client, connected, paced at 0.160 Gbit/s
-sent      7150 packets, 10.01 MB in 0.500 s = 0.160 Gbit/s (sender side)
-received  7143 packets, 10.00 MB in 0.500 s = 0.160 Gbit/s (server side); lost 7 of 7150 (0.098%), 0 duplicates, 2 reordered, jitter 0.012 ms
+            "udp_client to 192.0.2.1:35000: 1400-byte datagrams, 1 client, connected, paced at 160.0 Mbit/s
+sent      7150 packets, 10.01 MB in 0.500 s = 160.0 Mbit/s (sender side)
+received  7143 packets, 10.00 MB in 0.500 s = 160.0 Mbit/s (server side); lost 7 of 7150 (0.098%), 0 duplicates, 2 reordered, jitter 0.012 ms
 back-off  0 ENOBUFS/EAGAIN retries, 0.000 s waiting
 path      sendmmsg+gso: 8 per call, gso: on (up to 46 datagrams per buffer), 20 calls
 limit     paced: the sender held the requested 0.160 Gbit/s"

@@ -7,6 +7,7 @@ use super::{
     rate_phrase, Shown,
 };
 use crate::client::duplex::{DuplexReport, Stream};
+use crate::client::reverse::ServerSend;
 use crate::meter::account::PeerReport;
 use crate::units::HumanBytes;
 use crate::wire::Direction;
@@ -99,38 +100,102 @@ fn stream_lines(st: &Stream, sender: &str, receiver: &str) -> String {
     out
 }
 
-/// The final report of a `-R` or `--bidir` run.
+/// `[S->C] path …`: how the server sent the reverse streams (its End
+/// says) and how this client received them.
+fn reverse_path_lines(r: &DuplexReport) -> String {
+    let label = direction_label(Direction::ServerToClient);
+    let Some(first) = r.reverse.first() else {
+        return String::new();
+    };
+    let receive = format!(
+        "client received with GRO {} into a {} buffer",
+        if first.gro { "on" } else { "off" },
+        HumanBytes(first.recv_buffer as u64)
+    );
+    let sends: Vec<&ServerSend> = r
+        .reverse
+        .iter()
+        .filter_map(|d| d.server_send.as_ref())
+        .collect();
+    let send = match sends.as_slice() {
+        [] => "server's send path unknown (its End never came)".to_string(),
+        [first_send, ..] => {
+            let calls: u64 = sends.iter().map(|s| s.calls).sum();
+            let gso = match first_send.gso_segments {
+                Some(n) => format!("gso: on (up to {n} datagrams per buffer)"),
+                None => "gso: off".to_string(),
+            };
+            format!(
+                "server sent with {}: {} per call, {gso}, {}",
+                match (first_send.batch > 1, first_send.gso_segments.is_some()) {
+                    (true, true) => "sendmmsg+gso",
+                    (true, false) => "sendmmsg",
+                    (false, true) => "send+gso",
+                    (false, false) => "send",
+                },
+                first_send.batch,
+                plural(calls, "call", "calls")
+            )
+        }
+    };
+    let mut out = format!("\n{label} path      {send}; {receive}");
+    if !sends.is_empty() {
+        let retries: u64 = sends.iter().map(|s| s.enobufs_retries).sum();
+        let waiting: f64 = sends.iter().map(|s| s.backoff_seconds).sum();
+        out += &format!(
+            "\n{label} back-off  server: {retries} ENOBUFS/EAGAIN retries, {waiting:.3} s waiting"
+        );
+    }
+    out
+}
+
+/// The final report of a `-R` or `--bidir` run: one header, then each
+/// direction once, under its label.
 fn report_text(r: &DuplexReport) -> String {
     let mut out = String::new();
     if let Some(i) = r.interrupted.as_ref().filter(|_| r.upload.is_none()) {
         out += &format!("note: {}\n", i.note());
     }
-    if let Some(upload) = &r.upload {
-        out += &upload.text();
-        out += "\n\n";
+    let first = r.reverse.first();
+    let from = first.map(|first| {
+        format!(
+            "the server sent to {}, {}{}",
+            first.local_addr,
+            plural(r.reverse.len() as u64, "client", "clients"),
+            super::client::paced_text(first.granted_rate_bps, r.reverse.len()),
+        )
+    });
+    match (&r.upload, from) {
+        (Some(upload), Some(from)) => {
+            out += &format!(
+                "{} (both ways); {from}\n",
+                super::client::upload_header(upload)
+            )
+        }
+        (Some(upload), None) => out += &format!("{}\n", super::client::upload_header(upload)),
+        (None, Some(from)) => {
+            let peer = first.map_or("", |f| f.received.peer.as_str());
+            out += &format!("udp_client from {peer}: {from}\n");
+        }
+        (None, None) => return out,
     }
-    let Some(first) = r.reverse.first() else {
-        return out;
-    };
-    out += &format!(
-        "udp_client from {}: the server sent to {}, {} client{}{}; receive buffer {}{}\n",
-        first.received.peer,
-        first.local_addr,
-        r.reverse.len(),
-        if r.reverse.len() == 1 { "" } else { "s" },
-        match first.granted_rate_bps {
-            Some(b) => format!(", paced at {:.3} Gbit/s", b as f64 / 1e9),
-            None => String::new(),
-        },
-        HumanBytes(first.recv_buffer as u64),
-        if first.gro { ", GRO on" } else { "" },
-    );
     let lines: Vec<String> = r
         .streams
         .iter()
         .map(|st| match st.direction {
-            Direction::ClientToServer => stream_lines(st, "client", "server"),
-            Direction::ServerToClient => stream_lines(st, "server", "client"),
+            Direction::ClientToServer => {
+                let mut lines = stream_lines(st, "client", "server");
+                if let Some(upload) = &r.upload {
+                    let label = direction_label(st.direction);
+                    for line in super::client::upload_detail(upload).lines().skip(1) {
+                        lines += &format!("\n{label} {line}");
+                    }
+                }
+                lines
+            }
+            Direction::ServerToClient => {
+                stream_lines(st, "server", "client") + &reverse_path_lines(r)
+            }
         })
         .collect();
     out += &lines.join("\n");
@@ -216,6 +281,13 @@ mod tests {
                 answered: true,
                 receive_cpu: None,
                 server_breaker: None,
+                server_send: Some(ServerSend {
+                    calls: 155,
+                    batch: 32,
+                    gso_segments: Some(46),
+                    enobufs_retries: 3,
+                    backoff_seconds: 0.002,
+                }),
             }],
             interrupted: None,
         }
@@ -225,13 +297,15 @@ mod tests {
     fn a_reverse_report() {
         assert_eq!(
             reverse().text(),
-            "udp_client from 192.0.2.1:35000: the server sent to 192.0.2.7:40000, 1 client, paced at 0.160 Gbit/s; receive buffer 4.19 MB, GRO on
-[S->C] sent      7150 packets, 10.01 MB in 0.500 s = 0.160 Gbit/s (server)
-[S->C] received  7143 packets, 10.00 MB in 0.500 s = 0.160 Gbit/s (client)
+            "udp_client from 192.0.2.1:35000: the server sent to 192.0.2.7:40000, 1 client, paced at 160.0 Mbit/s
+[S->C] sent      7150 packets, 10.01 MB in 0.500 s = 160.0 Mbit/s (server)
+[S->C] received  7143 packets, 10.00 MB in 0.500 s = 160.0 Mbit/s (client)
 [S->C] loss      7 lost (0.098%), 0 duplicates, 0 reordered, jitter 0.020 ms
 [S->C] kernel    7 dropped by the client's socket (receive buffer full)
 [S->C] rtt       0.25 ms idle, 0.30 ms under load (p90 0.50 ms, p99 0.90 ms; 200000 RPM); 0 of 20 probes lost
-[S->C] limit     paced: the server held the granted 0.160 Gbit/s"
+[S->C] limit     paced: the server held the granted 0.160 Gbit/s
+[S->C] path      server sent with sendmmsg+gso: 32 per call, gso: on (up to 46 datagrams per buffer), 155 calls; client received with GRO on into a 4.19 MB buffer
+[S->C] back-off  server: 3 ENOBUFS/EAGAIN retries, 0.002 s waiting"
         );
     }
 
@@ -260,13 +334,14 @@ mod tests {
             packets: 1000,
             bytes: 1_400_000,
             seconds: 0.1,
+            start_seconds: Some(2.0),
             gbps: Some(0.112),
             pps: Some(10_000.0),
             ..PeerReport::default()
         };
         assert_eq!(
             ReverseInterval(&r).text(),
-            "[S->C]   0.10 s       1000 pkts     1.40 MB    0.112 Gbit/s     10000 pps (receiver side)"
+            "[S->C]     2.00-2.10 s       1000 pkts     1.40 MB  112.0 Mbit/s     10000 pps (receiver side)"
         );
         let v: Value = serde_json::from_str(&ReverseInterval(&r).json()).unwrap();
         assert_eq!(

@@ -61,13 +61,13 @@ pub(super) fn peer_label(r: &PeerReport) -> String {
 
 /// A rate with three decimals, or "unknown" when the span was too short.
 pub(super) fn rate(gbps: Option<f64>) -> String {
-    gbps.map_or_else(|| "unknown".to_string(), |g| format!("{g:.3}"))
+    gbps.map_or_else(|| "rate unknown".to_string(), crate::units::gbps_text)
 }
 
 /// `= 1.234 Gbit/s`, or why there is no rate.
 pub(super) fn rate_phrase(gbps: Option<f64>) -> String {
     match gbps {
-        Some(g) => format!("= {g:.3} Gbit/s"),
+        Some(g) => format!("= {}", crate::units::gbps_text(g)),
         None => format!(
             "(rate unknown: under {} ms)",
             crate::stats::MIN_RATE_SPAN.as_millis()
@@ -98,12 +98,27 @@ pub(super) fn cpu_text(c: &CpuCost) -> String {
     format!("{:.3} s{split}{core}{per_gb}{shared}", c.seconds)
 }
 
-/// What an interval line counts: its span, packets, bytes, rate and
-/// packets per second, in aligned columns (`  1.00 s      71429 pkts ...`).
+/// An interval's time range, `start-end` in seconds (milliseconds where
+/// hundredths would print `0.00-0.00`), one format for every line: the
+/// client's, the server's peers' and its totals.
+pub fn time_range(start: f64, end: f64) -> String {
+    if end - start < 0.05 {
+        format!("{start:.3}-{end:.3}")
+    } else {
+        format!("{start:.2}-{end:.2}")
+    }
+}
+
+/// What an interval line counts: its time range (its length, where its
+/// start is unknown), packets, bytes, rate and packets per second, in
+/// aligned columns (`  0.00-1.00 s      71429 pkts ...`).
 pub(super) fn interval_counts(r: &PeerReport) -> String {
+    let span = r.start_seconds.map_or_else(
+        || format!("{:.2}", r.seconds),
+        |start| time_range(start, start + r.seconds),
+    );
     format!(
-        "{:6.2} s {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps",
-        r.seconds,
+        "{span:>13} s {:>10} pkts {:>11} {:>13} {:>9} pps",
         r.packets,
         crate::units::HumanBytes(r.bytes).to_string(),
         rate(r.gbps),

@@ -275,9 +275,9 @@ fn total_line(t: &TotalReport) -> String {
         .cpu
         .and_then(|c| c.percent_of_core)
         .map_or_else(String::new, |p| format!(", receive cpu {p:.1}%"));
-    let span = format!("{:.2}-{:.2}", t.start, t.end);
+    let span = super::time_range(t.start, t.end);
     format!(
-        "[total] {span:>13} s {} active (+{} -{}) {:>10} pkts {:>11} {:>8} Gbit/s {:>9} pps{drops}{buffer}{cpu}{}",
+        "[total] {span:>13} s {} active (+{} -{}) {:>10} pkts {:>11} {:>13} {:>9} pps{drops}{buffer}{cpu}{}",
         plural(t.peers_active, "peer", "peers"),
         t.peers_started,
         t.peers_finished,
@@ -352,7 +352,11 @@ fn peer_done_text(r: &PeerReport) -> String {
                 ),
                 _ => String::new(),
             };
-            format!("{g:.3} Gbit/s payload, {w:.3} Gbit/s on the wire (est.), {p:.0} pps{over}")
+            format!(
+                "{} payload, {} on the wire (est.), {p:.0} pps{over}",
+                crate::units::gbps_text(g),
+                crate::units::gbps_text(w)
+            )
         }
         _ => format!(
             "unknown: sent and received within {} ms, too short to time; send more (-t 1G or --duration 10s)",
@@ -440,14 +444,13 @@ fn peer_done_text(r: &PeerReport) -> String {
 /// One interval of a reverse stream the server is sending.
 fn stream_interval_line(i: &StreamInterval) -> String {
     format!(
-        "[{} session {}] {} {:6.2}-{:<6.2} s sent {:>11} {:>8.3} Gbit/s (client has {} so far)",
+        "[{} session {}] {} {:>13} s sent {:>11} {:>13} (client has {} so far)",
         i.peer,
         i.session,
         direction_label(i.direction),
-        i.start,
-        i.end,
+        super::time_range(i.start, i.end),
         HumanBytes(i.sent_bytes).to_string(),
-        i.gbps,
+        crate::units::gbps_text(i.gbps),
         HumanBytes(i.received_bytes),
     )
 }
@@ -500,7 +503,7 @@ fn stream_done_text(r: &StreamReport) -> String {
                 * f64::from(crate::server::reverse::BREAKER_WINDOWS),
             plural(u64::from(b.backoffs), "time", "times"),
             b.rate_bps
-                .map_or_else(|| "unknown".into(), |r| format!("{:.3} Gbit/s", r as f64 / 1e9)),
+                .map_or_else(|| "unknown".into(), |r| crate::units::HumanRate(r).to_string()),
         );
     }
     if let Some(c) = &r.cpu {
@@ -606,6 +609,7 @@ mod tests {
     #[test]
     fn an_interval_line() {
         let mut r = peer(71_429, 100_000_600, 1.0);
+        r.start_seconds = Some(1.0);
         r.queue_delay_ms = Some(Spread {
             p50: 0.031,
             p90: 0.2,
@@ -622,7 +626,7 @@ mod tests {
         });
         assert_eq!(
             ServerEvent::Interval(r).text(),
-            "[192.0.2.7:40000 session 00000000000000ab]   1.00 s      71429 pkts   100.00 MB    0.800 Gbit/s     71429 pps cpu  12.0% queue p50 0.03 ms p99 1.2 ms"
+            "[192.0.2.7:40000 session 00000000000000ab]     1.00-2.00 s      71429 pkts   100.00 MB  800.0 Mbit/s     71429 pps cpu  12.0% queue p50 0.03 ms p99 1.2 ms"
         );
     }
 
@@ -648,7 +652,7 @@ mod tests {
         };
         assert_eq!(
             ServerEvent::Total(t).text(),
-            "[total]     1.00-2.00 s 2 peers active (+1 -0)     142858 pkts   200.00 MB    1.600 Gbit/s    142858 pps, dropped 12 datagrams, buffer peak 1.05 MB of 33.55 MB"
+            "[total]     1.00-2.00 s 2 peers active (+1 -0)     142858 pkts   200.00 MB  1.600 Gbit/s    142858 pps, dropped 12 datagrams, buffer peak 1.05 MB of 33.55 MB"
         );
     }
 
@@ -674,7 +678,7 @@ mod tests {
             ServerEvent::PeerDone(r).text(),
             "peer 192.0.2.7:40000 session 00000000000000ab finished (end of test)
   received  7143 packets, 10.00 MB in 0.500 s
-  rate      0.160 Gbit/s payload, 0.165 Gbit/s on the wire (est.), 14286 pps
+  rate      160.0 Mbit/s payload, 165.0 Mbit/s on the wire (est.), 14286 pps
   sender    7150 packets declared by the sender
   loss      7 lost (0.098%), 0 duplicates, 2 reordered, jitter 0.012 ms
   kernel    7 datagrams dropped on the server socket (receive buffer full) while this peer was active; this peer's, the only traffic on it
