@@ -100,13 +100,15 @@
 //!   `meter/account/peer.rs` one peer's figures,
 //!   `meter/account/exchange.rs` the Hello/End exchange,
 //!   `meter/account/expiry.rs` time, `meter/account/report.rs` reports,
+//!   `meter/account/history.rs` a session's figures per interval,
 //!   with its unit tests in `meter/account/tests.rs`), the datagram plan
 //!   of each call ([`meter::plan`]) and the one send loop
 //!   ([`meter::stream`]). It imports only the leaves.
 //! - **Leaves**, which import nothing above them:
 //!   - [`units`]: sizes, rates and durations as people write them;
 //!   - [`wire`]: the datagram header, the start probe and the end-of-test
-//!     messages, the reverse stream's ([`wire::stream`]) and the version
+//!     messages, the reverse stream's ([`wire::stream`]), an upload's
+//!     figures per interval ([`wire::intervals`]) and the version
 //!     negotiation answer ([`wire::versions`]); pure encode/decode;
 //!     [`auth`]: `--psk`'s HMAC;
 //!   - [`stamp`]: STAMP's test packets (RFC 8762, RFC 8972's SSID);
