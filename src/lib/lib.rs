@@ -63,7 +63,8 @@
 //!   - [`client`]: send an exact volume with the meter's send path, the
 //!     clients of a run sharing a few threads (`client/fleet.rs`) behind
 //!     one start gate (`client/sender.rs`), ask for the server's count
-//!     (`client/exchange.rs`), sum the clients' reports
+//!     (`client/exchange.rs`) and, for `--plot`, what it kept of each
+//!     interval ([`client::intervals`]), sum the clients' reports
 //!     (`client/summary.rs` into `client/report.rs`); ask for a reverse
 //!     stream ([`client::start`]) and receive it with the meter's receive
 //!     engine and the client's Feedback ([`client::reverse`]); `-R` and
