@@ -322,8 +322,10 @@ fn a_small_client_buffer_is_named_as_the_cap_of_a_reverse_stream() {
     server.stop();
 }
 
-/// `--bidir --plot`: the timeline has both directions, the reverse one's
-/// queue delay per interval (this client measured it), and the probes;
+/// `--bidir --plot`: the timeline has both directions, each with what
+/// arrived, the loss and the queue delay per interval (the upload's as
+/// its server kept them, the reverse one's as this client measured
+/// them), and the probes;
 /// each stream's `latency` has the round trips and its own queue delay,
 /// and no probe is counted in the data.
 #[test]
@@ -338,9 +340,15 @@ fn bidir_plot_and_latency_cover_both_directions() {
     let report = run(&server, &rest);
     let chart = std::fs::read_to_string(&svg).expect("the timeline was written");
     for part in [
-        "client to server (sent)",
-        "server to client (received)",
-        "server to client (received) queue delay p50",
+        "client to server, sent",
+        "client to server, received",
+        "client to server, lost",
+        "client to server, queue delay p50",
+        "client to server, queue delay p99",
+        "server to client, received",
+        "server to client, lost",
+        "server to client, queue delay p50",
+        "server to client, queue delay p99",
         "round trip (probes)",
         "idle round trip",
     ] {

@@ -63,7 +63,8 @@
 //!   - [`client`]: send an exact volume with the meter's send path, the
 //!     clients of a run sharing a few threads (`client/fleet.rs`) behind
 //!     one start gate (`client/sender.rs`), ask for the server's count
-//!     (`client/exchange.rs`), sum the clients' reports
+//!     (`client/exchange.rs`) and, for `--plot`, what it kept of each
+//!     interval ([`client::intervals`]), sum the clients' reports
 //!     (`client/summary.rs` into `client/report.rs`); ask for a reverse
 //!     stream ([`client::start`]) and receive it with the meter's receive
 //!     engine and the client's Feedback ([`client::reverse`]); `-R` and
@@ -100,13 +101,15 @@
 //!   `meter/account/peer.rs` one peer's figures,
 //!   `meter/account/exchange.rs` the Hello/End exchange,
 //!   `meter/account/expiry.rs` time, `meter/account/report.rs` reports,
+//!   `meter/account/history.rs` a session's figures per interval,
 //!   with its unit tests in `meter/account/tests.rs`), the datagram plan
 //!   of each call ([`meter::plan`]) and the one send loop
 //!   ([`meter::stream`]). It imports only the leaves.
 //! - **Leaves**, which import nothing above them:
 //!   - [`units`]: sizes, rates and durations as people write them;
 //!   - [`wire`]: the datagram header, the start probe and the end-of-test
-//!     messages, the reverse stream's ([`wire::stream`]) and the version
+//!     messages, the reverse stream's ([`wire::stream`]), an upload's
+//!     figures per interval ([`wire::intervals`]) and the version
 //!     negotiation answer ([`wire::versions`]); pure encode/decode;
 //!     [`auth`]: `--psk`'s HMAC;
 //!   - [`stamp`]: STAMP's test packets (RFC 8762, RFC 8972's SSID);

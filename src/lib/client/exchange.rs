@@ -127,7 +127,8 @@ pub(super) fn exchange_all<T>(
             refused: false,
         })
         .collect();
-    let mut buf = [0u8; 512];
+    // Room for the largest answer: a page of intervals.
+    let mut buf = [0u8; 2048];
     let (mut polled, mut waiting, mut ready, mut scratch) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // A signal that already came (it ended the test) does not cut the
@@ -259,13 +260,13 @@ pub(super) fn probe(
     shutdown: &Shutdown,
 ) -> Result<ServerInfo> {
     let run = run_of(cfg);
-    let question = probe_question(socket, tx, session, run, 0);
+    let question = probe_question(socket, tx, session, run, 0, 0);
     let outcome = exchange_all(vec![question], cfg.server, shutdown).pop();
     let info = probe_outcome(outcome.unwrap_or(Exchange::Silent), tx, cfg, false)?;
     if !confirm {
         return Ok(info);
     }
-    let question = probe_question(socket, tx, session, run, info.cookie);
+    let question = probe_question(socket, tx, session, run, info.cookie, 0);
     let outcome = exchange_all(vec![question], cfg.server, shutdown).pop();
     probe_outcome(outcome.unwrap_or(Exchange::Silent), tx, cfg, true)
 }
@@ -281,20 +282,23 @@ pub(super) fn run_of(cfg: &ClientConfig) -> wire::Run {
 
 /// The start probe's question (a Hello) for session `session`: with
 /// `cookie` 0 it asks for the address cookie; with the cookie, it
-/// confirms. A version negotiation answer is taken too.
+/// confirms, and asks the server to keep the session's figures per
+/// interval of `keep_intervals_ns` (0: none; [`intervals`]). A version
+/// negotiation answer is taken too.
 pub(super) fn probe_question<'q, 'a>(
     socket: &'q UdpSocket,
     tx: &'q mut Transmitter<'a>,
     session: u64,
     run: wire::Run,
     cookie: u64,
+    keep_intervals_ns: u64,
 ) -> Question<'q, 'a, Hearing> {
     let started = Instant::now();
     let ask = move |nonce| {
         wire::encode_hello(&Hello {
             header: Header {
                 session,
-                seq: 0,
+                seq: keep_intervals_ns,
                 send_time_ns: started.elapsed().as_nanos() as u64,
             },
             nonce,

@@ -148,7 +148,7 @@ fn probe_all(
     let questions = opened
         .iter()
         .zip(plain.iter_mut())
-        .map(|(o, tx)| probe_question(&o.socket, tx, o.session, run, 0))
+        .map(|(o, tx)| probe_question(&o.socket, tx, o.session, run, 0, 0))
         .collect();
     let outcomes: Vec<Exchange<Hearing>> = exchange_all(questions, cfg.server, shutdown);
     let cookies = outcomes
@@ -156,11 +156,14 @@ fn probe_all(
         .zip(&plain)
         .map(|(outcome, tx)| probe_outcome(outcome, tx, cfg, false).map(|info| info.cookie))
         .collect::<Result<Vec<u64>>>()?;
+    // The confirming Hello asks the server to keep what arrived per
+    // interval, when the run draws it.
+    let keep = intervals::keep_ns(cfg);
     let questions = opened
         .iter()
         .zip(plain.iter_mut())
         .zip(cookies)
-        .map(|((o, tx), cookie)| probe_question(&o.socket, tx, o.session, run, cookie))
+        .map(|((o, tx), cookie)| probe_question(&o.socket, tx, o.session, run, cookie, keep))
         .collect();
     let outcomes: Vec<Exchange<Hearing>> = exchange_all(questions, cfg.server, shutdown);
     outcomes
@@ -248,6 +251,18 @@ pub(super) fn run_worker(
         None => vec![None; count],
     };
     let answers = ask_for_counts(cfg, &opened, &mut txs, &infos, &sent, shutdown);
+    let kept = {
+        let asked: Vec<intervals::Asked> = opened
+            .iter()
+            .zip(&answers)
+            .map(|(o, (_, ack))| intervals::Asked {
+                socket: &o.socket,
+                session: o.session,
+                kept: ack.is_some_and(|a| a.flags & wire::ACK_INTERVALS != 0),
+            })
+            .collect();
+        intervals::fetch_all(cfg, &asked, &mut txs, shutdown)
+    };
     Ok(opened
         .iter()
         .zip(txs.iter())
@@ -255,9 +270,11 @@ pub(super) fn run_worker(
         .zip(cpu)
         .zip(answers)
         .zip(&infos)
-        .map(|(((((o, tx), sent), cpu), (answer, ack)), info)| {
+        .zip(kept)
+        .map(|((((((o, tx), sent), cpu), (answer, ack)), info), kept)| {
             let mut r = report(cfg, o, tx, sent, cpu, answer, ack);
             r.server_recv_buffer = info.map(|i| i.recv_buffer).filter(|&b| b > 0);
+            r.server_intervals = kept;
             r
         })
         .collect())
@@ -379,6 +396,7 @@ fn report(
         loop_time,
         ack,
         server_recv_buffer: None,
+        server_intervals: None,
     }
 }
 

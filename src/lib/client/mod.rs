@@ -20,6 +20,7 @@ pub mod duplex;
 pub mod egress;
 mod exchange;
 mod fleet;
+pub mod intervals;
 pub mod latency;
 pub mod limit;
 mod report;

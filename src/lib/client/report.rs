@@ -195,6 +195,11 @@ pub struct ClientReport {
     /// advice that does not ask for what it already has.
     #[serde(skip)]
     pub(super) server_recv_buffer: Option<u64>,
+    /// What the server kept of this upload per interval (`--plot`), when
+    /// it did: [`intervals::received_per_interval`] matches it to
+    /// `intervals`.
+    #[serde(skip)]
+    pub server_intervals: Option<intervals::ServerIntervals>,
 }
 
 /// The whole run: every client socket, and their totals.

@@ -89,10 +89,12 @@ pub struct ClientArgs {
     /// (e.g. 1s) or a volume.
     #[arg(long, value_name = "N,N,...", value_delimiter = ',', conflicts_with_all = ["sweep", "clients", "find_limit"])]
     pub sweep_clients: Vec<usize>,
-    /// Draw the run as an SVG chart: throughput and delay (queue delay and
-    /// the probes' round trips) per interval on one time axis. With
-    /// --sweep: the table. With --find-limit: received rate and loss
-    /// against offered rate.
+    /// Draw the run as an SVG chart, per --interval on one time axis: each
+    /// direction's rate sent (an upload's) and received, the share of
+    /// datagrams lost, and the queue delay p50 and p99 (an upload's as
+    /// the server measured them), with the probes' round trips; legends
+    /// beside the panels. With --sweep: the table. With --find-limit:
+    /// received rate and loss against offered rate.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// Find the highest rate the path carries within --loss-tolerance

@@ -314,7 +314,19 @@ impl StreamSender {
             // turn (no more per call than the headers and the rate need).
             let turn_start = Instant::now();
             let backoff_before = tx.backoff_time;
-            let now_ns = turn_start.saturating_duration_since(self.start).as_nanos() as u64;
+            let since_start = turn_start.saturating_duration_since(self.start);
+            let now_ns = since_start.as_nanos() as u64;
+            // An interval closes before the first call that starts past
+            // its end: it holds exactly the datagrams stamped with a send
+            // time in it, as the server counts them for `--plot`.
+            if let Some(iv) = self
+                .clock
+                .as_mut()
+                .and_then(|c| c.on_call(since_start, self.packets, self.bytes))
+            {
+                progress.interval(&self.session_text, &iv);
+                self.intervals.push(iv);
+            }
             self.message_ends.clear();
             let mut tagged_misses = 0;
             for m in 0..planned.len().div_ceil(per_message) {
@@ -366,14 +378,6 @@ impl StreamSender {
                 .saturating_sub(tx.backoff_time.saturating_sub(backoff_before));
             if sent > 0 {
                 self.timing.call(now, sent as u64, sent_bytes);
-                if let Some(iv) = self
-                    .clock
-                    .as_mut()
-                    .and_then(|c| c.on_call(now - self.start, self.packets, self.bytes))
-                {
-                    progress.interval(&self.session_text, &iv);
-                    self.intervals.push(iv);
-                }
             }
             progress.add(sent_bytes);
             if sent_messages < message_count {

@@ -95,6 +95,36 @@ impl Spread {
     }
 }
 
+/// The queue delays of one span of datagrams (µs above the floor, as
+/// [`QueueDelay::record`] returns them): their median and 99th
+/// percentile, from one histogram used span after span, allocated at the
+/// first delay.
+#[derive(Debug, Clone, Default)]
+pub struct SpanDelays {
+    h: Option<Histogram<u32>>,
+}
+
+impl SpanDelays {
+    pub fn record(&mut self, us: u64, count: u64) {
+        let h = self.h.get_or_insert_with(histogram);
+        h.saturating_record_n(us.min(HIGHEST_US), count.clamp(1, u32::MAX as u64) as u32);
+    }
+
+    /// The span's median and 99th percentile (µs), and a new span; None
+    /// when nothing was recorded since the last.
+    pub fn take(&mut self) -> Option<(u64, u64)> {
+        let h = self.h.as_mut().filter(|h| !h.is_empty())?;
+        let figures = (h.value_at_quantile(0.5), h.value_at_quantile(0.99));
+        h.reset();
+        Some(figures)
+    }
+
+    /// Gives the histogram's memory back (what comes after starts anew).
+    pub fn free(&mut self) {
+        self.h = None;
+    }
+}
+
 /// A run's queue delay: its spread, how many datagrams it covers, and
 /// what clock drift may have added to it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -180,8 +210,11 @@ impl QueueDelay {
     /// arrived at `recv_ns` (receiver's clock). The clocks' epochs are
     /// unrelated: only differences of one-way delays are used. Wrapping
     /// arithmetic: a forged send time gives a wrong delay for its own
-    /// session, never a panic.
-    pub fn record(&mut self, send_ns: u64, recv_ns: u64, count: u64) {
+    /// session, never a panic. Returns the value recorded for them (µs
+    /// above the floor known at their arrival), the one the run's and the
+    /// interval's histograms hold: a [`SpanDelays`] fed with it shares
+    /// their baseline.
+    pub fn record(&mut self, send_ns: u64, recv_ns: u64, count: u64) -> u64 {
         let at = recv_ns as i64;
         let delay = at.wrapping_sub(send_ns as i64);
         let first = *self.first_at_ns.get_or_insert(at);
@@ -202,6 +235,7 @@ impl QueueDelay {
                 .saturating_record_n(us, count);
         }
         self.sample_floor(at, delay);
+        us
     }
 
     /// How far the floor fell after the first quarter second of arrivals,
@@ -584,6 +618,27 @@ mod tests {
         let second = q.interval().unwrap();
         assert!((second.p50 - 2.0).abs() < 0.05, "{second:?}");
         assert_eq!(q.samples(), 103);
+    }
+
+    #[test]
+    fn a_span_gives_its_median_and_tail_once() {
+        let mut q = QueueDelay::new(false);
+        let mut span = SpanDelays::default();
+        assert_eq!(span.take(), None);
+        // 100 datagrams: 98 at the floor, two 40 ms later.
+        for i in 0..100u64 {
+            let extra = if i >= 98 { 40 * MS } else { 0 };
+            let us = q.record(i * MS, 7 + i * MS + extra, 1);
+            span.record(us, 1);
+        }
+        let (p50, p99) = span.take().unwrap();
+        assert_eq!(p50, 0);
+        assert!((39_500..=40_500).contains(&p99), "{p99}");
+        assert_eq!(span.take(), None, "a new span: empty");
+        span.record(250, 3);
+        assert_eq!(span.take(), Some((250, 250)));
+        span.free();
+        assert_eq!(span.take(), None);
     }
 
     #[test]

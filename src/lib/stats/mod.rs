@@ -434,8 +434,12 @@ pub fn wire_bytes(payload: u64, ipv6: bool) -> u64 {
         + (last + ip_header + frag_header).max(ETHERNET_MIN_PAYLOAD)
 }
 
-/// One interval of a sender's report: what the kernel accepted between
-/// two send calls, the first at or after each multiple of the interval.
+/// One interval of a sender's report: what the kernel accepted of the
+/// send calls that started in it, from the first call that started at or
+/// after one multiple of the interval to the first that started at or
+/// after the next. Its datagrams are exactly those stamped with a send
+/// time in it (a call's datagrams carry the time it started): what a
+/// receiver that cuts by send time counts of it (`udp_client --plot`).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct SendInterval {
     /// Seconds since the sender started, at the call that opened it.
@@ -485,8 +489,10 @@ impl IntervalClock {
         }
     }
 
-    /// A send call returned `at` after the start, with these totals: the
-    /// interval it closes, if it is the first call past a boundary.
+    /// A send call starts `at` after the start, with these totals before
+    /// it: the interval it closes, if it is the first call past a
+    /// boundary (its datagrams are the next interval's). None too when
+    /// nothing was sent since the last interval closed: that one goes on.
     pub fn on_call(&mut self, at: Duration, packets: u64, bytes: u64) -> Option<SendInterval> {
         if at < self.next {
             return None;
@@ -495,7 +501,7 @@ impl IntervalClock {
         // one after this call.
         let passed = (at.as_nanos() / self.every.as_nanos()) as u32;
         self.next = self.every * (passed + 1);
-        Some(self.close(at, packets, bytes))
+        (packets > self.opened.1 || bytes > self.opened.2).then(|| self.close(at, packets, bytes))
     }
 
     /// The sender stopped `at`: the last, shorter interval, if anything
@@ -539,8 +545,9 @@ mod tests {
         let mut seen = Vec::new();
         let mut total = (0, 0);
         for t in [300, 600, 900, 1200, 1500, 3400, 3700] {
-            total = (total.0 + 10, total.1 + 1000);
+            // The totals before the call: its datagrams are its interval's.
             seen.extend(clock.on_call(ms(t), total.0, total.1));
+            total = (total.0 + 10, total.1 + 1000);
         }
         seen.extend(clock.finish(ms(3800), total.0, total.1));
         assert!(
@@ -551,9 +558,21 @@ mod tests {
         assert_eq!(spans, [(0.0, 1.2), (1.2, 3.4), (3.4, 3.8)]);
         assert_eq!(seen.iter().map(|i| i.packets).sum::<u64>(), total.0);
         assert_eq!(seen.iter().map(|i| i.bytes).sum::<u64>(), total.1);
-        // 4000 bytes over 1.2 s.
-        assert!((seen[0].gbps.unwrap() - 4000.0 * 8.0 / 1.2 / 1e9).abs() < 1e-12);
-        assert_eq!(seen[0].packets, 40);
+        // The calls that started before 1 s: 3000 bytes over 1.2 s.
+        assert!((seen[0].gbps.unwrap() - 3000.0 * 8.0 / 1.2 / 1e9).abs() < 1e-12);
+        assert_eq!(
+            seen.iter().map(|i| i.packets).collect::<Vec<_>>(),
+            [30, 20, 20]
+        );
+        // A first call that starts past a boundary closes nothing empty.
+        let mut clock = IntervalClock::new(ms(1000));
+        assert_eq!(clock.on_call(ms(1500), 0, 0), None);
+        assert_eq!(
+            clock
+                .on_call(ms(2100), 10, 1000)
+                .map(|i| (i.start, i.packets)),
+            Some((0.0, 10))
+        );
         // A last interval under a millisecond has no rate, not a huge one.
         let mut clock = IntervalClock::new(ms(1000));
         let short = clock

@@ -25,17 +25,20 @@
 //!
 //! Split by concern: this file holds the header, the Hello, End and
 //! probe exchanges, the tags and [`decode`]; [`stream`] the reverse
-//! stream's Start, StartAck and Feedback; [`versions`] the version
-//! negotiation answer, fixed for good.
+//! stream's Start, StartAck and Feedback; [`intervals`] the pages of an
+//! upload's figures per interval, asked for after the End; [`versions`]
+//! the version negotiation answer, fixed for good.
 //!
 //! Decoding is pure and total: any byte slice gives a [`Message`] or a
 //! [`WireError`], never a panic. Datagrams too short for a header, or that
 //! do not start with the magic, are not errors for the server: they are
 //! counted as untagged traffic from their source address.
 
+pub mod intervals;
 pub mod stream;
 pub mod versions;
 
+pub use intervals::*;
 pub use stream::*;
 pub use versions::*;
 
@@ -110,6 +113,10 @@ pub const ACK_KERNEL_TIMES: u16 = 128;
 /// session is created (proven), and the server counts its data as the
 /// session's. Without it, a HelloAck only carries the cookie to echo.
 pub const ACK_PROVEN: u16 = 256;
+/// [`EndAck::flags`]: the server kept the session's figures per interval,
+/// as its Hello asked ([`Hello::keep_intervals_ns`]): ask for them with
+/// [`IntervalsAsk`]. Never set for a session that did not ask.
+pub const ACK_INTERVALS: u16 = 512;
 
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;
@@ -121,6 +128,8 @@ const KIND_START_ACK: u8 = 6;
 const KIND_FEEDBACK: u8 = 7;
 const KIND_PROBE: u8 = 8;
 const KIND_PROBE_ACK: u8 = 9;
+const KIND_INTERVALS_ASK: u8 = 10;
+const KIND_INTERVALS: u8 = 11;
 
 /// [`ProbeAck::flags`]: the probe's cookie was good: this answer echoes it
 /// at once, and its round trip counts. Without it, the answer only carries
@@ -153,12 +162,22 @@ pub struct Run {
 /// confirmation that proves the session's address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Hello {
+    /// Its `seq` is [`Hello::keep_intervals_ns`].
     pub header: Header,
     /// Fresh per attempt; the answer echoes it.
     pub nonce: u64,
     pub run: Run,
     /// 0 to ask for a cookie; the HelloAck's cookie to confirm.
     pub cookie: u64,
+}
+
+impl Hello {
+    /// The header's `seq`: the interval (ns) at which the client asks the
+    /// server to keep the session's figures for it ([`IntervalsAsk`]); 0
+    /// for none. Zero in every earlier release, which ignores it.
+    pub fn keep_intervals_ns(&self) -> u64 {
+        self.header.seq
+    }
 }
 
 /// The server's answer to a [`Hello`].
@@ -339,6 +358,8 @@ pub enum Message {
     Feedback(Feedback),
     Probe(Probe),
     ProbeAck(ProbeAck),
+    IntervalsAsk(IntervalsAsk),
+    Intervals(IntervalsPage),
 }
 
 /// Why a datagram is not a netspeed message.
@@ -591,7 +612,7 @@ pub fn tagged_bytes(message: &[u8; END_LEN]) -> &[u8] {
 /// of a control message (End, EndAck, Start, StartAck, Feedback) just
 /// encoded; an answer also gets [`ACK_AUTH`] first, so the flag is covered.
 pub fn encode_tagged<const N: usize>(mut bytes: [u8; N], psk: &crate::auth::Psk) -> [u8; N] {
-    if matches!(bytes[5], KIND_END_ACK | KIND_START_ACK) {
+    if matches!(bytes[5], KIND_END_ACK | KIND_START_ACK | KIND_INTERVALS) {
         let flags = u16::from_be_bytes([bytes[6], bytes[7]]) | ACK_AUTH;
         bytes[6..8].copy_from_slice(&flags.to_be_bytes());
     }
@@ -612,12 +633,14 @@ pub fn encode_end_ack_tagged(ack: &EndAck, psk: &crate::auth::Psk) -> [u8; END_L
 }
 
 /// Whether a tagged control message as received (End, EndAck, Start,
-/// StartAck, Feedback) carries `psk`'s tag.
+/// StartAck, Feedback, a page of intervals and its ask) carries `psk`'s
+/// tag.
 pub fn verify_tag(message: &[u8], psk: &crate::auth::Psk) -> bool {
     let at = match message.len() {
         END_LEN => TAG_AT,
         START_LEN => START_TAG_AT,
         FEEDBACK_LEN => FEEDBACK_TAG_AT,
+        INTERVALS_LEN => INTERVALS_TAG_AT,
         _ => return false,
     };
     psk.verify(&message[..at], &message[at..])
@@ -650,6 +673,7 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
         KIND_START | KIND_START_ACK => START_LEN,
         KIND_FEEDBACK => FEEDBACK_LEN,
         KIND_PROBE | KIND_PROBE_ACK => PROBE_LEN,
+        KIND_INTERVALS_ASK | KIND_INTERVALS => INTERVALS_LEN,
         other => return Err(WireError::BadKind(other)),
     };
     if buf.len() != expected {
@@ -674,6 +698,8 @@ pub fn decode(buf: &[u8]) -> Result<Message, WireError> {
         KIND_END_ACK => Message::EndAck(decode_end_ack(buf, header)),
         KIND_START => Message::Start(decode_start(buf, header)?),
         KIND_START_ACK => Message::StartAck(decode_start_ack(buf, header)),
+        KIND_INTERVALS_ASK => Message::IntervalsAsk(decode_intervals_ask(buf, header)),
+        KIND_INTERVALS => Message::Intervals(decode_intervals_page(buf, header)?),
         KIND_FEEDBACK => Message::Feedback(decode_feedback(buf, header)),
         KIND_PROBE => Message::Probe(Probe {
             header,

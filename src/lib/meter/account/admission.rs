@@ -405,6 +405,7 @@ impl PeerTable {
             frozen: None,
             answers: SessionBudget::default(),
             run: None,
+            history: None,
         });
         let mut peer = Peer::new(key.0, now, socket);
         self.start_peer(&mut peer, socket);

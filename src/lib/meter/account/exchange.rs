@@ -64,7 +64,10 @@ impl PeerTable {
             t.jitter.record(header.send_time_ns, at.ns);
         }
         let sent = at.buffer_sent_ns.unwrap_or(header.send_time_ns);
-        t.delay.record(sent, at.ns, 1);
+        let delay_us = t.delay.record(sent, at.ns, 1);
+        if let Some(h) = t.history.as_mut() {
+            h.record(header.send_time_ns, header.seq, 1, len as u64, delay_us);
+        }
         peer.count(len, at.now);
     }
 
@@ -155,6 +158,9 @@ impl PeerTable {
                 }
                 if hello.run.id != 0 {
                     peer.tagged.run.get_or_insert(hello.run);
+                }
+                if peer.tagged.history.is_none() && !peer.is_finished() {
+                    peer.tagged.history = History::asked(hello.keep_intervals_ns(), &self.room);
                 }
                 flags |= wire::ACK_PROVEN;
                 peer.tagged.answers.allow(now, epoch)
@@ -408,6 +414,9 @@ impl PeerTable {
                 expiry,
             });
             peer.tagged.freeze();
+            if let Some(h) = peer.tagged.history.as_mut() {
+                h.finish();
+            }
         }
         if let Some(reply) = reply {
             self.answer(slot, reply, now, replies);

@@ -45,7 +45,9 @@
 //! owns its kind); `admission.rs` who gets a slot and an answer; `peer.rs`
 //! one peer's figures and its answer to an End; `exchange.rs` the
 //! Hello/End exchange and a session's data; `expiry.rs` time (intervals,
-//! grace periods, idle peers, records); `report.rs` what is reported.
+//! grace periods, idle peers, records); `report.rs` what is reported;
+//! `history.rs` a session's figures per interval of send time, kept when
+//! its Hello asked, and the pages that carry them back.
 
 use crate::auth::Psk;
 use crate::stats::delay::{QueueDelay, Spread};
@@ -102,11 +104,14 @@ pub const MAX_RECORDS: usize = 65536;
 mod admission;
 mod exchange;
 mod expiry;
+mod history;
 mod peer;
 mod report;
 
 use admission::*;
 pub use admission::{source_prefix, Asker};
+use history::{History, Room};
+pub use history::{INTERVALS_BUDGET, MOST_INTERVALS, SHORTEST_INTERVAL};
 use peer::*;
 pub use report::*;
 
@@ -312,6 +317,8 @@ pub enum ReplyBytes {
     Start([u8; wire::START_LEN]),
     Probe([u8; wire::PROBE_LEN]),
     Versions(Vec<u8>),
+    /// A page of intervals (rare, and larger than the others: boxed).
+    Intervals(Box<[u8; wire::INTERVALS_LEN]>),
 }
 
 impl ReplyBytes {
@@ -322,6 +329,7 @@ impl ReplyBytes {
             ReplyBytes::Start(b) => b,
             ReplyBytes::Probe(b) => b,
             ReplyBytes::Versions(b) => b,
+            ReplyBytes::Intervals(b) => &b[..],
         }
     }
 }
@@ -355,6 +363,8 @@ pub struct PeerTable {
     sockets: Vec<SocketState>,
     flags: TableFlags,
     ranges_per_session: usize,
+    /// The room for the intervals sessions keep (`history.rs`).
+    room: Room,
     /// Events that arise as datagrams arrive (a conflict, an eviction),
     /// handed on at the next `expire` (or `finish_all`).
     queued: Vec<Event>,
@@ -391,6 +401,7 @@ impl PeerTable {
                 socket_joins: vec![0; sockets],
             },
             ranges_per_session,
+            room: Room::default(),
             queued: Vec::new(),
             attention: false,
             totals: Totals::default(),
@@ -571,13 +582,14 @@ impl PeerTable {
             return false;
         };
         // The first is decoded above; the rest must follow it.
-        let mut count = 1u64;
+        let (mut count, mut last_sent) = (1u64, first.send_time_ns);
         for chunk in data.chunks(segment).skip(1) {
             match wire::decode(chunk) {
                 Ok(Message::Data(h))
                     if h.session == first.session && h.seq == first.seq + count =>
                 {
-                    count += 1
+                    count += 1;
+                    last_sent = h.send_time_ns;
                 }
                 _ => return false,
             }
@@ -591,6 +603,11 @@ impl PeerTable {
             return false;
         }
         let t = &mut peer.tagged;
+        // Kept per interval: one interval's datagrams, or one by one.
+        let split = |h: &History| !h.same_interval(first.send_time_ns, last_sent);
+        if t.history.as_ref().is_some_and(split) {
+            return false;
+        }
         if t.declared.is_some() || !t.seq.record_run(first.seq, count) {
             return false;
         }
@@ -599,7 +616,11 @@ impl PeerTable {
         }
         // The buffer's datagrams were sent together (one batch) and share
         // one arrival time: one delay, counted for each of them.
-        t.delay.record(first.send_time_ns, at.ns, count);
+        let delay_us = t.delay.record(first.send_time_ns, at.ns, count);
+        if let Some(h) = t.history.as_mut() {
+            let bytes = data.len() as u64;
+            h.record(first.send_time_ns, first.seq, count, bytes, delay_us);
+        }
         let last_len = data.len() - (count as usize - 1) * segment;
         let ipv6 = peer.addr.is_ipv6();
         let amount = Amount {
@@ -678,6 +699,9 @@ impl PeerTable {
                 self.on_data(data.len(), header, addr, at, meta, replies);
             }
             Ok(Message::End(end)) => self.on_end(end, data, addr, from, at.now, meta, replies),
+            Ok(Message::IntervalsAsk(ask)) => {
+                self.on_intervals_ask(ask, data, addr, from, at.now, meta, replies)
+            }
             Ok(Message::Hello(hello)) => {
                 let session = hello.header.session;
                 let proven = hello.cookie != 0
@@ -725,6 +749,7 @@ impl PeerTable {
                 Message::HelloAck(_)
                 | Message::StartAck(_)
                 | Message::ProbeAck(_)
+                | Message::Intervals(_)
                 | Message::Versions(_),
             ) => {}
             Err(wire::WireError::BadVersion(version)) => {

@@ -89,6 +89,8 @@ pub(super) struct Tagged {
     pub(super) answers: SessionBudget,
     /// The udp_client run it belongs to, as its confirming Hello said.
     pub(super) run: Option<wire::Run>,
+    /// Its figures per interval of send time, when its Hello asked.
+    pub(super) history: Option<History>,
 }
 
 /// Loss against what the sender declared, or estimated from sequence
@@ -398,6 +400,9 @@ impl Session {
         }
         if t.conflict.is_some() {
             flags |= wire::ACK_CONFLICT;
+        }
+        if t.history.is_some() {
+            flags |= wire::ACK_INTERVALS;
         }
         let delay = t.delay.run();
         let ns = |ms: f64| (ms * 1e6).round() as u64;
