@@ -129,7 +129,9 @@
 //!     back from the buffers their requests arrived in, received TTLs and
 //!     the kernel's clock state in `sys/linux_reply.rs`, and the egress
 //!     device, its qdisc's counters over rtnetlink and SndbufErrors in
-//!     `sys/linux_qdisc.rs`, `sys/splice.rs`, POSIX poll(2) for every
+//!     `sys/linux_qdisc.rs`, a receive queue's bytes and drop counter
+//!     read directly (SO_MEMINFO) in `sys/linux_meminfo.rs`,
+//!     `sys/splice.rs`, POSIX poll(2) for every
 //!     backend in `sys/poll.rs`; `sys/fallback.rs` is the backend of
 //!     macOS and the BSDs, with a non-blocking receive and stubs where a
 //!     platform lacks a call, built on Linux with `--features portable`);

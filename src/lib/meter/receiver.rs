@@ -326,11 +326,60 @@ impl ReceiveCpu {
     }
 }
 
+/// How far each receive thread has read, by what its loop says between
+/// reads: a read that came back short or empty (see [`Deliver::drained`]).
+/// The finalising thread hands it to the table at each pass, which then
+/// judges idle peers by it. Why not by the clock alone: a receive thread
+/// starved for longer than `--idle-timeout` (a loaded host) leaves its
+/// peers' datagrams queued; ended by the clock, a peer would be summarised
+/// short, and its queued datagrams would start a second peer.
+struct ReadProgress {
+    epoch: Instant,
+    /// Per socket: everything that arrived before this (ns since epoch)
+    /// has been delivered.
+    drained: Vec<AtomicU64>,
+}
+
+impl ReadProgress {
+    fn new(threads: usize, epoch: Instant) -> Self {
+        ReadProgress {
+            epoch,
+            drained: (0..threads).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn drained(&self, index: usize, began: Instant) {
+        if let Some(slot) = self.drained.get(index) {
+            let ns = began.saturating_duration_since(self.epoch).as_nanos() as u64;
+            slot.fetch_max(ns, Ordering::Release);
+        }
+    }
+
+    /// Tells the table how far every socket has been read.
+    fn apply(&self, table: &mut PeerTable) {
+        for (index, slot) in self.drained.iter().enumerate() {
+            let ns = slot.load(Ordering::Acquire);
+            table.read_up_to(index, self.epoch + Duration::from_nanos(ns));
+        }
+    }
+}
+
+/// Reads every socket's drop counter directly into the table (SO_MEMINFO):
+/// the drops after the last datagram queued are in no datagram's stamp.
+fn observe_drops(sockets: &[Socket], table: &mut PeerTable) {
+    for (index, socket) in sockets.iter().enumerate() {
+        if let Ok(raw) = sys::kernel_drop_count(socket) {
+            table.observe_kernel_drops(index, raw);
+        }
+    }
+}
+
 /// Counts what the receive loops read into the shared table.
 struct Counter<'a, C> {
     shared: &'a Mutex<Shared<C>>,
     cpu: &'a ReceiveCpu,
     buffer: &'a BufferWatch,
+    progress: &'a ReadProgress,
     /// The thread that finalises sessions, woken when one needs it sooner
     /// than its next regular look.
     main: std::thread::Thread,
@@ -352,6 +401,9 @@ impl<C: Control + Send> Deliver for Counter<'_, C> {
             // peer is reported once whichever socket its traffic reaches.
             let mut guard = self.shared.lock().unwrap_or_else(|p| p.into_inner());
             let Shared { table, control } = &mut *guard;
+            // The latest arrival read: the queue is first in, first out, so
+            // everything that arrived before it has been read.
+            let mut latest: Option<Instant> = None;
             for i in 0..count {
                 let received = batch.datagram(i);
                 let Some(from) = received.from else { continue };
@@ -375,6 +427,10 @@ impl<C: Control + Send> Deliver for Counter<'_, C> {
                     cpu,
                 };
                 table.on_receive_with(received.data, &rx, &mut replies, control);
+                latest = Some(latest.map_or(at, |l| l.max(at)));
+            }
+            if let Some(latest) = latest {
+                table.read_up_to(index, latest);
             }
             if table.take_attention() {
                 self.main.unpark();
@@ -385,6 +441,10 @@ impl<C: Control + Send> Deliver for Counter<'_, C> {
         for reply in replies {
             let _ = sys::send_from(socket, reply.bytes.as_slice(), reply.to, reply.from);
         }
+    }
+
+    fn drained(&self, index: usize, began: Instant) {
+        self.progress.drained(index, began);
     }
 }
 
@@ -451,6 +511,7 @@ pub fn run<R: Role>(
     let shared = Mutex::new(Shared { table, control });
     let receive_cpu = ReceiveCpu::new(bound.sockets.len(), start);
     let buffer_watch = BufferWatch::new(bound.sockets.len(), start);
+    let read_progress = ReadProgress::new(bound.sockets.len(), start);
     let gauges = Gauges {
         cpu: &receive_cpu,
         buffer: &buffer_watch,
@@ -462,6 +523,7 @@ pub fn run<R: Role>(
         shared: &shared,
         cpu: &receive_cpu,
         buffer: &buffer_watch,
+        progress: &read_progress,
         main: std::thread::current(),
     };
     role.start(start, &gauges);
@@ -499,6 +561,10 @@ pub fn run<R: Role>(
             {
                 let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
                 let Shared { table, control } = &mut *guard;
+                read_progress.apply(table);
+                if drops_supported {
+                    observe_drops(&bound.sockets, table);
+                }
                 let mut pass = Pass {
                     now,
                     table,
@@ -554,6 +620,9 @@ pub fn run<R: Role>(
     // left is finished and answered once.
     let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
     let Shared { table, control } = &mut *guard;
+    if drops_supported {
+        observe_drops(&bound.sockets, table);
+    }
     let now = Instant::now();
     let mut pass = Pass {
         now,

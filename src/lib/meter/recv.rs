@@ -10,7 +10,7 @@ use crate::shutdown::{Shutdown, POLL};
 use crate::sys::RecvBatch;
 use socket2::Socket;
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Datagrams per recvmmsg call. More than 32 gains nothing measurable
 /// (daeuniverse/honk #80); 8 already gets most of the benefit.
@@ -102,6 +102,14 @@ impl Method {
 pub trait Deliver: Sync {
     /// `batch` holds `count` datagrams just read from socket `index`.
     fn deliver(&self, index: usize, socket: &Socket, batch: &RecvBatch, count: usize);
+
+    /// A read of socket `index` that began at `began` found its queue
+    /// empty (it came back with less than it asked for, or with nothing),
+    /// after every datagram it read was delivered: everything that arrived
+    /// on the socket before `began` has been delivered. The server judges
+    /// idle peers by it: a datagram still queued is not yet counted, and
+    /// its peer is not idle.
+    fn drained(&self, _index: usize, _began: Instant) {}
 }
 
 fn is_transient(e: &io::Error) -> bool {
@@ -185,6 +193,7 @@ fn blocking_loop(
     let mut batch = RecvBatch::new(batch_size, RECV_BUF_SIZE);
     let mut waiter = Waiter::default();
     while !shutdown.is_triggered() {
+        let began = Instant::now();
         let (result, polled) = match (method, waiter.next) {
             (Method::Mmsg, Wait::Block) => (batch.recv(socket), Polled::No),
             (Method::Mmsg, Wait::Probe) => (batch.try_recv(socket), Polled::No),
@@ -195,12 +204,20 @@ fn blocking_loop(
         match result {
             Ok(n) => {
                 deliver.deliver(index, socket, &batch, n);
+                if n < limit {
+                    // recvmmsg reads until the queue is empty or the batch
+                    // full (one recvmsg says nothing of what is behind).
+                    deliver.drained(index, began);
+                }
                 if method == Method::Mmsg {
                     waiter.after_read(n, limit, polled);
                     batch.set_limit(batch_limit_after(&batch, n));
                 }
             }
-            Err(e) if is_transient(&e) => waiter.after_nothing(),
+            Err(e) if is_transient(&e) => {
+                deliver.drained(index, began);
+                waiter.after_nothing()
+            }
             Err(_) => {
                 waiter.after_nothing();
                 pause_after_error()
@@ -349,10 +366,14 @@ fn batch_limit_after(batch: &RecvBatch, received: usize) -> usize {
 fn drain(socket: &Socket, index: usize, batch: &mut RecvBatch, deliver: &dyn Deliver) {
     // Bounded, so that one busy socket cannot starve the others.
     for _ in 0..1024 {
+        let began = Instant::now();
         match batch.recv_one(socket) {
             Ok(n) => deliver.deliver(index, socket, batch, n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if is_transient(&e) => return,
+            Err(e) if is_transient(&e) => {
+                deliver.drained(index, began);
+                return;
+            }
             Err(_) => {
                 pause_after_error();
                 return;
@@ -385,6 +406,7 @@ fn readiness_loop(
         None
     };
     while !shutdown.is_triggered() {
+        let began = Instant::now();
         let result = match method {
             Method::Select => select_readable(sockets, POLL, &mut ready),
             Method::Poll => poll_readable(sockets, POLL, &mut ready, &mut scratch),
@@ -395,7 +417,6 @@ fn readiness_loop(
             }
         };
         match result {
-            Ok(0) => continue,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
@@ -403,6 +424,10 @@ fn readiness_loop(
         for (i, socket) in sockets.iter().enumerate() {
             if ready[i] {
                 drain(socket, first_index + i, &mut batch, deliver);
+            } else {
+                // Not readable when the wait returned: its queue was empty
+                // then (level-triggered readiness).
+                deliver.drained(first_index + i, began);
             }
         }
     }
@@ -430,18 +455,26 @@ fn tokio_loop(
             tasks.push(async move {
                 let mut batch = RecvBatch::new(1, RECV_BUF_SIZE);
                 while !shutdown.is_triggered() {
+                    let began = Instant::now();
                     match tokio::time::timeout(POLL, registered.readable()).await {
-                        Err(_) => continue,
+                        Err(_) => {
+                            deliver.drained(first_index + i, began);
+                            continue;
+                        }
                         Ok(Err(e)) => return Err(e),
                         Ok(Ok(())) => {}
                     }
                     // Read until it would block, telling tokio so.
                     for _ in 0..1024 {
+                        let began = Instant::now();
                         match registered
                             .try_io(tokio::io::Interest::READABLE, || batch.recv_one(socket))
                         {
                             Ok(n) => deliver.deliver(first_index + i, socket, &batch, n),
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                deliver.drained(first_index + i, began);
+                                break;
+                            }
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                             Err(_) => {
                                 pause_after_error();

@@ -168,6 +168,11 @@ pub fn recv_buffer_held(_socket: &Socket) -> io::Result<u64> {
     unsupported("SO_MEMINFO is Linux-only")
 }
 
+/// The socket's drop counter: only Linux says (SO_MEMINFO).
+pub fn kernel_drop_count(_socket: &Socket) -> io::Result<u32> {
+    unsupported("SO_MEMINFO is Linux-only")
+}
+
 /// Not available here.
 pub fn force_recv_buffer(_socket: &Socket, _bytes: usize) -> io::Result<()> {
     unsupported("SO_RCVBUFFORCE is Linux-only")

@@ -25,6 +25,10 @@ pub use qdisc::{egress_device, root_qdisc, thread_sched, udp_sndbuf_errors};
 mod reply;
 pub use reply::{clock_status, enable_rx_ttl, ReplyBatch};
 
+#[path = "linux_meminfo.rs"]
+mod meminfo;
+pub use meminfo::{kernel_drop_count, recv_buffer_held};
+
 fn setsockopt_int(
     socket: &Socket,
     level: libc::c_int,
@@ -299,34 +303,6 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
         }
         _ => None,
     }
-}
-
-/// SO_MEMINFO (asm-generic/socket.h; the same on x86 and arm), which the
-/// libc crate does not export for every target.
-const SO_MEMINFO: libc::c_int = 55;
-
-/// What the socket's receive queue holds now, in the kernel's accounting
-/// (SK_MEMINFO_RMEM_ALLOC: each datagram's buffer with its overhead), the
-/// figure the kernel compares with SO_RCVBUF before it drops.
-pub fn recv_buffer_held(socket: &Socket) -> io::Result<u64> {
-    let mut info = [0u32; 16];
-    let mut len = size_of_val(&info) as libc::socklen_t;
-    // SAFETY: `info` and `len` live across the call and `len` is the size
-    // of `info`; the kernel writes at most that much. The fd is owned by
-    // `socket` and open.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_MEMINFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(u64::from(info[libc::SK_MEMINFO_RMEM_ALLOC as usize]))
 }
 
 /// SO_RCVBUFFORCE: like SO_RCVBUF but ignores `net.core.rmem_max`. Needs

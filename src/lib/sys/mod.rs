@@ -29,9 +29,9 @@ pub mod splice;
 pub use imp::{
     available_tcp_congestion, default_tcp_congestion, enable_gro, enable_kernel_drop_counter,
     enable_local_address, enable_rx_timestamps, enable_send_errors, force_recv_buffer,
-    force_send_buffer, recv_buffer_held, send_from, set_dont_fragment, set_gso_segment,
-    set_tcp_congestion, RecvBatch, SendBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL, RX_TIMESTAMPS,
-    SNDBUF_SYSCTL,
+    force_send_buffer, kernel_drop_count, recv_buffer_held, send_from, set_dont_fragment,
+    set_gso_segment, set_tcp_congestion, RecvBatch, SendBatch, RCVBUF_DOUBLES, RCVBUF_SYSCTL,
+    RX_TIMESTAMPS, SNDBUF_SYSCTL,
 };
 pub use imp::{clock_status, enable_rx_ttl, ReplyBatch, RX_TTL};
 pub use imp::{drain_error_queue, recv_from_nowait};

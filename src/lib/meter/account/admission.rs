@@ -276,7 +276,8 @@ impl<K: std::hash::Hash + Eq + Copy, V> Slab<K, V> {
     }
 }
 
-/// Per receive socket: its drop counter, and who is on it.
+/// Per receive socket: its drop counter, how far its reader has read, and
+/// who is on it.
 #[derive(Debug, Clone, Default)]
 pub(super) struct SocketState {
     /// The kernel's counter as last seen (a u32 that wraps).
@@ -285,6 +286,34 @@ pub(super) struct SocketState {
     pub(super) total: u64,
     /// Unfinished peers on this socket.
     pub(super) active: u32,
+    /// Every datagram that arrived on this socket before this instant has
+    /// been counted (see [`PeerTable::read_up_to`]); None where no reader
+    /// says so.
+    pub(super) read_up_to: Option<Instant>,
+}
+
+impl SocketState {
+    /// Folds a reading of the kernel's drop counter into the running total
+    /// and returns the total as of that reading. Readings come from two
+    /// places: each datagram's stamp (the counter when it was queued) and
+    /// the counter read directly, so a stamp read after the counter itself
+    /// can be behind it: it moves nothing, and gives the total as it was.
+    fn fold_drops(&mut self, raw: u32) -> u64 {
+        let Some(latest) = self.raw else {
+            self.raw = Some(raw);
+            self.total = u64::from(raw);
+            return self.total;
+        };
+        let ahead = raw.wrapping_sub(latest);
+        if ahead < 1 << 31 {
+            self.total += u64::from(ahead);
+            self.raw = Some(raw);
+            self.total
+        } else {
+            self.total
+                .saturating_sub(u64::from(latest.wrapping_sub(raw)))
+        }
+    }
 }
 
 /// What peers need to know about the table to build their reports.
@@ -302,14 +331,59 @@ impl PeerTable {
     /// (wrapping u32 steps) and returns that total.
     pub(super) fn socket_drops(&mut self, socket: usize, raw: Option<u32>) -> Option<u64> {
         let raw = raw?;
-        let s = self.sockets.get_mut(socket)?;
-        if let Some(previous) = s.raw {
-            s.total += u64::from(raw.wrapping_sub(previous));
-        } else {
-            s.total = u64::from(raw);
+        Some(self.sockets.get_mut(socket)?.fold_drops(raw))
+    }
+
+    /// The kernel's drop counter of `socket`, read directly (SO_MEMINFO)
+    /// rather than from a datagram's stamp. Why both: a datagram carries
+    /// the counter as it was when the datagram was queued, so the drops
+    /// after the last datagram queued (a sender's tail, dropped while the
+    /// reader was starved) are in no stamp; only this reading has them.
+    /// The receive engine reads every socket's counter at each pass.
+    pub fn observe_kernel_drops(&mut self, socket: usize, raw: u32) {
+        if let Some(s) = self.sockets.get_mut(socket) {
+            s.fold_drops(raw);
         }
-        s.raw = Some(raw);
-        Some(s.total)
+    }
+
+    /// The running drop total of `socket`, where its counter is known.
+    pub(super) fn socket_drops_now(&self, socket: usize) -> Option<u64> {
+        let s = self.sockets.get(socket)?;
+        s.raw.map(|_| s.total)
+    }
+
+    /// A peer that ends without an End (idle, evicted, at shutdown) takes
+    /// its socket's drops up to now as its own span's: datagrams dropped at
+    /// the tail of its run are in no later datagram's stamp, so its last
+    /// datagram's stamp would leave them out. Returns the peer's
+    /// `drops_end` so extended. (An End carries the stamp of its own
+    /// queueing, after the session's data: nothing to add then.)
+    pub(super) fn drops_end_now(&self, peer: &Peer) -> Option<u64> {
+        match (peer.drops_start, self.socket_drops_now(peer.socket)) {
+            (Some(_), Some(now)) => Some(peer.drops_end.map_or(now, |end| end.max(now))),
+            _ => peer.drops_end,
+        }
+    }
+
+    /// Says that every datagram that arrived on `socket` before `at` has
+    /// been counted: the socket's reader found its queue empty at a read
+    /// that began at `at`, or read a datagram that arrived then (the queue
+    /// is first in, first out). Never moves back.
+    pub fn read_up_to(&mut self, socket: usize, at: Instant) {
+        if let Some(s) = self.sockets.get_mut(socket) {
+            s.read_up_to = Some(s.read_up_to.map_or(at, |r| r.max(at)));
+        }
+    }
+
+    /// The instant before which every datagram that arrived has been
+    /// counted, on every socket: the earliest that any reader has read up
+    /// to, and never later than `now`. Without a reader that says how far
+    /// it has read (the table's own tests), `now`.
+    pub(super) fn read_horizon(&self, now: Instant) -> Instant {
+        self.sockets
+            .iter()
+            .try_fold(now, |horizon, s| s.read_up_to.map(|r| horizon.min(r)))
+            .unwrap_or(now)
     }
 
     /// Someone other than the peers already on `socket` used it.

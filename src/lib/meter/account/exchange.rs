@@ -387,6 +387,10 @@ impl PeerTable {
             let proven = peer.tagged.proven;
             (reply, peer.socket, proven)
         };
+        if reason != DoneReason::End {
+            let drops_end = self.drops_end_now(self.tagged.get(slot));
+            self.tagged.get_mut(slot).drops_end = drops_end;
+        }
         let shared = self.tagged.get(slot).shared_now(&self.flags);
         self.tagged.get_mut(slot).shared = shared;
         let session = self.tagged.get(slot);

@@ -140,6 +140,11 @@ impl PeerTable {
             self.flush_wrong_versions(now, events);
         }
         let idle = self.cfg.idle_timeout;
+        // Idle is judged by what the readers have read, not by the clock
+        // alone: a peer whose datagrams still wait in a socket's queue (a
+        // starved receive thread) is not idle, and ending it then would
+        // split it in two, its queued datagrams starting a new peer.
+        let horizon = self.read_horizon(now);
         let mut due = Vec::new();
         for peer in self.tagged.slots.iter_mut().flatten() {
             // Stragglers, reported at most once a second per session.
@@ -169,7 +174,7 @@ impl PeerTable {
                 State::Closing { grace_until, .. } if now >= grace_until => {
                     due.push((*key, Some(DoneReason::End)))
                 }
-                State::Active if now.saturating_duration_since(peer.last_seen) >= idle => {
+                State::Active if horizon.saturating_duration_since(peer.last_seen) >= idle => {
                     // A probe and nothing else has nothing to report.
                     let reason = (peer.total.packets > 0).then_some(DoneReason::Idle);
                     due.push((*key, reason));
@@ -203,12 +208,13 @@ impl PeerTable {
             .index
             .iter()
             .filter(|(_, &slot)| {
-                now.saturating_duration_since(self.untagged.get(slot).last_seen) >= idle
+                horizon.saturating_duration_since(self.untagged.get(slot).last_seen) >= idle
             })
             .map(|(addr, _)| *addr)
             .collect();
         for addr in idle_sources {
-            if let Some(peer) = self.untagged.remove(&addr) {
+            if let Some(mut peer) = self.untagged.remove(&addr) {
+                peer.drops_end = self.drops_end_now(&peer);
                 self.end_peer(peer.socket);
                 self.write_done(&peer, None, DoneReason::Idle, events);
             }
@@ -257,8 +263,12 @@ impl PeerTable {
                 _ => {}
             }
         }
-        for peer in self.untagged.peers() {
-            self.write_done(peer, None, DoneReason::Shutdown, events);
+        // In slot order; the table is cleared below.
+        for slot in 0..self.untagged.slots.len() {
+            if let Some(mut peer) = self.untagged.slots[slot].take() {
+                peer.drops_end = self.drops_end_now(&peer);
+                self.write_done(&peer, None, DoneReason::Shutdown, events);
+            }
         }
         self.flush_wrong_versions(now, events);
         for peer in self.tagged.peers() {

@@ -811,6 +811,67 @@ fn kernel_drop_counters_wrap_as_u32() {
     assert_eq!(t.sink.done[0].drops.kernel_drops, Some(7));
 }
 
+/// Issue 41: a foreign sender's last datagrams, dropped while the reader
+/// was starved, are in no later datagram's stamp; the counter read
+/// directly has them, and the peer's summary counts them.
+#[test]
+fn drops_after_a_peers_last_datagram_count_in_its_summary() {
+    let mut t = Harness::new();
+    let a = addr("127.0.0.1:7");
+    t.drops = Some(0);
+    for i in 0..100u32 {
+        t.send(&[0u8; 14], a, MS * i);
+    }
+    // The reader was starved: 40 more were dropped, and nothing queued
+    // after them says so.
+    t.table.observe_kernel_drops(0, 40);
+    // A stamp older than that reading (a datagram queued before the
+    // drops, read after it) moves nothing back.
+    t.send(&[0u8; 14], a, 100 * MS);
+    assert_eq!(t.table.kernel_drops(), Some(40));
+    t.expire(2200 * MS);
+    let done = &t.sink.done[0];
+    assert_eq!((done.packets, done.reason), (101, Some(DoneReason::Idle)));
+    assert_eq!(done.drops.kernel_drops, Some(40));
+    assert_eq!(t.table.kernel_drops(), Some(40));
+}
+
+/// Issue 41: a peer whose datagrams still wait in the socket's queue is
+/// not idle, however long ago the reader last read one: it is judged by
+/// how far the readers have read, and its queued datagrams stay its own.
+#[test]
+fn a_peer_is_idle_only_once_the_readers_have_read_past_its_timeout() {
+    let mut t = Harness::with(TableConfig {
+        idle_timeout: Duration::from_secs(1),
+        ..TableConfig::default()
+    });
+    let a = addr("127.0.0.1:7");
+    t.table.read_up_to(0, t.t0);
+    for i in 0..10u32 {
+        t.send(&[0u8; 14], a, MS * i);
+    }
+    t.table.read_up_to(0, t.t0 + 9 * MS);
+    // The reader stalls for 3 s, with more of the peer's datagrams
+    // queued: by the clock the peer is long idle, by the reader not.
+    t.expire(3000 * MS);
+    assert!(t.sink.done.is_empty(), "not idle while its data is queued");
+    for i in 10..20u32 {
+        t.send(&[0u8; 14], a, MS * i);
+    }
+    t.table.read_up_to(0, t.t0 + 19 * MS);
+    // Back, the reader finds the queue empty at a read that began 0.9 s
+    // into the run: not yet a second past the peer's last datagram ...
+    t.table.read_up_to(0, t.t0 + 900 * MS);
+    t.expire(3100 * MS);
+    assert!(t.sink.done.is_empty());
+    // ... and then past it: one summary, every datagram in it.
+    t.table.read_up_to(0, t.t0 + 1100 * MS);
+    t.expire(3200 * MS);
+    assert_eq!(t.sink.done.len(), 1);
+    assert_eq!(t.sink.done[0].packets, 20);
+    assert_eq!(t.table.totals.peers, 1, "one peer, not split");
+}
+
 #[test]
 fn short_datagrams_count_in_their_session_and_their_drops_too() {
     // -b 10: every datagram untagged. Drops counted from the first.
