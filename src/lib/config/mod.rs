@@ -423,7 +423,13 @@ pub fn iperf3_spelling(program: &str, arg: &str) -> Option<&'static str> {
 /// exit 0; any other mistake becomes a one-line [`Error::Usage`], naming
 /// the netspeed spelling of an iperf3 flag ([`iperf3_spelling`]).
 pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<T> {
-    match T::try_parse_from(args) {
+    let mut cmd = T::command();
+    let args = join_negative_values(&cmd, args.into_iter().collect());
+    let parsed = cmd
+        .try_get_matches_from_mut(args)
+        .and_then(|mut m| T::from_arg_matches_mut(&mut m))
+        .map_err(|e| e.format(&mut cmd));
+    match parsed {
         Ok(parsed) => Ok(parsed),
         Err(e) => match e.kind() {
             clap::error::ErrorKind::DisplayHelp
@@ -452,7 +458,7 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
                     }
                     _ => valid,
                 };
-                let program = T::command().get_name().to_string();
+                let program = cmd.get_name().to_string();
                 let hint = match e.get(ContextKind::InvalidArg) {
                     Some(ContextValue::String(arg))
                         if e.kind() == clap::error::ErrorKind::UnknownArgument =>
@@ -469,6 +475,62 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
             }
         },
     }
+}
+
+/// `args` with a negative number after an option that takes a value
+/// (`--rate -1`, `-t -5M`) joined to it (`--rate=-1`, `-t-5M`): it is the
+/// option's value, which the option's own parser judges ("cannot be
+/// negative"), not a flag (udp_server's `-1`) or an unknown one (clap's
+/// "unexpected argument '-5'", or udp_client's hint that -1 is the
+/// server's). Options of a subcommand are left as they are.
+fn join_negative_values(
+    cmd: &clap::Command,
+    args: Vec<std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let takes_value = |option: &str| {
+        let arg = match option.strip_prefix("--") {
+            Some(long) => cmd.get_arguments().find(|a| {
+                a.get_long() == Some(long) || a.get_all_aliases().is_some_and(|v| v.contains(&long))
+            }),
+            None => {
+                let mut chars = option.strip_prefix('-').unwrap_or_default().chars();
+                match (chars.next(), chars.next()) {
+                    (Some(short), None) => {
+                        cmd.get_arguments().find(|a| a.get_short() == Some(short))
+                    }
+                    _ => None,
+                }
+            }
+        };
+        arg.is_some_and(|a| a.get_action().takes_values())
+    };
+    let negative = |value: &str| {
+        value
+            .strip_prefix('-')
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+    };
+    let mut joined = Vec::with_capacity(args.len());
+    let mut args = args.into_iter().peekable();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            joined.push(arg);
+            joined.extend(args);
+            break;
+        }
+        let next_negative = args.peek().and_then(|n| n.to_str()).is_some_and(negative);
+        match arg.to_str() {
+            Some(option) if next_negative && takes_value(option) => {
+                let mut option = std::ffi::OsString::from(option);
+                if option.to_str().is_some_and(|o| o.starts_with("--")) {
+                    option.push("=");
+                }
+                option.push(args.next().expect("peeked"));
+                joined.push(option);
+            }
+            _ => joined.push(arg),
+        }
+    }
+    joined
 }
 
 #[cfg(test)]
