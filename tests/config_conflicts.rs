@@ -713,3 +713,60 @@ fn the_header_and_the_path_line_agree() {
     }
     server.stop();
 }
+
+/// docs/config.md states every pair of the tables once, in the table of
+/// its binary: a conflict as `a | b` (either way round), a requirement as
+/// `key | needs`.
+#[test]
+fn the_docs_list_every_pair() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config.md")).unwrap();
+    // (binary, "cannot be used with" or "needs", first cell, second cell)
+    let mut rows = Vec::new();
+    let mut table = ("", "");
+    for line in doc.lines() {
+        let cells: Vec<&str> = line
+            .split(" | ")
+            .map(|c| c.trim_matches('|').trim())
+            .collect();
+        match cells.as_slice() {
+            [bin @ ("udp_client" | "udp_server"), kind, _] => table = (bin, kind),
+            [a, b, _] if a.starts_with('`') => rows.push((table.0, table.1, *a, *b)),
+            _ => {}
+        }
+    }
+    assert!(rows.len() > 20, "{} rows", rows.len());
+    let listed = |bin: &str, kind: &str, a: &str, b: &str| {
+        let (a, b) = (format!("`{}`", flag_of(a)), format!("`{}`", flag_of(b)));
+        let has = |cell: &str, flag: &str| cell.split(", ").any(|f| f == flag);
+        rows.iter()
+            .filter(|r| r.0 == bin && r.1 == kind)
+            .any(|r| has(r.2, &a) && has(r.3, &b))
+    };
+    for (bin, conflicts, requirements) in [
+        (
+            "udp_client",
+            ClientFile::CONFLICTS,
+            ClientFile::REQUIREMENTS,
+        ),
+        (
+            "udp_server",
+            ServerFile::CONFLICTS,
+            ServerFile::REQUIREMENTS,
+        ),
+    ] {
+        for c in conflicts {
+            let kind = "cannot be used with";
+            assert!(
+                listed(bin, kind, c.a, c.b) || listed(bin, kind, c.b, c.a),
+                "docs/config.md: {bin} {c:?}"
+            );
+        }
+        for r in requirements {
+            assert!(
+                listed(bin, "needs", r.key, r.needs),
+                "docs/config.md: {bin} {r:?}"
+            );
+        }
+    }
+}
