@@ -578,6 +578,10 @@ fn search_settings(args: &ClientArgs) -> Result<Option<SearchSettings>> {
     }))
 }
 
+/// Why `--no-load` takes no load (nor more than one client): its
+/// conflicts' reason.
+pub(super) const ALONE: &str = "it measures round trips alone";
+
 /// `--interval`'s default, and iperf3's: a line every second.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -801,7 +805,7 @@ impl ClientConfig {
                 names.of("no_load"),
                 names.of("clients"),
                 client_list[0],
-                super::client_tables::ALONE
+                ALONE
             )));
         }
         let mode = match find_limit {

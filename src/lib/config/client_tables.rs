@@ -3,7 +3,7 @@
 //! ([`ClientFile::REQUIREMENTS`]): the one list, checked on the merged
 //! settings whether each came from a flag or the config file (issue 42).
 
-use super::client::{ClientArgs, ClientFile};
+use super::client::{ClientArgs, ClientFile, ALONE};
 use super::{table_keys, Conflict, Names, Requirement};
 
 /// Why the volume's keys conflict.
@@ -20,8 +20,6 @@ const SERVER_SENDS: &str = "the udp_server sends, so there must be one";
 const UPLOADS: &str = "sweeps run uploads only";
 /// Why `--iperf3-json` stands alone.
 const IPERF3: &str = "it writes one iperf3 document of one run";
-/// Why `--no-load` takes no load.
-pub(super) const ALONE: &str = "it measures round trips alone";
 /// What the search's settings need.
 const SEARCH: &str = "it sets up the search";
 /// What the STAMP sender's settings need.
