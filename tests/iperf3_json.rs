@@ -622,27 +622,49 @@ fn iperf3_json_beside_another_json_output_is_a_usage_error() {
     let dir = common::TempDir::new("iperf3-json");
     let file = dir.file("client.toml", "iperf3_json = true\njson = true\n");
     let file = file.to_str().unwrap();
+    // The conflict's words, each setting named as it was written (issue
+    // 42: a config file's keys conflict as the flags do).
     for (bin, args, says) in [
-        (CLIENT, vec!["--iperf3-json", "--json"], "--json"),
+        (
+            CLIENT,
+            vec!["--iperf3-json", "--json"],
+            "--iperf3-json cannot be used with --json",
+        ),
         (
             CLIENT,
             vec!["--iperf3-json", "--json-stream"],
-            "--json-stream",
+            "--iperf3-json cannot be used with --json-stream",
         ),
-        (CLIENT, vec!["--config", file], "--json"),
-        (CLIENT, vec!["--iperf3-json", "--sweep", "1000"], "--sweep"),
-        (CLIENT, vec!["--iperf3-json", "--no-server"], "--no-server"),
+        (
+            CLIENT,
+            vec!["--config", file],
+            "iperf3_json cannot be used with json",
+        ),
+        (
+            CLIENT,
+            vec!["--iperf3-json", "--sweep", "1000"],
+            "--iperf3-json cannot be used with --sweep",
+        ),
+        (
+            CLIENT,
+            vec!["--iperf3-json", "--no-server"],
+            "--iperf3-json cannot be used with --no-server",
+        ),
         (
             SERVER,
             vec!["--iperf3-json", "--one-off", "--json"],
-            "--json",
+            "--iperf3-json cannot be used with --json",
         ),
     ] {
         let out = run_bounded(Command::new(bin).args(&args), WAIT);
-        let says = format!("it cannot be combined with {says}");
-        common::one_line_error(&out, 2, &says, &format!("{args:?}"));
+        common::one_line_error(&out, 2, says, &format!("{args:?}"));
         assert!(out.stdout.is_empty(), "{args:?}");
     }
     let out = run_bounded(Command::new(SERVER).arg("--iperf3-json"), WAIT);
-    common::one_line_error(&out, 2, "give --one-off too", "server without --one-off");
+    common::one_line_error(
+        &out,
+        2,
+        "--iperf3-json needs --one-off",
+        "server without --one-off",
+    );
 }

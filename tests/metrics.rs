@@ -394,7 +394,11 @@ fn bad_metrics_settings_are_one_line_errors() {
             "--metrics-retain",
         ),
         // Retention without an endpoint is a mistake, not a silent no-op.
-        (&["--metrics-retain", "1m"][..], 2, "--metrics <ADDR>"),
+        (
+            &["--metrics-retain", "1m"][..],
+            2,
+            "--metrics-retain needs --metrics",
+        ),
     ] {
         let out = run_bounded(
             Command::new(SERVER)

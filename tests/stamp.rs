@@ -577,7 +577,7 @@ fn stamp_settings_that_cannot_work_are_one_line_usage_errors() {
         ),
         (
             &["--stamp-reflector", "127.0.0.1:9", "--no-load", "-R"],
-            "it does not take -R",
+            "--no-load cannot be used with --reverse",
         ),
         (&["--stamp-size", "100"], "needs --stamp-reflector"),
     ] {

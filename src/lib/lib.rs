@@ -90,7 +90,9 @@
 //!   (defaults < file < flags) into one validated config per role
 //!   ([`config::server`], [`config::client`], [`config::proxy`],
 //!   [`config::sockbench`], and STAMP's settings of both UDP binaries in
-//!   [`config::stamp`]), and [`congestion`] (`--congestion ALGO`).
+//!   [`config::stamp`]); udp_client's table of settings that cannot go
+//!   together, checked alike for flags and files, in
+//!   `config/client_tables.rs`; and [`congestion`] (`--congestion ALGO`).
 //! - **Engines**: [`meter`], what moves and counts datagrams whichever
 //!   role runs it: the send paths ([`meter::send`]), pacing and back-off
 //!   ([`meter::pace`]), the receive loops ([`meter::recv`]), the receive

@@ -28,6 +28,15 @@ impl UnitError {
     }
 }
 
+/// `-1`, `-5M`: a number below zero, which no size, rate, duration or
+/// percentage is. Said so, rather than "expected a number".
+fn negative(input: &str) -> bool {
+    input
+        .trim()
+        .strip_prefix('-')
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+}
+
 /// Splits `"1.5GiB"` into `(1.5, "GiB")`.
 fn split_number(s: &str) -> Option<(f64, &str)> {
     let s = s.trim();
@@ -77,6 +86,9 @@ fn to_u64(value: f64, what: &'static str, input: &str) -> Result<u64, UnitError>
 /// Parses a byte count: `1000000`, `64K`, `1G`, `1GiB`, `1.5MB`.
 pub fn parse_size(input: &str) -> Result<u64, UnitError> {
     const WHAT: &str = "size";
+    if negative(input) {
+        return Err(UnitError::new(WHAT, input, "cannot be negative"));
+    }
     let (number, unit) = split_number(input)
         .ok_or_else(|| UnitError::new(WHAT, input, "expected a number such as 64K or 1GiB"))?;
     let prefix = unit
@@ -131,6 +143,9 @@ pub fn size_label(bytes: u64) -> String {
 /// `2.5Gbit/s`, or bytes per second with a capital `B`: `100MB/s`.
 pub fn parse_rate(input: &str) -> Result<u64, UnitError> {
     const WHAT: &str = "rate";
+    if negative(input) {
+        return Err(UnitError::new(WHAT, input, "a rate cannot be negative"));
+    }
     let (number, unit) = split_number(input)
         .ok_or_else(|| UnitError::new(WHAT, input, "expected a number such as 500Mbit"))?;
     let unit = unit.strip_suffix("/s").unwrap_or(unit);
@@ -160,6 +175,9 @@ pub fn parse_rate(input: &str) -> Result<u64, UnitError> {
 /// Parses a duration: `2s`, `250ms`, `1.5m`, `100us`; a bare number is seconds.
 pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
     let fail = |why| UnitError::new("duration", input, why);
+    if negative(input) {
+        return Err(fail("cannot be negative"));
+    }
     let (number, unit) =
         split_number(input).ok_or_else(|| fail("expected a number such as 2s or 250ms"))?;
     let seconds = match unit {
@@ -181,6 +199,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
 pub fn parse_percent(input: &str) -> Result<f64, UnitError> {
     let fail = |why| UnitError::new("percentage", input, why);
     let not_a_percentage = || fail("expected a number such as 2 or 0.5%");
+    if negative(input) {
+        return Err(fail("cannot be negative"));
+    }
     let (number, unit) = split_number(input).ok_or_else(not_a_percentage)?;
     if !(unit.is_empty() || unit == "%") {
         return Err(not_a_percentage());
@@ -270,11 +291,30 @@ mod tests {
         assert_eq!(parse_percent("0"), Ok(0.0));
         assert!(parse_percent("101").is_err());
         assert!(parse_percent("-1").is_err());
+        assert!(parse_percent("-1")
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
         assert!(parse_percent("2x").is_err());
         assert!(parse_percent("").is_err());
     }
 
     use super::*;
+
+    /// A number below zero is named as one, not as "expected a number".
+    #[test]
+    fn negative_numbers_are_said_to_be_negative() {
+        let says = |e: UnitError| e.to_string();
+        assert_eq!(
+            says(parse_rate("-1").unwrap_err()),
+            "invalid rate '-1': a rate cannot be negative"
+        );
+        assert!(says(parse_rate("-5M").unwrap_err()).contains("cannot be negative"));
+        assert!(says(parse_size("-1").unwrap_err()).contains("cannot be negative"));
+        assert!(says(parse_duration("-.5s").unwrap_err()).contains("cannot be negative"));
+        // Not a number at all is still said so.
+        assert!(says(parse_rate("-x").unwrap_err()).contains("expected a number"));
+    }
 
     #[test]
     fn size_labels_read_back_as_the_same_value() {

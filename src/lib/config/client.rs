@@ -5,8 +5,9 @@
 //! list and `--psk` are flags only.
 
 use super::{
-    check_between, duration_arg, file_layer, layered, percent_arg, psk_from, rate_arg, resolve,
-    sched_from, size_arg, DurationValue, PskArgs, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER,
+    check_between, check_tables, duration_arg, file_layer, layered, percent_arg, psk_from,
+    rate_arg, resolve, sched_from, size_arg, DurationValue, Names, PskArgs, Sched, SchedArgs,
+    SizeValue, MAX_SOCKET_BUFFER,
 };
 use crate::auth::Psk;
 use crate::error::{Error, Result};
@@ -48,10 +49,10 @@ pub struct ClientArgs {
     pub total_send: Option<u64>,
     /// Send this many datagrams instead of a byte total (works with -b 0).
     /// With --stamp-reflector, this many test packets.
-    #[arg(short = 'n', long, visible_alias = "count", value_name = "N", conflicts_with_all = ["total_send", "duration"])]
+    #[arg(short = 'n', long, visible_alias = "count", value_name = "N")]
     pub packets: Option<u64>,
     /// Send for this long instead of a byte total (e.g. 10s).
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, conflicts_with = "total_send")]
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub duration: Option<Duration>,
     /// Pace sending to this payload rate (e.g. 500Mbit, 1G, 100MB/s); unpaced by default.
     /// What is due goes out in batches every 0.5 ms, the sender sleeping in
@@ -61,7 +62,7 @@ pub struct ClientArgs {
     /// With --rate: send each datagram at its exact time, spinning for the
     /// last 200 µs before it, instead of in 0.5 ms batches. Costs up to a
     /// whole core; the report says so.
-    #[arg(long, requires = "rate")]
+    #[arg(long)]
     pub precise_pacing: bool,
     /// Send on a connected socket (send, sendmmsg). The default; kept for
     /// scripts that name it.
@@ -70,7 +71,7 @@ pub struct ClientArgs {
     /// The simplest send path, for comparisons: one sendto per datagram on an
     /// unconnected socket, no sendmmsg and no GSO. The report counts the
     /// calls.
-    #[arg(long, conflicts_with_all = ["connected", "batch", "gso"])]
+    #[arg(long)]
     pub plain_send: bool,
     /// Run N independent client sockets at once; each is its own peer.
     /// With --sweep, a list: one column per value (e.g. 1,2).
@@ -87,7 +88,7 @@ pub struct ClientArgs {
     /// server socket's drops per count, and where its buffer first
     /// overflowed (with --plot, as a chart). Give each run --duration
     /// (e.g. 1s) or a volume.
-    #[arg(long, value_name = "N,N,...", value_delimiter = ',', conflicts_with_all = ["sweep", "clients", "find_limit"])]
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
     pub sweep_clients: Vec<usize>,
     /// Draw the run as an SVG chart, per --interval on one time axis: each
     /// direction's rate sent (an upload's) and received, the share of
@@ -103,35 +104,35 @@ pub struct ClientArgs {
     /// trial, the rate found, and where the first losses above it were
     /// counted. With --json-stream, one `trial` event per trial, then
     /// `end` with the --json report.
-    #[arg(long, conflicts_with_all = ["sweep", "rate", "total_send", "packets", "duration", "no_server"])]
+    #[arg(long)]
     pub find_limit: bool,
     /// With --find-limit: the loss a passing trial may have, in percent
     /// [default: 0].
-    #[arg(long, value_name = "PERCENT", value_parser = percent_arg, requires = "find_limit")]
+    #[arg(long, value_name = "PERCENT", value_parser = percent_arg)]
     pub loss_tolerance: Option<f64>,
     /// With --find-limit: a trial passes only if its data's 99th
     /// percentile queue delay stays under this too (e.g. 10ms): the
     /// highest rate a call or a game can use [default: no bound].
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "find_limit")]
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub max_delay: Option<Duration>,
     /// With --find-limit: each trial's length [default: 1s].
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "find_limit")]
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub trial_duration: Option<Duration>,
     /// With --find-limit: stop bisecting when the highest passing rate is
     /// within this many percent of the lowest failing one [default: 2].
-    #[arg(long, value_name = "PERCENT", value_parser = percent_arg, requires = "find_limit")]
+    #[arg(long, value_name = "PERCENT", value_parser = percent_arg)]
     pub resolution: Option<f64>,
     /// With --find-limit: how many more trials the rate found must pass
     /// [default: 2].
-    #[arg(long, value_name = "N", requires = "find_limit")]
+    #[arg(long, value_name = "N")]
     pub confirm: Option<u32>,
     /// With --find-limit: the pause after each trial, for queues to drain
     /// and policers to refill [default: 0.5s].
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "find_limit")]
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub trial_pause: Option<Duration>,
     /// With --find-limit: the most trials, the unpaced one included
     /// [default: 40].
-    #[arg(long, value_name = "N", requires = "find_limit")]
+    #[arg(long, value_name = "N")]
     pub max_trials: Option<u32>,
     /// Print what was sent every this long (e.g. 1s, 500ms); 0 turns it
     /// off. The JSON report carries the same intervals [default: 1s].
@@ -171,22 +172,22 @@ pub struct ClientArgs {
     pub bind: Option<String>,
     /// Start an in-process server on an ephemeral loopback port and test
     /// against it; without -t, -n or --duration it runs for 3 s.
-    #[arg(long, conflicts_with = "server_addr")]
+    #[arg(long)]
     pub local: bool,
     /// The target is not a udp_server (nc, sockperf, a packet sink): skip
     /// the start probe and the end-of-test exchange; sender side only.
-    #[arg(long, conflicts_with = "local")]
+    #[arg(long)]
     pub no_server: bool,
     /// Reverse (iperf3 -R): the server sends, this client counts. Measures
     /// the reverse direction, through NAT too: the client speaks first.
     /// -b, -t, -n, --duration, --rate, -P, --gso/--no-gso and -i keep their
     /// meaning, for what the server sends.
-    #[arg(short = 'R', long, conflicts_with_all = ["no_server", "bidir", "sweep"])]
+    #[arg(short = 'R', long)]
     pub reverse: bool,
     /// Both directions at once (iperf3 --bidir): this client sends on one
     /// socket while the server sends to it on another; each direction is
     /// reported on its own.
-    #[arg(long, conflicts_with_all = ["no_server", "sweep", "find_limit"])]
+    #[arg(long)]
     pub bidir: bool,
     /// Round-trip probes alone for this long before the load, for the idle
     /// round trip the loaded one is compared with; 0 skips it (probes
@@ -239,7 +240,7 @@ pub struct ClientArgs {
     /// Write NDJSON events to stdout as they happen (iperf3 3.17's name):
     /// `start`, one `interval` per client interval (and per server interval
     /// with --local), then `end` with the report --json would print.
-    #[arg(long, conflicts_with = "json")]
+    #[arg(long)]
     pub json_stream: bool,
     /// Write one JSON document in iperf3's -J shape for a UDP test (start,
     /// intervals, end), for tools that read iperf3; nothing else goes to
@@ -260,7 +261,9 @@ pub struct ClientArgs {
 /// are turned into, so that [`super::layered`] merges them in one way.
 /// `packets`, `total_send` and `duration` are one choice: a layer that
 /// names any of them replaces all three below it (a `--duration` flag
-/// beats the file's `total_send`).
+/// beats the file's `total_send`); so are `psk` and `psk_file`, and the
+/// socket, `connected` and `plain_send` (`--plain-send` beats the file's
+/// `connected = true`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientFile {
@@ -300,26 +303,30 @@ pub struct ClientFile {
     pub stamp_stateful: Option<bool>,
     pub stamp_synchronized: Option<bool>,
     pub stamp_clock_error: Option<DurationValue>,
+    /// `--psk`: a flag only (a file names a key file), in the layer so
+    /// that it and `psk_file` are one choice.
+    #[serde(skip)]
+    pub psk: Option<String>,
 }
 
 crate::impl_layer!(ClientFile {
     option: [
-        server_addr, buffer_size, rate, precise_pacing, connected, plain_send, clients, end_timeout, interval, batch,
-        gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, psk_file, json,
+        server_addr, buffer_size, rate, precise_pacing, clients, end_timeout, interval, batch,
+        gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, json,
         iperf3_json, quiet, reverse, bidir, recv_buffer_size, idle_probe, stamp_reflector, no_load,
         stamp_interval, stamp_size, stamp_ssid, stamp_stateful, stamp_synchronized,
         stamp_clock_error,
     ]
-    group: [[packets, total_send, duration]]
+    group: [[packets, total_send, duration], [psk, psk_file], [connected, plain_send]]
 });
 
 impl ClientFile {
-    /// Seed 001's defaults, as a layer.
+    /// Seed 001's defaults, as a layer: none of them a key of
+    /// [`Self::CONFLICTS`] or [`Self::REQUIREMENTS`], which look at what was given
+    /// (the server address and the client count default in validation).
     pub fn defaults() -> Self {
         ClientFile {
-            server_addr: Some(DEFAULT_SERVER.to_string()),
             buffer_size: Some(SizeValue::Number(DEFAULT_BUFFER_SIZE)),
-            clients: Some(1),
             end_timeout: Some(DurationValue::Parsed(Duration::from_secs(1))),
             ..ClientFile::default()
         }
@@ -348,6 +355,7 @@ impl ClientFile {
             bind: args.bind.clone(),
             scheduler: args.sched.scheduler,
             priority: args.sched.priority,
+            psk: args.psk.psk.clone(),
             psk_file: args.psk.psk_file.clone(),
             json: args.json.then_some(true),
             iperf3_json: args.iperf3_json.then_some(true),
@@ -532,14 +540,9 @@ pub enum ClientMode {
 }
 
 /// `--find-limit`'s settings from the flags.
-fn search_settings(args: &ClientArgs, no_server: bool) -> Result<Option<SearchSettings>> {
+fn search_settings(args: &ClientArgs) -> Result<Option<SearchSettings>> {
     if !args.find_limit {
         return Ok(None);
-    }
-    if no_server {
-        return Err(Error::usage(
-            "--find-limit needs a udp_server's counts: it cannot run with no_server",
-        ));
     }
     let resolution = args.resolution.unwrap_or(DEFAULT_RESOLUTION * 100.0);
     if !(0.1..=50.0).contains(&resolution) {
@@ -577,38 +580,12 @@ fn search_settings(args: &ClientArgs, no_server: bool) -> Result<Option<SearchSe
     }))
 }
 
+/// Why `--no-load` takes no load (nor more than one client): its
+/// conflicts' reason.
+pub(super) const ALONE: &str = "it measures round trips alone";
+
 /// `--interval`'s default, and iperf3's: a line every second.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
-
-/// `--iperf3-json` writes one iperf3 document of one ordinary run: not
-/// beside another JSON output, a sweep, a search, or a run without a
-/// server's figures (a flag's and a config file's `iperf3_json` alike).
-fn iperf3_json_alone(
-    json_stream: bool,
-    json: bool,
-    no_server: bool,
-    mode: &ClientMode,
-) -> Result<()> {
-    let other = if json_stream {
-        Some("--json-stream")
-    } else if json {
-        Some("--json")
-    } else if matches!(mode, ClientMode::Sweep { .. }) {
-        Some("--sweep")
-    } else if matches!(mode, ClientMode::FindLimit { .. }) {
-        Some("--find-limit")
-    } else if no_server {
-        Some("--no-server")
-    } else {
-        None
-    };
-    match other {
-        Some(other) => Err(Error::usage(format!(
-            "--iperf3-json writes one iperf3 document of one run: it cannot be combined with {other}"
-        ))),
-        None => Ok(()),
-    }
-}
 
 /// `--bind`: an IP (any port) or IP:PORT, of the server's family; a fixed
 /// port cannot serve several client sockets.
@@ -686,13 +663,23 @@ impl ClientConfig {
     pub fn from_args(args: ClientArgs) -> Result<Self> {
         let file = file_layer::<ClientFile>(args.config.as_deref())?;
         let flags = ClientFile::from_flags(&args);
-        Self::from_layer(layered(ClientFile::defaults(), file, flags), args)
+        let names = ClientFile::names(file.as_ref(), &flags, &args);
+        Self::from_layer(layered(ClientFile::defaults(), file, flags), args, &names)
     }
 
     /// Validates merged settings once; `args` gives the flag-only ones.
-    fn from_layer(l: ClientFile, args: ClientArgs) -> Result<Self> {
+    /// What cannot go together is refused first, by the tables, the same
+    /// wherever each setting came from.
+    /// `names` says how the user wrote each key of the tables.
+    fn from_layer(l: ClientFile, args: ClientArgs, names: &Names) -> Result<Self> {
+        let given = |key: &str| l.given(&args, key);
+        check_tables(
+            ClientFile::CONFLICTS,
+            ClientFile::REQUIREMENTS,
+            given,
+            names,
+        )?;
         let stamp = stamp_sender(&l)?;
-        let total_send_given = l.total_send.is_some();
         let server_text = l.server_addr.unwrap_or_else(|| DEFAULT_SERVER.to_string());
         let server = resolve(&server_text)?;
         let duration = |v: Option<DurationValue>, key| v.map(|v| v.duration(key)).transpose();
@@ -760,14 +747,11 @@ impl ClientConfig {
         for &n in &client_list {
             check_between("--clients", n, MAX_CLIENTS)?;
         }
-        let plain_send = l.plain_send.unwrap_or(false);
-        if plain_send
-            && (l.connected == Some(true) || l.batch.is_some_and(|b| b > 1) || l.gso == Some(true))
-        {
-            return Err(Error::usage(
-                "plain_send sends one sendto per datagram: it cannot be combined with connected, batch or gso",
-            ));
-        }
+        // `connected = false` is the unconnected socket's one path, as
+        // --plain-send's: one sendto per datagram (the tables refused
+        // connected, batch and gso beside either). The sender's path, and
+        // so the header and the path line, follow from this one decision.
+        let plain_send = l.plain_send == Some(true) || l.connected == Some(false);
         let batch = match l.batch {
             Some(b) => b,
             None if plain_send => 1,
@@ -787,31 +771,14 @@ impl ClientConfig {
             .map(|b| check_between("--sndbuf", b, MAX_SOCKET_BUFFER))
             .transpose()?;
         let sched = sched_from(l.scheduler, l.priority)?;
-        let traffic = match (l.reverse == Some(true), l.bidir == Some(true)) {
-            (true, true) => {
-                return Err(Error::usage(
-                    "reverse and bidir are two choices: -R has the server send, --bidir both",
-                ))
-            }
-            (true, false) => Traffic::Reverse,
-            (false, true) => Traffic::Bidir,
-            (false, false) => Traffic::Upload,
+        // One of the two at most (the tables).
+        let traffic = if l.reverse == Some(true) {
+            Traffic::Reverse
+        } else if l.bidir == Some(true) {
+            Traffic::Bidir
+        } else {
+            Traffic::Upload
         };
-        if traffic.has_reverse() && l.no_server == Some(true) {
-            return Err(Error::usage(
-                "-R and --bidir need a udp_server to send: they cannot run with no_server",
-            ));
-        }
-        if traffic.has_reverse() && !sweep_sizes.is_empty() {
-            return Err(Error::usage(
-                "--sweep runs uploads: it does not take -R or --bidir yet",
-            ));
-        }
-        if traffic == Traffic::Bidir && args.find_limit {
-            return Err(Error::usage(
-                "--find-limit searches one direction: give -R for the reverse direction, or neither for the upload",
-            ));
-        }
         let recv_buffer_size = size(l.recv_buffer_size, "recv_buffer_size")?;
         if recv_buffer_size.is_some() && !traffic.has_reverse() {
             return Err(Error::usage(
@@ -823,32 +790,25 @@ impl ClientConfig {
             recv_buffer_size.unwrap_or(DEFAULT_CLIENT_RECV_BUFFER),
             MAX_SOCKET_BUFFER,
         )? as usize;
-        let find_limit = search_settings(&args, l.no_server == Some(true))?;
+        let find_limit = search_settings(&args)?;
         let psk: Option<Psk> = psk_from(
             &PskArgs {
-                psk: args.psk.psk,
+                psk: l.psk,
                 psk_file: l.psk_file,
             },
             None,
         )?;
+        // The tables refused the rest of a load beside --no-load; one
+        // client is no load.
         let stamp_alone = stamp.as_ref().is_some_and(|s| s.alone);
-        if stamp_alone {
-            let stray = [
-                (args.local, "--local"),
-                (traffic != Traffic::Upload, "-R or --bidir"),
-                (!sweep_sizes.is_empty(), "--sweep"),
-                (find_limit.is_some(), "--find-limit"),
-                (client_list[0] > 1, "--clients"),
-                (l.rate.is_some(), "--rate"),
-                (total_send_given, "--total-send"),
-                (l.no_server == Some(true), "--no-server"),
-                (args.plot.is_some(), "--plot"),
-            ];
-            if let Some((_, flag)) = stray.iter().find(|(set, _)| *set) {
-                return Err(Error::usage(format!(
-                    "--stamp-reflector --no-load measures round trips alone: it does not take {flag}"
-                )));
-            }
+        if stamp_alone && client_list[0] > 1 {
+            return Err(Error::usage(format!(
+                "{} cannot be used with {} {}: {}",
+                names.of("no_load"),
+                names.of("clients"),
+                client_list[0],
+                ALONE
+            )));
         }
         let mode = match find_limit {
             _ if stamp_alone => ClientMode::Stamp(stamp.clone().expect("checked")),
@@ -867,10 +827,6 @@ impl ClientConfig {
             .then_some(args.plot)
             .flatten();
         let iperf3_json = l.iperf3_json.unwrap_or(false);
-        if iperf3_json {
-            let (json, no_server) = (l.json == Some(true), l.no_server == Some(true));
-            iperf3_json_alone(args.json_stream, json, no_server, &mode)?;
-        }
         let idle_probe = duration(l.idle_probe, "idle_probe")?.unwrap_or(DEFAULT_IDLE_PROBE);
         if idle_probe > MAX_IDLE_PROBE {
             return Err(Error::usage(format!(
@@ -892,7 +848,7 @@ impl ClientConfig {
             volume,
             rate_bps: l.rate.map(|r| r.bps("rate")).transpose()?,
             precise_pacing: l.precise_pacing.unwrap_or(false),
-            connected: l.connected.unwrap_or(!plain_send),
+            connected: !plain_send,
             clients: client_list[0],
             end_timeout: duration(l.end_timeout, "end_timeout")?.unwrap_or(Duration::from_secs(1)),
             // iperf3 reports every second: so does --iperf3-json, unless

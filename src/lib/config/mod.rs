@@ -7,6 +7,7 @@
 //! Unknown TOML keys are errors that name the key (`deny_unknown_fields`).
 
 pub mod client;
+mod client_tables;
 pub mod proxy;
 pub mod server;
 pub mod sockbench;
@@ -94,8 +95,152 @@ impl DurationValue {
 /// [`impl_layer!`](crate::impl_layer), and validation runs once, on the
 /// merged layer.
 pub trait Layer: Sized {
+    /// The groups of keys that are one choice (`listen` or `port`): a
+    /// layer that sets any of them replaces the whole group below it.
+    const GROUPS: &'static [&'static [&'static str]] = &[];
+
     /// `self` over `lower`: each field of `self` wins where it is set.
     fn over(self, lower: Self) -> Self;
+}
+
+/// `a` and `b` are keys of one group of `L` ([`Layer::GROUPS`]): two ways
+/// of making one choice, so a flag naming one replaces the file's other.
+pub fn one_choice<L: Layer>(a: &str, b: &str) -> bool {
+    L::GROUPS
+        .iter()
+        .any(|group| group.contains(&a) && group.contains(&b))
+}
+
+/// Two settings that cannot go together, named by their keys (the long
+/// flags with underscores), and why: a line of a binary's table
+/// ([`ClientFile::CONFLICTS`], [`ServerFile::CONFLICTS`]). The table is checked
+/// once, on the file's and the flags' settings merged, so two keys
+/// conflict wherever each came from: both flags, both in the file, or one
+/// of each. Only keys of one [`Layer::GROUPS`] group (`packets`,
+/// `total_send`, `duration`) are also one choice: there a flag replaces
+/// the file's choice, as a flag replaces the file's value of its own key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conflict {
+    pub a: &'static str,
+    pub b: &'static str,
+    pub why: &'static str,
+}
+
+impl Conflict {
+    /// The one-line usage error, the same words wherever `a` and `b` came
+    /// from, each named as the user gave it ([`Names`]).
+    pub fn message(&self, names: &Names) -> String {
+        format!(
+            "{} cannot be used with {}: {}",
+            names.of(self.a),
+            names.of(self.b),
+            self.why
+        )
+    }
+}
+
+/// A setting that means nothing without another (`key` needs `needs`),
+/// and why: a line of a binary's table ([`ClientFile::REQUIREMENTS`],
+/// [`ServerFile::REQUIREMENTS`]), checked like [`Conflict`]s, on the merged
+/// settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requirement {
+    pub key: &'static str,
+    pub needs: &'static str,
+    pub why: &'static str,
+}
+
+impl Requirement {
+    /// The one-line usage error, the same words wherever `key` came from;
+    /// `key` named as the user gave it, `needs` as a flag unless the file
+    /// gave it ([`Names`]).
+    pub fn message(&self, names: &Names) -> String {
+        format!(
+            "{} needs {}: {}",
+            names.of(self.key),
+            names.of(self.needs),
+            self.why
+        )
+    }
+}
+
+/// The long flag of a config key: `--total-send` for `total_send`.
+pub fn flag_of(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
+/// Every key that a binary's tables name, once each, in table order.
+pub fn table_keys(conflicts: &[Conflict], requirements: &[Requirement]) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    let all = conflicts.iter().flat_map(|c| [c.a, c.b]);
+    for key in all.chain(requirements.iter().flat_map(|r| [r.key, r.needs])) {
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+/// How a message names the keys of the tables: as the user wrote each. A
+/// flag (`--total-send`), unless only the config file gave the key: then
+/// as the file spells it (`total_send`, or udp_client's `connected =
+/// false` for the `plain_send` it means). [`Names::default`] names every
+/// key as its flag.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// The keys that the file gave and the flags did not, with the file's
+    /// spelling of each.
+    from_file: Vec<(&'static str, String)>,
+}
+
+impl Names {
+    /// Names for `keys`: a key that `in_file` gives (as the file spells it)
+    /// and `in_flags` does not is the file's.
+    pub fn new(
+        keys: &[&'static str],
+        in_file: impl Fn(&str) -> Option<String>,
+        in_flags: impl Fn(&str) -> bool,
+    ) -> Names {
+        let from_file = keys
+            .iter()
+            .filter(|key| !in_flags(key))
+            .filter_map(|&key| in_file(key).map(|spelled| (key, spelled)))
+            .collect();
+        Names { from_file }
+    }
+
+    /// `key` as the user wrote it.
+    pub fn of(&self, key: &str) -> String {
+        match self.from_file.iter().find(|(k, _)| *k == key) {
+            Some((_, spelled)) => spelled.clone(),
+            None => flag_of(key),
+        }
+    }
+}
+
+/// Refuses the first pair of `conflicts` that are both given, then the
+/// first of `requirements` given without what it needs, naming each key
+/// as `names` says the user wrote it. `given(key)` says whether the
+/// merged settings (the file's and the flags', before the defaults) set
+/// `key`; None for a key the binary does not have, which a table must
+/// never name (each binary's tests ask for every key).
+pub fn check_tables(
+    conflicts: &[Conflict],
+    requirements: &[Requirement],
+    given: impl Fn(&str) -> Option<bool>,
+    names: &Names,
+) -> Result<()> {
+    let given = |key: &str| given(key).unwrap_or_else(|| panic!("{key}: not a key of this table"));
+    if let Some(c) = conflicts.iter().find(|c| given(c.a) && given(c.b)) {
+        return Err(Error::usage(c.message(names)));
+    }
+    if let Some(r) = requirements
+        .iter()
+        .find(|r| given(r.key) && !given(r.needs))
+    {
+        return Err(Error::usage(r.message(names)));
+    }
+    Ok(())
 }
 
 /// The one way settings are merged, for every binary: defaults < file <
@@ -128,6 +273,9 @@ macro_rules! impl_layer {
         $(group: [$([$($g:ident),+ $(,)?]),* $(,)?])?
     }) => {
         impl $crate::config::Layer for $ty {
+            const GROUPS: &'static [&'static [&'static str]] =
+                &[$($(&[$(stringify!($g)),+]),*)?];
+
             fn over(self, lower: Self) -> Self {
                 $($(
                     let upper_chose = false $(|| self.$g.is_some())+;
@@ -272,7 +420,7 @@ pub struct PskArgs {
     /// A pre-shared key (at least 8 bytes) that both ends know: the End
     /// and its answer then carry an HMAC-SHA256, and an answer or End
     /// without it is refused. Visible in `ps`; prefer --psk-file.
-    #[arg(long, value_name = "KEY", conflicts_with = "psk_file")]
+    #[arg(long, value_name = "KEY")]
     pub psk: Option<String>,
     /// Read the pre-shared key from this file (one line; trailing
     /// newline ignored).
@@ -423,7 +571,13 @@ pub fn iperf3_spelling(program: &str, arg: &str) -> Option<&'static str> {
 /// exit 0; any other mistake becomes a one-line [`Error::Usage`], naming
 /// the netspeed spelling of an iperf3 flag ([`iperf3_spelling`]).
 pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<T> {
-    match T::try_parse_from(args) {
+    let mut cmd = T::command();
+    let args = join_negative_values(&cmd, args.into_iter().collect());
+    let parsed = cmd
+        .try_get_matches_from_mut(args)
+        .and_then(|mut m| T::from_arg_matches_mut(&mut m))
+        .map_err(|e| e.format(&mut cmd));
+    match parsed {
         Ok(parsed) => Ok(parsed),
         Err(e) => match e.kind() {
             clap::error::ErrorKind::DisplayHelp
@@ -452,7 +606,7 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
                     }
                     _ => valid,
                 };
-                let program = T::command().get_name().to_string();
+                let program = cmd.get_name().to_string();
                 let hint = match e.get(ContextKind::InvalidArg) {
                     Some(ContextValue::String(arg))
                         if e.kind() == clap::error::ErrorKind::UnknownArgument =>
@@ -469,6 +623,62 @@ pub fn parse_args<T: Parser>(args: impl IntoIterator<Item = std::ffi::OsString>)
             }
         },
     }
+}
+
+/// `args` with a negative number after an option that takes a value
+/// (`--rate -1`, `-t -5M`) joined to it (`--rate=-1`, `-t-5M`): it is the
+/// option's value, which the option's own parser judges ("cannot be
+/// negative"), not a flag (udp_server's `-1`) or an unknown one (clap's
+/// "unexpected argument '-5'", or udp_client's hint that -1 is the
+/// server's). Options of a subcommand are left as they are.
+fn join_negative_values(
+    cmd: &clap::Command,
+    args: Vec<std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let takes_value = |option: &str| {
+        let arg = match option.strip_prefix("--") {
+            Some(long) => cmd.get_arguments().find(|a| {
+                a.get_long() == Some(long) || a.get_all_aliases().is_some_and(|v| v.contains(&long))
+            }),
+            None => {
+                let mut chars = option.strip_prefix('-').unwrap_or_default().chars();
+                match (chars.next(), chars.next()) {
+                    (Some(short), None) => {
+                        cmd.get_arguments().find(|a| a.get_short() == Some(short))
+                    }
+                    _ => None,
+                }
+            }
+        };
+        arg.is_some_and(|a| a.get_action().takes_values())
+    };
+    let negative = |value: &str| {
+        value
+            .strip_prefix('-')
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+    };
+    let mut joined = Vec::with_capacity(args.len());
+    let mut args = args.into_iter().peekable();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            joined.push(arg);
+            joined.extend(args);
+            break;
+        }
+        let next_negative = args.peek().and_then(|n| n.to_str()).is_some_and(negative);
+        match arg.to_str() {
+            Some(option) if next_negative && takes_value(option) => {
+                let mut option = std::ffi::OsString::from(option);
+                if option.to_str().is_some_and(|o| o.starts_with("--")) {
+                    option.push("=");
+                }
+                option.push(args.next().expect("peeked"));
+                joined.push(option);
+            }
+            _ => joined.push(arg),
+        }
+    }
+    joined
 }
 
 #[cfg(test)]
@@ -740,7 +950,10 @@ mod tests {
         }
         file.write("iperf3_json = true\njson = true\n");
         let err = client(&["--config", file.arg()]).unwrap_err();
-        assert!(err.to_string().contains("--json"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "iperf3_json cannot be used with json: it writes one iperf3 document of one run"
+        );
         for args in [
             &["--iperf3-json"][..],
             &["--iperf3-json", "--one-off", "--json"],

@@ -4,9 +4,9 @@
 //! into a [`ServerConfig`].
 
 use super::{
-    check_between, check_threads, duration_arg, file_layer, layered, psk_from, sched_from,
-    size_arg, DurationValue, PskArgs, RateValue, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER,
-    MAX_THREADS,
+    check_between, check_tables, check_threads, duration_arg, file_layer, layered, psk_from,
+    sched_from, size_arg, table_keys, Conflict, DurationValue, Names, PskArgs, RateValue,
+    Requirement, Sched, SchedArgs, SizeValue, MAX_SOCKET_BUFFER, MAX_THREADS,
 };
 use crate::auth::Psk;
 use crate::error::{Error, Result};
@@ -49,7 +49,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
     /// Shorthand for --listen [::]:PORT.
-    #[arg(short = 'p', long, value_name = "PORT", conflicts_with = "listen")]
+    #[arg(short = 'p', long, value_name = "PORT")]
     pub port: Option<u16>,
     /// Report every active peer at this interval (e.g. 1s, 500ms); 0 turns it off [default: 1s].
     #[arg(short = 'i', long, value_name = "DURATION", value_parser = duration_arg)]
@@ -110,7 +110,7 @@ pub struct ServerArgs {
     pub metrics: Option<String>,
     /// How long --metrics keeps a finished peer's final figures (at most
     /// --max-peers of them), so a scrape sees them [default: 5m].
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "metrics")]
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub metrics_retain: Option<Duration>,
     /// The longest the server sends any reverse stream (udp_client -R,
     /// --bidir); a longer request is refused [default: 60s].
@@ -138,23 +138,23 @@ pub struct ServerArgs {
     pub stamp: Option<String>,
     /// With --stamp: the most answers per second to one source address
     /// and port [default: 10000].
-    #[arg(long, value_name = "N", requires = "stamp")]
+    #[arg(long, value_name = "N")]
     pub stamp_max_per_source: Option<u32>,
     /// With --stamp: the most answers per second to one IPv4 address or
     /// IPv6 /64 [default: 20000].
-    #[arg(long, value_name = "N", requires = "stamp")]
+    #[arg(long, value_name = "N")]
     pub stamp_max_per_prefix: Option<u32>,
     /// With --stamp: the most answers per second in all [default: 1000000].
-    #[arg(long, value_name = "N", requires = "stamp")]
+    #[arg(long, value_name = "N")]
     pub stamp_max_total: Option<u32>,
     /// With --stamp: the most sessions (source address, port and SSID)
     /// numbered at once; a new session beyond them is answered
     /// statelessly, its own numbers echoed [default: 4096].
-    #[arg(long, value_name = "N", requires = "stamp")]
+    #[arg(long, value_name = "N")]
     pub stamp_max_sessions: Option<usize>,
     /// With --stamp: a session with no test packet for this long is
     /// forgotten; its next packet starts a new one [default: 60s].
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "stamp")]
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub stamp_session_timeout: Option<Duration>,
     #[command(flatten)]
     pub stamp_clock: super::StampClockArgs,
@@ -201,21 +201,106 @@ pub struct ServerFile {
     pub stamp_session_timeout: Option<DurationValue>,
     pub stamp_synchronized: Option<bool>,
     pub stamp_clock_error: Option<DurationValue>,
+    /// `--psk`: a flag only (a file names a key file), in the layer so
+    /// that it and `psk_file` are one choice.
+    #[serde(skip)]
+    pub psk: Option<String>,
 }
 
 crate::impl_layer!(ServerFile {
     option: [
         interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
-        scheduler, priority, psk_file, json, one_off, iperf3_json, metrics, metrics_retain,
+        scheduler, priority, json, one_off, iperf3_json, metrics, metrics_retain,
         max_duration, max_rate, max_reverse_streams, max_reverse_streams_per_source, stamp,
         stamp_max_per_source, stamp_max_per_prefix, stamp_max_total, stamp_max_sessions,
         stamp_session_timeout, stamp_synchronized, stamp_clock_error,
     ]
-    group: [[listen, port]]
+    group: [[listen, port], [psk, psk_file]]
 });
 
+/// What the STAMP reflector's settings need.
+const REFLECTOR: &str = "it sets up the STAMP reflector";
+
+const fn needs(key: &'static str, needs: &'static str, why: &'static str) -> Requirement {
+    Requirement { key, needs, why }
+}
+
 impl ServerFile {
-    /// The defaults, as a layer.
+    /// `udp_server`'s settings that cannot go together, by key (the long flags
+    /// with underscores), wherever each comes from: the one list, checked on
+    /// the merged settings ([`super::check_tables`]).
+    pub const CONFLICTS: &'static [Conflict] = &[
+        Conflict {
+            a: "listen",
+            b: "port",
+            why: "--port PORT is --listen [::]:PORT: give one",
+        },
+        Conflict {
+            a: "psk",
+            b: "psk_file",
+            why: "both give the pre-shared key: give one",
+        },
+        Conflict {
+            a: "iperf3_json",
+            b: "json",
+            why: "it writes one iperf3 document",
+        },
+    ];
+
+    /// `udp_server`'s settings that mean nothing without another, checked
+    /// like [`Self::CONFLICTS`].
+    pub const REQUIREMENTS: &'static [Requirement] = &[
+        needs(
+            "iperf3_json",
+            "one_off",
+            "it writes one document for one test",
+        ),
+        needs(
+            "metrics_retain",
+            "metrics",
+            "it keeps finished peers in the metrics",
+        ),
+        needs("stamp_max_per_source", "stamp", REFLECTOR),
+        needs("stamp_max_per_prefix", "stamp", REFLECTOR),
+        needs("stamp_max_total", "stamp", REFLECTOR),
+        needs("stamp_max_sessions", "stamp", REFLECTOR),
+        needs("stamp_session_timeout", "stamp", REFLECTOR),
+        needs("stamp_synchronized", "stamp", REFLECTOR),
+        needs("stamp_clock_error", "stamp", REFLECTOR),
+    ];
+
+    /// Whether these merged settings set `key`, for [`Self::CONFLICTS`] and
+    /// [`Self::REQUIREMENTS`]; None for a key udp_server does not have. A switch is
+    /// set when on.
+    pub fn given(&self, key: &str) -> Option<bool> {
+        let on = |v: Option<bool>| v == Some(true);
+        Some(match key {
+            "listen" => self.listen.is_some(),
+            "port" => self.port.is_some(),
+            "psk" => self.psk.is_some(),
+            "psk_file" => self.psk_file.is_some(),
+            "json" => on(self.json),
+            "one_off" => on(self.one_off),
+            "iperf3_json" => on(self.iperf3_json),
+            "metrics" => self.metrics.is_some(),
+            "metrics_retain" => self.metrics_retain.is_some(),
+            "stamp" => self.stamp.is_some(),
+            "stamp_max_per_source" => self.stamp_max_per_source.is_some(),
+            "stamp_max_per_prefix" => self.stamp_max_per_prefix.is_some(),
+            "stamp_max_total" => self.stamp_max_total.is_some(),
+            "stamp_max_sessions" => self.stamp_max_sessions.is_some(),
+            "stamp_session_timeout" => self.stamp_session_timeout.is_some(),
+            "stamp_synchronized" => on(self.stamp_synchronized),
+            "stamp_clock_error" => self.stamp_clock_error.is_some(),
+            _ => return None,
+        })
+    }
+}
+
+impl ServerFile {
+    /// The defaults, as a layer: none of them a key of [`Self::CONFLICTS`] or
+    /// [`Self::REQUIREMENTS`], which look at what was given (the retention of
+    /// finished peers defaults in validation).
     pub fn defaults() -> Self {
         ServerFile {
             interval: Some(DurationValue::Parsed(super::DEFAULT_INTERVAL)),
@@ -227,7 +312,6 @@ impl ServerFile {
             gro: Some(crate::sys::LINUX_SOCKETS),
             json: Some(false),
             one_off: Some(false),
-            metrics_retain: Some(DurationValue::Parsed(DEFAULT_METRICS_RETAIN)),
             max_duration: Some(DurationValue::Parsed(DEFAULT_MAX_DURATION)),
             max_reverse_streams: Some(DEFAULT_MAX_STREAMS),
             ..ServerFile::default()
@@ -249,6 +333,7 @@ impl ServerFile {
             gro: super::on_off(args.gro, args.no_gro),
             scheduler: args.sched.scheduler,
             priority: args.sched.priority,
+            psk: args.psk.psk.clone(),
             psk_file: args.psk.psk_file.clone(),
             json: args.json.then_some(true),
             one_off: args.one_off.then_some(true),
@@ -383,7 +468,7 @@ pub const DEFAULT_PORT: u16 = 35000;
 impl Default for ServerConfig {
     /// The defaults alone (what `udp_client --local` runs).
     fn default() -> Self {
-        Self::from_layer(ServerFile::defaults(), None).expect("the defaults are valid")
+        Self::from_layer(ServerFile::defaults(), &Names::default()).expect("the defaults are valid")
     }
 }
 
@@ -392,12 +477,29 @@ impl ServerConfig {
     pub fn from_args(args: ServerArgs) -> Result<Self> {
         let file = file_layer::<ServerFile>(args.config.as_deref())?;
         let flags = ServerFile::from_flags(&args);
-        Self::from_layer(layered(ServerFile::defaults(), file, flags), args.psk.psk)
+        // A key only the file gave is named as the file spells it.
+        let names = match &file {
+            Some(file) => Names::new(
+                &table_keys(ServerFile::CONFLICTS, ServerFile::REQUIREMENTS),
+                |key| (file.given(key) == Some(true)).then(|| key.to_string()),
+                |key| flags.given(key) == Some(true),
+            ),
+            None => Names::default(),
+        };
+        Self::from_layer(layered(ServerFile::defaults(), file, flags), &names)
     }
 
-    /// Validates merged settings once. `psk` is the `--psk` key, which only
-    /// a flag can give (a file names a key file).
-    fn from_layer(l: ServerFile, psk: Option<String>) -> Result<Self> {
+    /// Validates merged settings once. What cannot go together is refused
+    /// first, by the tables, the same wherever each setting came from;
+    /// `names` says how the user wrote each of their keys.
+    fn from_layer(l: ServerFile, names: &Names) -> Result<Self> {
+        let given = |key: &str| l.given(key);
+        check_tables(
+            ServerFile::CONFLICTS,
+            ServerFile::REQUIREMENTS,
+            given,
+            names,
+        )?;
         // Only the port named: still the default address, with its IPv4
         // fallback.
         let listen_is_default = l.listen.is_none();
@@ -412,16 +514,6 @@ impl ServerConfig {
         let duration = |v: Option<DurationValue>, key| v.map(|v| v.duration(key)).transpose();
         let one_off = l.one_off.unwrap_or(false);
         let iperf3_json = l.iperf3_json.unwrap_or(false);
-        if iperf3_json && l.json == Some(true) {
-            return Err(Error::usage(
-                "--iperf3-json writes one iperf3 document: it cannot be combined with --json",
-            ));
-        }
-        if iperf3_json && !one_off {
-            return Err(Error::usage(
-                "--iperf3-json writes one document for one test: give --one-off too",
-            ));
-        }
         // iperf3 reports every second: so does --iperf3-json, unless an
         // interval was given (the defaults' layer gives one).
         let interval = duration(l.interval, "interval")?
@@ -500,7 +592,7 @@ impl ServerConfig {
         let method = l.method.unwrap_or_else(Method::default_for_platform);
         let psk = psk_from(
             &PskArgs {
-                psk,
+                psk: l.psk,
                 psk_file: l.psk_file,
             },
             None,
@@ -539,5 +631,99 @@ impl ServerConfig {
             streams,
             stamp,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testing::{server, TempConfig};
+    use crate::config::{flag_of, one_choice};
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_tables_name_udp_servers_own_keys() {
+        let cmd = ServerArgs::command();
+        let (l, defaults) = (ServerFile::default(), ServerFile::defaults());
+        for key in table_keys() {
+            assert!(l.given(key).is_some(), "{key}: not a key");
+            assert!(!defaults.given(key).unwrap(), "{key}: set by the defaults");
+            let long = flag_of(key);
+            assert!(
+                cmd.get_arguments()
+                    .any(|a| a.get_long() == long.strip_prefix("--")),
+                "{key}: udp_server has no {long}"
+            );
+        }
+    }
+
+    /// Every key the tables name.
+    fn table_keys() -> Vec<&'static str> {
+        ServerFile::CONFLICTS
+            .iter()
+            .flat_map(|c| [c.a, c.b])
+            .chain(
+                ServerFile::REQUIREMENTS
+                    .iter()
+                    .flat_map(|r| [r.key, r.needs]),
+            )
+            .collect()
+    }
+
+    /// A requirement met by the file or by a flag is met: `--metrics-retain`
+    /// with the file's `metrics`, `--stamp-max-total` with the file's
+    /// `stamp` (clap's own `requires` refused both).
+    #[test]
+    fn a_requirement_is_met_wherever_it_is_given() {
+        let file = TempConfig::new("metrics = \"127.0.0.1:0\"\nstamp = \"127.0.0.1:0\"\n");
+        let cfg = server(&[
+            "--config",
+            file.arg(),
+            "--metrics-retain",
+            "1m",
+            "--stamp-max-total",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(cfg.metrics_retain, Duration::from_secs(60));
+        assert_eq!(cfg.stamp.unwrap().max_total, 5);
+        file.write("metrics_retain = \"1m\"\n");
+        let why = "it keeps finished peers in the metrics";
+        let err = server(&["--config", file.arg()]).unwrap_err();
+        let flag = server(&["--metrics-retain", "1m"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        // The same words, each key as it was written.
+        assert_eq!(
+            err.to_string(),
+            format!("metrics_retain needs --metrics: {why}")
+        );
+        assert_eq!(
+            flag.to_string(),
+            format!("--metrics-retain needs --metrics: {why}")
+        );
+        assert!(server(&["--config", file.arg(), "--metrics", "127.0.0.1:0"]).is_ok());
+    }
+
+    /// `listen` and `port` in one file conflict as the flags do (the file's
+    /// `listen` used to win silently); a flag replaces the file's choice.
+    #[test]
+    fn listen_and_port_are_one_choice() {
+        assert!(one_choice::<ServerFile>("listen", "port"));
+        let file = TempConfig::new("listen = \"127.0.0.1:7\"\nport = 9\n");
+        let why = "--port PORT is --listen [::]:PORT: give one";
+        let err = server(&["--config", file.arg()]).unwrap_err();
+        let flags = server(&["--listen", "127.0.0.1:7", "-p", "9"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(
+            err.to_string(),
+            format!("listen cannot be used with port: {why}")
+        );
+        assert_eq!(
+            flags.to_string(),
+            format!("--listen cannot be used with --port: {why}")
+        );
+        file.write("port = 9\n");
+        let cfg = server(&["--config", file.arg(), "--listen", "127.0.0.1:7"]).unwrap();
+        assert_eq!(cfg.listen, "127.0.0.1:7".parse().unwrap());
     }
 }

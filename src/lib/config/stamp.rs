@@ -126,27 +126,14 @@ pub struct StampServerKeys {
     pub clock_error: Option<Duration>,
 }
 
-/// The reflector's settings, or None without `--stamp`; a STAMP setting
-/// without it is a mistake.
+/// The reflector's settings, or None without `--stamp`. A STAMP setting
+/// without it is a mistake that udp_server's table of requirements
+/// refused already (`ServerFile::REQUIREMENTS`).
 pub fn server_settings(
     k: StampServerKeys,
     interval: Option<Duration>,
 ) -> Result<Option<StampSettings>> {
     let Some(text) = k.stamp else {
-        let stray = [
-            (k.max_per_source.is_some(), "stamp_max_per_source"),
-            (k.max_per_prefix.is_some(), "stamp_max_per_prefix"),
-            (k.max_total.is_some(), "stamp_max_total"),
-            (k.max_sessions.is_some(), "stamp_max_sessions"),
-            (k.session_timeout.is_some(), "stamp_session_timeout"),
-            (k.synchronized == Some(true), "stamp_synchronized"),
-            (k.clock_error.is_some(), "stamp_clock_error"),
-        ];
-        if let Some((_, key)) = stray.iter().find(|(set, _)| *set) {
-            return Err(Error::usage(format!(
-                "{key} sets up the STAMP reflector: it needs --stamp [ADDR:]PORT"
-            )));
-        }
         return Ok(None);
     };
     let (listen, listen_is_port_only) = stamp_listen(&text)?;
@@ -259,8 +246,10 @@ pub struct StampClientKeys {
 /// and `duration` are the run's `--count` and `--duration` (the STAMP
 /// run's with `--no-load`, the load's otherwise); `wait` its
 /// `--end-timeout`; `bind` is the client's to fill. A STAMP setting
-/// without a reflector is a usage error, and so is `--stamp-stateful`
-/// beside a load (only `--no-load` splits loss by direction).
+/// without a reflector is a mistake that udp_client's table of
+/// requirements refused already (`ClientFile::REQUIREMENTS`), as it did
+/// `--stamp-stateful` beside a load (only `--no-load` splits loss by
+/// direction).
 pub fn sender_settings(
     k: StampClientKeys,
     count: Option<u64>,
@@ -268,28 +257,9 @@ pub fn sender_settings(
     wait: Duration,
 ) -> Result<Option<StampSender>> {
     let Some(text) = k.reflector else {
-        let stray = [
-            (k.no_load == Some(true), "--no-load"),
-            (k.interval.is_some(), "--stamp-interval"),
-            (k.size.is_some(), "--stamp-size"),
-            (k.ssid.is_some(), "--stamp-ssid"),
-            (k.stateful == Some(true), "--stamp-stateful"),
-            (k.synchronized == Some(true), "--stamp-synchronized"),
-            (k.clock_error.is_some(), "--stamp-clock-error"),
-        ];
-        if let Some((_, flag)) = stray.iter().find(|(set, _)| *set) {
-            return Err(Error::usage(format!(
-                "{flag} measures round trips with STAMP: it needs --stamp-reflector HOST[:PORT]"
-            )));
-        }
         return Ok(None);
     };
     let alone = k.no_load == Some(true);
-    if !alone && k.stateful == Some(true) {
-        return Err(Error::usage(
-            "--stamp-stateful splits loss by direction, which only --no-load reports: beside a load the rtt line counts probes lost either way",
-        ));
-    }
     let reflector = reflector_addr(&text)?;
     let interval = k.interval.unwrap_or(if alone {
         DEFAULT_INTERVAL

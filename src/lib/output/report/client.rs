@@ -308,6 +308,25 @@ pub fn client_end_event(r: &RunReport) -> String {
     json_event("end", &client_json(r))
 }
 
+/// The header's socket: connected, or unconnected with the calls the
+/// senders really made, as their path lines name them (issue 42: the
+/// header said "sendto" whatever the path line said).
+fn socket_text(r: &RunReport) -> String {
+    if r.connected {
+        return "connected".to_string();
+    }
+    let mut calls: Vec<&str> = Vec::new();
+    for c in &r.clients {
+        if !calls.contains(&c.send_path.name.as_str()) {
+            calls.push(&c.send_path.name);
+        }
+    }
+    match calls.is_empty() {
+        true => "unconnected".to_string(),
+        false => format!("unconnected ({})", calls.join(", ")),
+    }
+}
+
 /// `udp_client to ADDR: …`: what the upload sent, and how.
 pub(super) fn upload_header(r: &RunReport) -> String {
     let clients = r.clients.len();
@@ -316,11 +335,7 @@ pub(super) fn upload_header(r: &RunReport) -> String {
         r.server_addr,
         r.buffer_size,
         plural(clients as u64, "client", "clients"),
-        if r.connected {
-            "connected"
-        } else {
-            "unconnected (sendto)"
-        },
+        socket_text(r),
         paced_text(r.rate_bps, clients),
     )
 }
@@ -458,6 +473,22 @@ back-off  0 ENOBUFS/EAGAIN retries, 0.000 s waiting
 path      sendmmsg+gso: 8 per call, gso: on (up to 46 datagrams per buffer), 20 calls
 limit     paced: the sender held the requested 0.160 Gbit/s"
         );
+    }
+
+    /// Issue 42: an unconnected socket's header names the calls the path
+    /// line names, never a "sendto" of its own.
+    #[test]
+    fn an_unconnected_header_names_the_paths_calls() {
+        let mut r = upload();
+        r.connected = false;
+        let header = |r: &RunReport| r.text().lines().next().unwrap().to_string();
+        assert!(
+            header(&r).ends_with(", 1 client, unconnected (sendmmsg+gso), paced at 160.0 Mbit/s")
+        );
+        r.clients[0].send_path.name = "sendto".into();
+        assert!(header(&r).contains(", unconnected (sendto), "));
+        r.connected = true;
+        assert!(header(&r).contains(", connected, "));
     }
 
     #[test]
