@@ -367,9 +367,10 @@ impl ReadProgress {
 /// Reads every socket's drop counter directly into the table (SO_MEMINFO):
 /// the drops after the last datagram queued are in no datagram's stamp.
 fn observe_drops(sockets: &[Socket], table: &mut PeerTable) {
+    let now = Instant::now();
     for (index, socket) in sockets.iter().enumerate() {
         if let Ok(raw) = sys::kernel_drop_count(socket) {
-            table.observe_kernel_drops(index, raw);
+            table.observe_kernel_drops(index, raw, now);
         }
     }
 }

@@ -290,6 +290,9 @@ pub(super) struct SocketState {
     /// been counted (see [`PeerTable::read_up_to`]); None where no reader
     /// says so.
     pub(super) read_up_to: Option<Instant>,
+    /// When a direct reading last found the drop total grown: the socket
+    /// was still taking traffic then, though none of it was queued.
+    pub(super) drops_grew_at: Option<Instant>,
 }
 
 impl SocketState {
@@ -340,10 +343,26 @@ impl PeerTable {
     /// after the last datagram queued (a sender's tail, dropped while the
     /// reader was starved) are in no stamp; only this reading has them.
     /// The receive engine reads every socket's counter at each pass.
-    pub fn observe_kernel_drops(&mut self, socket: usize, raw: u32) {
+    pub fn observe_kernel_drops(&mut self, socket: usize, raw: u32, now: Instant) {
         if let Some(s) = self.sockets.get_mut(socket) {
-            s.fold_drops(raw);
+            let before = s.raw.map(|_| s.total);
+            let after = s.fold_drops(raw);
+            if before.is_some_and(|b| after > b) {
+                s.drops_grew_at = Some(now);
+            }
         }
+    }
+
+    /// A peer's latest sign of traffic: its last datagram, or a later
+    /// growth of its socket's drops. A socket whose buffer overflowed
+    /// while its reader was starved took datagrams it could not queue;
+    /// their peer is not idle, though nothing of it arrived (with other
+    /// peers on the socket, each is kept until the drops stop).
+    pub(super) fn last_sign(&self, peer: &Peer) -> Instant {
+        self.sockets
+            .get(peer.socket)
+            .and_then(|s| s.drops_grew_at)
+            .map_or(peer.last_seen, |at| at.max(peer.last_seen))
     }
 
     /// The running drop total of `socket`, where its counter is known.

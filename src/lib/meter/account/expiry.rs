@@ -174,7 +174,9 @@ impl PeerTable {
                 State::Closing { grace_until, .. } if now >= grace_until => {
                     due.push((*key, Some(DoneReason::End)))
                 }
-                State::Active if horizon.saturating_duration_since(peer.last_seen) >= idle => {
+                State::Active
+                    if horizon.saturating_duration_since(self.last_sign(peer)) >= idle =>
+                {
                     // A probe and nothing else has nothing to report.
                     let reason = (peer.total.packets > 0).then_some(DoneReason::Idle);
                     due.push((*key, reason));
@@ -208,7 +210,7 @@ impl PeerTable {
             .index
             .iter()
             .filter(|(_, &slot)| {
-                horizon.saturating_duration_since(self.untagged.get(slot).last_seen) >= idle
+                horizon.saturating_duration_since(self.last_sign(self.untagged.get(slot))) >= idle
             })
             .map(|(addr, _)| *addr)
             .collect();

@@ -824,7 +824,7 @@ fn drops_after_a_peers_last_datagram_count_in_its_summary() {
     }
     // The reader was starved: 40 more were dropped, and nothing queued
     // after them says so.
-    t.table.observe_kernel_drops(0, 40);
+    t.table.observe_kernel_drops(0, 40, Instant::now());
     // A stamp older than that reading (a datagram queued before the
     // drops, read after it) moves nothing back.
     t.send(&[0u8; 14], a, 100 * MS);
@@ -870,6 +870,30 @@ fn a_peer_is_idle_only_once_the_readers_have_read_past_its_timeout() {
     assert_eq!(t.sink.done.len(), 1);
     assert_eq!(t.sink.done[0].packets, 20);
     assert_eq!(t.table.totals.peers, 1, "one peer, not split");
+}
+
+/// A reader starved while the socket overflows: nothing of the peer is
+/// queued, but the drop counter grows. The peer is not idle until the
+/// drops stop too, so the datagrams after it are not a second peer.
+#[test]
+fn a_peer_whose_socket_still_drops_is_not_idle() {
+    let mut t = Harness::with(TableConfig {
+        idle_timeout: Duration::from_secs(1),
+        ..TableConfig::default()
+    });
+    let a = addr("127.0.0.1:7");
+    t.drops = Some(0);
+    for i in 0..10u32 {
+        t.send(&[0u8; 14], a, MS * i);
+    }
+    t.table.observe_kernel_drops(0, 0, t.t0 + 10 * MS);
+    t.table.observe_kernel_drops(0, 500, t.t0 + 1500 * MS);
+    t.expire(2000 * MS);
+    assert!(t.sink.done.is_empty(), "its socket still took traffic");
+    t.expire(2600 * MS);
+    assert_eq!(t.sink.done.len(), 1);
+    assert_eq!(t.sink.done[0].packets, 10);
+    assert_eq!(t.sink.done[0].drops.kernel_drops, Some(500));
 }
 
 #[test]
