@@ -432,3 +432,56 @@ fn bidir_queue_delay_summaries_agree_with_their_intervals_through_nat() {
         );
     }
 }
+
+/// `-R --no-gro` through the NAT (issue 41): the switch reaches the
+/// client's receive socket (the report says GRO off), and the client's
+/// count is the kernel's: every datagram its namespace's input hook saw
+/// from the server was counted received or dropped by its socket.
+#[test]
+fn reverse_without_gro_counts_what_the_clients_input_hook_counted() {
+    require_root_and_ip();
+    let net = routed("rgn", 95, true);
+    let server = Server::start_in(&net.server, "0.0.0.0:0", &["--recv-buffer-size", "4M"]);
+    let target = format!("{}:{}", net.server_ip, server.port());
+    // In the client's own namespace, after the NAT: the datagrams the
+    // client's kernel took in, data only (UDP length over 600 bytes).
+    nft_apply(
+        &net.client,
+        &format!(
+            "table ip clientin {{\n  chain c {{\n    type filter hook input priority 0; policy accept;\n    ip saddr {} udp sport {} udp length > 600 counter\n  }}\n}}\n",
+            net.server_ip,
+            server.port()
+        ),
+    );
+    // --no-gso: one packet per datagram on the wire, so the hook counts
+    // datagrams; --no-gro: one datagram per read on the socket.
+    let report = client_in(
+        &net.client,
+        &args_to(
+            &target,
+            "-R --no-gro --no-gso -b 1460 -n 20000 --rate 400Mbit",
+        ),
+    );
+    let download = &report["downloads"][0];
+    assert_eq!(
+        download["gro"], false,
+        "--no-gro reached the socket: {report}"
+    );
+    let receiver = &stream(&report, "server_to_client")["receiver"];
+    let (hook, _) = nft_counter(&net.client, "ip", "clientin");
+    let drops = download["received"]["socket_wide_kernel_drops"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(
+        u(receiver, "packets") + drops,
+        hook,
+        "the client's count and its socket's drops are what its input hook saw: {report}"
+    );
+    assert_eq!(u(&download["received"], "gro_buffers"), 0, "{download}");
+    assert_eq!(
+        u(receiver, "packets") + u(receiver, "lost_packets"),
+        20_000,
+        "{report}"
+    );
+    server.stop();
+}

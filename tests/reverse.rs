@@ -378,3 +378,35 @@ fn bidir_plot_and_latency_cover_both_directions() {
     }
     server.stop();
 }
+
+/// The server's `--no-gso` reaches the datagrams it sends (issue 41): a
+/// client that asks for GSO gets a stream sent without it, and both the
+/// server's `stream_done` and the client's `server_send` say so; a
+/// default server on the same request uses GSO.
+#[test]
+fn the_servers_no_gso_reaches_its_reverse_sends() {
+    let gso_segments = |server: &Server, report: &Value| {
+        let session = report["downloads"][0]["session"].as_str().expect("session");
+        let done = stream_done(server, session);
+        let client_side = report["downloads"][0]["server_send"].clone();
+        assert!(
+            client_side.is_object(),
+            "the server's End said how: {report}"
+        );
+        (client_side["gso_segments"].as_u64(), done)
+    };
+    let default = Server::loopback();
+    let report = run(&default, "-R --gso -b 1400 -n 2000");
+    let (segments, _) = gso_segments(&default, &report);
+    assert!(segments.is_some_and(|n| n > 1), "GSO by default: {report}");
+    default.stop();
+
+    let server = Server::start("127.0.0.1:0", &["--recv-buffer-size", "4M", "--no-gso"]);
+    let report = run(&server, "-R --gso -b 1400 -n 2000");
+    let (segments, done) = gso_segments(&server, &report);
+    assert_eq!(segments, None, "--no-gso on the server: {report}");
+    let path = done["send_path"].as_str().expect("a send path");
+    assert!(!path.contains("GSO") && !path.contains("gso"), "{done}");
+    assert_reverse_exact(&server, &report, 2000, 1400);
+    server.stop();
+}

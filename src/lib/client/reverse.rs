@@ -260,7 +260,7 @@ pub fn receive_one(
     let bound = receiver::adopt(
         vec![Socket::from(socket)],
         Some(cfg.recv_buffer_size),
-        crate::sys::LINUX_SOCKETS,
+        cfg.gro && crate::sys::LINUX_SOCKETS,
     )?;
     let receiver_cfg = ReceiverConfig {
         method: crate::meter::recv::Method::default_for_platform(),

@@ -27,7 +27,8 @@ use std::time::Duration;
     name = "udp_client",
     version = super::VERSION_TEXT,
     about = "Sends an exact volume of UDP data to a udp_server and reports both sides.",
-    long_about = None
+    long_about = None,
+    after_help = super::EXTRA_HELP
 )]
 // The help shows addresses such as [::]:35000 as they are typed, not as
 // rustdoc links.
@@ -44,9 +45,10 @@ pub struct ClientArgs {
     /// Total payload bytes to send, exactly (e.g. 1000000, 64K, 1G, 1GiB)
     /// [default: 1000000; with --local and no volume, --duration 3s].
     /// The last datagram may be shorter than --buffer-size. Unlike iperf3's
-    /// -t, a volume, not a time: for a time use --duration.
-    #[arg(short = 't', long, value_name = "BYTES", value_parser = size_arg)]
-    pub total_send: Option<u64>,
+    /// -t, a volume, not a time: for a time use --duration. A bare number
+    /// under 1000 (iperf3's `-t 10`) is refused: write 10B for 10 bytes.
+    #[arg(short = 't', long, value_name = "BYTES", value_parser = volume_text)]
+    pub total_send: Option<String>,
     /// Send this many datagrams instead of a byte total (works with -b 0).
     /// With --stamp-reflector, this many test packets.
     #[arg(short = 'n', long, visible_alias = "count", value_name = "N")]
@@ -198,6 +200,16 @@ pub struct ClientArgs {
     /// socket (e.g. 8M); the granted size is reported [default: 4M].
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub recv_buffer_size: Option<u64>,
+    /// With -R or --bidir: UDP_GRO on the client's receive socket, the
+    /// kernel coalescing the datagrams it receives (each still counted).
+    /// The default where supported (Linux).
+    #[arg(long, overrides_with = "no_gro")]
+    pub gro: bool,
+    /// With -R or --bidir: turn UDP_GRO off on the client's receive
+    /// socket: one datagram per read, as the kernel's per-datagram
+    /// counters see them.
+    #[arg(long, overrides_with = "gro")]
+    pub no_gro: bool,
     /// Send the round-trip probes to a STAMP reflector (RFC 8762; udp_server
     /// --stamp, a router, stamp-suite) instead of udp_server: HOST or
     /// HOST:PORT [default port: 862]. The load still goes to --server; the
@@ -294,6 +306,7 @@ pub struct ClientFile {
     pub reverse: Option<bool>,
     pub bidir: Option<bool>,
     pub recv_buffer_size: Option<SizeValue>,
+    pub gro: Option<bool>,
     pub idle_probe: Option<DurationValue>,
     pub stamp_reflector: Option<String>,
     pub no_load: Option<bool>,
@@ -313,7 +326,7 @@ crate::impl_layer!(ClientFile {
     option: [
         server_addr, buffer_size, rate, precise_pacing, clients, end_timeout, interval, batch,
         gso, sndbuf, dont_fragment, no_server, bind, scheduler, priority, json,
-        iperf3_json, quiet, reverse, bidir, recv_buffer_size, idle_probe, stamp_reflector, no_load,
+        iperf3_json, quiet, reverse, bidir, recv_buffer_size, gro, idle_probe, stamp_reflector, no_load,
         stamp_interval, stamp_size, stamp_ssid, stamp_stateful, stamp_synchronized,
         stamp_clock_error,
     ]
@@ -338,7 +351,7 @@ impl ClientFile {
             server_addr: args.server_addr.clone(),
             buffer_size: args.buffer_size.map(SizeValue::Number),
             packets: args.packets,
-            total_send: args.total_send.map(SizeValue::Number),
+            total_send: args.total_send.clone().map(SizeValue::Text),
             duration: args.duration.map(DurationValue::Parsed),
             rate: args.rate.map(RateValue::Parsed),
             precise_pacing: args.precise_pacing.then_some(true),
@@ -363,6 +376,7 @@ impl ClientFile {
             reverse: args.reverse.then_some(true),
             bidir: args.bidir.then_some(true),
             recv_buffer_size: args.recv_buffer_size.map(SizeValue::Number),
+            gro: super::on_off(args.gro, args.no_gro),
             idle_probe: args.idle_probe.map(DurationValue::Parsed),
             stamp_reflector: args.stamp_reflector.clone(),
             no_load: args.no_load.then_some(true),
@@ -447,8 +461,10 @@ pub struct ClientConfig {
     pub mode: ClientMode,
     /// Which way the data flows (`-R`, `--bidir`).
     pub traffic: Traffic,
-    /// With -R or --bidir: SO_RCVBUF for the client's receive socket.
+    /// With -R or --bidir: SO_RCVBUF for the client's receive socket ...
     pub recv_buffer_size: usize,
+    /// ... and whether UDP_GRO is asked for on it (`--no-gro`: not).
+    pub gro: bool,
     /// `--idle-probe`: round-trip probes alone before the load.
     pub idle_probe: Duration,
     /// `--stamp-reflector` beside a load: the round-trip probes go to that
@@ -694,8 +710,13 @@ impl ClientConfig {
         }
         let volume = if let Some(n) = l.packets {
             Volume::Packets(n)
-        } else if let Some(t) = size(l.total_send, "total_send")? {
-            Volume::Bytes(t)
+        } else if let Some(t) = l.total_send {
+            if let Some(n) = seconds_like(&t) {
+                return Err(Error::usage(format!(
+                    "-t {n} is a volume here, {n} bytes (iperf3's -t is a time): for {n} seconds use --duration {n}s; for {n} bytes write -t {n}B"
+                )));
+            }
+            Volume::Bytes(t.bytes("total_send")?)
         } else if let Some(d) = duration(l.duration, "duration")? {
             Volume::Time(d)
         } else if args.local {
@@ -785,6 +806,11 @@ impl ClientConfig {
                 "--recv-buffer-size sizes the client's receive socket: it needs -R or --bidir",
             ));
         }
+        if l.gro.is_some() && !traffic.has_reverse() {
+            return Err(Error::usage(
+                "--gro and --no-gro set the client's receive socket: they need -R or --bidir (the server's --no-gro sets an upload's)",
+            ));
+        }
         let recv_buffer_size = check_between(
             "--recv-buffer-size",
             recv_buffer_size.unwrap_or(DEFAULT_CLIENT_RECV_BUFFER),
@@ -868,9 +894,30 @@ impl ClientConfig {
             quiet: l.quiet.unwrap_or(false),
             traffic,
             recv_buffer_size,
+            gro: l.gro.unwrap_or(true),
             idle_probe,
             stamp_probes: stamp.filter(|s| !s.alone),
             timeline_plot,
         })
+    }
+}
+
+/// `-t`'s value, checked as it is parsed and kept as written, so that a
+/// bare number can be told from one with a unit.
+fn volume_text(s: &str) -> std::result::Result<String, crate::units::UnitError> {
+    crate::units::parse_size(s).map(|_| s.to_string())
+}
+
+/// A volume written as a bare number under 1000 (`-t 10`, `total_send =
+/// 10`): iperf3's reflex for seconds, refused rather than sending 10
+/// bytes. With a unit (`10B`) it is the volume it says.
+fn seconds_like(v: &SizeValue) -> Option<u64> {
+    match v {
+        SizeValue::Number(n) => (1..1000).contains(n).then_some(*n),
+        SizeValue::Text(t) => t
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (1..1000).contains(n)),
     }
 }

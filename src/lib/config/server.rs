@@ -36,8 +36,9 @@ impl clap::ValueEnum for Method {
 #[command(
     name = "udp_server",
     version = super::VERSION_TEXT,
-    about = "Counts the UDP datagrams and bytes each peer sends, and reports exact rates in Gbit/s.",
-    long_about = None
+    about = "Counts the UDP datagrams and bytes each peer sends, and reports exact rates.",
+    long_about = None,
+    after_help = super::EXTRA_HELP
 )]
 // The help shows addresses such as [::]:35000 as they are typed, not as
 // rustdoc links.
@@ -121,6 +122,12 @@ pub struct ServerArgs {
     /// clients on this host, 10Gbit for others].
     #[arg(long, value_name = "RATE", value_parser = super::rate_arg)]
     pub max_rate: Option<u64>,
+    /// Send reverse streams (udp_client -R, --bidir) without UDP GSO,
+    /// one buffer per datagram, whatever the client asks (its --gso,
+    /// --no-gso): for a path or a middlebox that mishandles GSO, or to
+    /// compare [default: GSO where the client's datagrams allow it].
+    #[arg(long)]
+    pub no_gso: bool,
     /// Reverse streams sent at once; more are refused with the reason; 0
     /// refuses them all [default: 32].
     #[arg(long, value_name = "N")]
@@ -191,6 +198,7 @@ pub struct ServerFile {
     pub metrics_retain: Option<DurationValue>,
     pub max_duration: Option<DurationValue>,
     pub max_rate: Option<RateValue>,
+    pub no_gso: Option<bool>,
     pub max_reverse_streams: Option<usize>,
     pub max_reverse_streams_per_source: Option<usize>,
     pub stamp: Option<super::stamp::StampListen>,
@@ -211,7 +219,7 @@ crate::impl_layer!(ServerFile {
     option: [
         interval, idle_timeout, end_grace, recv_buffer_size, max_peers, method, threads, gro,
         scheduler, priority, json, one_off, iperf3_json, metrics, metrics_retain,
-        max_duration, max_rate, max_reverse_streams, max_reverse_streams_per_source, stamp,
+        max_duration, max_rate, no_gso, max_reverse_streams, max_reverse_streams_per_source, stamp,
         stamp_max_per_source, stamp_max_per_prefix, stamp_max_total, stamp_max_sessions,
         stamp_session_timeout, stamp_synchronized, stamp_clock_error,
     ]
@@ -342,6 +350,7 @@ impl ServerFile {
             metrics_retain: args.metrics_retain.map(DurationValue::Parsed),
             max_duration: args.max_duration.map(DurationValue::Parsed),
             max_rate: args.max_rate.map(RateValue::Parsed),
+            no_gso: args.no_gso.then_some(true),
             max_reverse_streams: args.max_reverse_streams,
             max_reverse_streams_per_source: args.max_reverse_streams_per_source,
             stamp: args.stamp.clone().map(super::stamp::StampListen::Text),
@@ -422,6 +431,8 @@ pub struct StreamCaps {
     pub max_streams: usize,
     /// ... and from one source (`--max-reverse-streams-per-source`).
     pub max_per_source: usize,
+    /// `--no-gso`: streams are sent without GSO, whatever the client asks.
+    pub no_gso: bool,
 }
 
 /// `--max-rate`'s default for a client that is not on this host.
@@ -444,6 +455,7 @@ impl Default for StreamCaps {
             max_rate_bps: None,
             max_streams: DEFAULT_MAX_STREAMS,
             max_per_source: default_per_source(DEFAULT_MAX_STREAMS),
+            no_gso: false,
         }
     }
 }
@@ -586,6 +598,7 @@ impl ServerConfig {
             max_rate_bps,
             max_streams,
             max_per_source,
+            no_gso: l.no_gso.unwrap_or(false),
         };
         // Whether this platform has the method is the role's to say, at
         // bind (server::bind).

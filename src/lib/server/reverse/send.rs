@@ -136,7 +136,7 @@ pub fn grant(
             }
         }
     }
-    let gso = if request.flags & wire::SEND_GSO_OFF != 0 {
+    let gso = if caps.no_gso || request.flags & wire::SEND_GSO_OFF != 0 {
         GsoRequest::Off
     } else if request.flags & wire::SEND_GSO_ON != 0 {
         GsoRequest::On
@@ -393,5 +393,12 @@ mod tests {
         r.batch = 5000;
         let g = grant(&r, &caps, LOOP, 65507).unwrap();
         assert_eq!((g.gso, g.batch), (GsoRequest::On, MAX_STREAM_BATCH));
+        // The server's --no-gso wins over the client's --gso.
+        let no_gso = StreamCaps {
+            no_gso: true,
+            ..caps
+        };
+        let g = grant(&r, &no_gso, LOOP, 65507).unwrap();
+        assert_eq!(g.gso, GsoRequest::Off);
     }
 }
