@@ -687,7 +687,15 @@ fn the_header_and_the_path_line_agree() {
         assert_eq!(sent["name"], calls, "{how:?}: {sent}");
         let n = sent["calls"].as_u64().unwrap();
         assert!((1..=300).contains(&n), "{how:?}: {sent}");
-        assert!(path.ends_with(&format!(", {n} calls")), "{how:?}: {path}");
+        let calls_said = if n == 1 {
+            "1 call".to_string()
+        } else {
+            format!("{n} calls")
+        };
+        assert!(
+            path.ends_with(&format!(", {calls_said}")),
+            "{how:?}: {path}"
+        );
         assert_eq!(report["connected"], want_connected, "{how:?}");
         if want_connected {
             assert!(header.ends_with(", connected"), "{how:?}: {header}");

@@ -239,14 +239,6 @@ pub(super) fn summarise(
     let sender_span = first.is_some().then_some(span);
     let server = (!answered.is_empty()).then(|| server_view(&answered, sender_span));
     let mut notes: Vec<String> = interrupted.iter().map(Interrupted::note).collect();
-    if let Volume::Bytes(t) = cfg.volume {
-        // iperf3's `-t 5` is five seconds; here it is five bytes.
-        if t < 1000 {
-            notes.push(format!(
-                "-t {t} sent {t} bytes: -t is a volume here (iperf3's -t is a time); for {t} seconds use --duration {t}s"
-            ));
-        }
-    }
     let untagged: u64 = clients.iter().map(|c| c.untagged_packets).sum();
     if untagged > 0 {
         notes.push(format!(

@@ -72,6 +72,10 @@ pub struct SweepReport {
     /// A signal cut the sweep short: the cells are those that ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<client::Interrupted>,
+    /// What each client sent per run, in words (`1.00 MB`, `for 1 s`,
+    /// `1000 datagrams`), for the table's title.
+    #[serde(skip)]
+    pub each_client: String,
 }
 
 impl SweepReport {
@@ -184,5 +188,12 @@ pub fn run(
         cells,
         first_overflow,
         interrupted: client::Interrupted::of(shutdown),
+        each_client: match base.volume {
+            crate::meter::plan::Volume::Bytes(b) => {
+                format!("{} each", crate::units::HumanBytes(b))
+            }
+            crate::meter::plan::Volume::Packets(n) => format!("{n} datagrams each"),
+            crate::meter::plan::Volume::Time(d) => format!("for {:?} each", d),
+        },
     })
 }

@@ -22,6 +22,10 @@ pub use stamp::{
 /// What `--version` prints on every binary: the release, and the wire
 /// protocol version its UDP client and server speak (two hosts must
 /// speak the same; a mismatch says so at once).
+/// Every binary's `--help` ends with the two flags [`crate::output::manual`]
+/// reads before clap does (so they are not in the flag list).
+pub const EXTRA_HELP: &str = "Also: --completions SHELL prints a completion script (bash, zsh, fish, elvish, powershell); --man prints the man page.";
+
 pub const VERSION_TEXT: &str = concat!(env!("CARGO_PKG_VERSION"), " (wire protocol version 4)");
 
 use crate::auth::Psk;

@@ -135,7 +135,10 @@ fn congestion_name_arg(s: &str) -> Result<String> {
     version = super::VERSION_TEXT,
     about = "Forwards TCP connections to one upstream, six ways, with per-connection byte counts.",
     long_about = None,
-    after_help = "The latency benchmark is a subcommand: tcp_proxy bench --help"
+    after_help = concat!(
+        "The latency benchmark is a subcommand: tcp_proxy bench --help\n",
+        "Also: --completions SHELL prints a completion script (bash, zsh, fish, elvish, powershell); --man prints the man page."
+    )
 )]
 #[serde(deny_unknown_fields)]
 pub struct ProxyArgs {

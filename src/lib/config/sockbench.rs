@@ -27,7 +27,8 @@ use std::time::Duration;
     name = "sockbench",
     version = super::VERSION_TEXT,
     about = "Socket benchmark matrices over loopback: UDP socket libraries, TCP transfers, and receive methods.",
-    long_about = None
+    long_about = None,
+    after_help = super::EXTRA_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]

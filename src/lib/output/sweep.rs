@@ -91,8 +91,8 @@ fn clients_table(r: &SweepReport) -> String {
         ]);
     }
     let mut out = format!(
-        "udp_client --sweep-clients to {}: {size}-byte datagrams, each client the same volume\n\n",
-        r.server
+        "udp_client --sweep-clients to {}: {size}-byte datagrams, every client {}\n\n",
+        r.server, r.each_client
     );
     out += &t.render();
     out += "\nReceived rates and losses are from the server's answers; kernel drops are its socket's while each run went on (anyone's).";
@@ -237,6 +237,7 @@ mod tests {
             ],
             first_overflow: None,
             interrupted: None,
+            each_client: "1.00 MB each".into(),
         };
         let t = sweep_table(&r);
         let lines: Vec<&str> = t.lines().collect();

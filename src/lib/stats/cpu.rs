@@ -13,6 +13,11 @@ use std::time::Duration;
 
 use super::MIN_RATE_SPAN;
 
+/// Per-GB figures only over at least this many bytes: below it a run's
+/// fixed costs (the threads' start, the End exchange) dominate, and 10
+/// bytes would read as 347,200 CPU-s/GB.
+pub const MIN_PER_GB_BYTES: u64 = 1_000_000;
+
 /// User and system CPU time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CpuTime {
@@ -54,7 +59,7 @@ pub struct CpuCost {
     #[serialize_always]
     pub percent_of_core: Option<f64>,
     /// CPU seconds per 10^9 payload bytes moved (netperf's service demand,
-    /// per GB); null when nothing moved.
+    /// per GB); null under [`MIN_PER_GB_BYTES`].
     #[serialize_always]
     pub seconds_per_gb: Option<f64>,
     /// Set when the CPU was spent for other peers too: the figures above
@@ -89,7 +94,7 @@ impl CpuCost {
             system_seconds: None,
             seconds,
             percent_of_core: (span >= MIN_RATE_SPAN).then(|| seconds * 100.0 / span.as_secs_f64()),
-            seconds_per_gb: (bytes > 0).then(|| seconds / (bytes as f64 / 1e9)),
+            seconds_per_gb: (bytes >= MIN_PER_GB_BYTES).then(|| seconds / (bytes as f64 / 1e9)),
             shared: None,
         }
     }

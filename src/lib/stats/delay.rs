@@ -458,6 +458,7 @@ impl RoundTrips {
     }
 
     pub fn figures(&self) -> RoundTripFigures {
+        const MIN_RPM_ROUND_TRIPS: u64 = 5;
         let idle = Spread::of(&self.idle, 0.0).map(|s| s.p50);
         let loaded = Spread::of(&self.loaded, 0.0);
         let sent = self.idle_sent + self.loaded_sent;
@@ -467,7 +468,11 @@ impl RoundTrips {
             loaded_rtt_ms: loaded,
             probes_sent: sent,
             probes_lost: sent.saturating_sub(answered),
-            rpm: loaded.filter(|l| l.p50 > 0.0).map(|l| 60_000.0 / l.p50),
+            // Responsiveness is a figure of a load that lasted: a run of
+            // a few datagrams has too few loaded round trips to give one.
+            rpm: loaded
+                .filter(|l| l.p50 > 0.0 && self.loaded_answered >= MIN_RPM_ROUND_TRIPS)
+                .map(|l| 60_000.0 / l.p50),
             stamp_reflector: None,
         }
     }
