@@ -651,7 +651,8 @@ pub fn find_with(
             }
         }
     };
-    let mut report = summarise(cfg, s, started, &unpaced, found, runner.trials);
+    let stopped = descheduled_at.is_some();
+    let mut report = summarise(cfg, s, started, &unpaced, found, runner.trials, stopped);
     if let Some(offered) = descheduled_at {
         report.limit.descheduled_at_bps = Some(offered);
         let cpu = report
@@ -706,6 +707,7 @@ fn summarise(
     unpaced: &Trial,
     found: Found,
     trials: Vec<Trial>,
+    stopped_descheduled: bool,
 ) -> LimitReport {
     // The rate a search step asked for, as offered.
     let clients = cfg.clients.max(1) as u64;
@@ -742,7 +744,7 @@ fn summarise(
             "stopped at --max-trials {} before the resolution was reached: the rate is the highest that passed, not confirmed",
             s.max_trials
         ));
-    } else if found.rate_bps.is_none() {
+    } else if found.rate_bps.is_none() && !stopped_descheduled {
         notes.push(format!(
             "no rate passed down to 1/{FLOOR_DIVISOR} of the unpaced rate: the path loses at every rate worth measuring (see the trials' causes)"
         ));
@@ -1017,6 +1019,12 @@ mod tests {
                 "stopped: this machine was too busy to offer 500.000 Mbit/s: in 3 tries"
             ),
             "{:?}",
+            r.notes
+        );
+        assert_eq!(
+            r.notes.len(),
+            1,
+            "nothing on rates not tried: {:?}",
             r.notes
         );
         // Faster than the path allows, a sender that keeps up finds its
