@@ -55,6 +55,14 @@ const IDLE_MS: f64 = 1.0;
 const OVERLOAD: &str = "--rate 115Mbit --duration 6s -b 1400";
 const UNDERLOAD: &str = "--rate 40Mbit --duration 6s -b 1400";
 
+/// How the load's sender runs, the client's for an upload and the
+/// server's for `-R`: SCHED_FIFO, so that a CPU burner or a build beside
+/// the test cannot deschedule it. A CFS sender beside two burners fell
+/// behind its pacing (108 of 115 Mbit/s sent) and the full queue drained
+/// to 24 % while ping ran; a `--find-limit --max-delay` search stopped
+/// at 69 Mbit/s on trials the sender could not hold.
+const FIFO: [&str; 4] = ["--scheduler", "fifo", "--priority", "10"];
+
 /// ping's settings: 25 echo requests of 56 bytes, every 100 ms.
 const PINGS: u32 = 25;
 const PING_ARGS: &str = "-n -i 0.1 -s 56 -W 2";
@@ -199,6 +207,7 @@ fn shaped_with(tag: &str, net_id: u8, way: Way, extra: &[&str]) -> Shaped {
     require_tools();
     let net = routed(tag, net_id, false);
     let mut args = vec!["--recv-buffer-size", "4M"];
+    args.extend_from_slice(&FIFO);
     args.extend_from_slice(extra);
     let server = Server::start_in(&net.server, "0.0.0.0:0", &args);
     let dev = way.queue_dev(&net).to_string();
@@ -220,8 +229,12 @@ fn shaped_with(tag: &str, net_id: u8, way: Way, extra: &[&str]) -> Shaped {
 
 /// stamp-suite's reflector in `ns`, on `ip`:[`STAMP_PORT`], running
 /// until dropped.
+/// At SCHED_FIFO (`chrt -f 10`, util-linux) as our own ends: beside two
+/// CPU burners a CFS reflector answered the idle probes 4.1 ms late.
 fn stamp_suite_reflector(ns: &Netns, ip: &str) -> ChildGuard {
-    let mut cmd = ns.cmd(stamp_suite());
+    require_tool("chrt", "--version", "util-linux");
+    let mut cmd = ns.cmd("chrt");
+    cmd.args(["-f", "10"]).arg(stamp_suite());
     cmd.env("NO_COLOR", "1")
         .args(["--is-reflector", "--local-addr", ip, "--local-port"])
         .arg(STAMP_PORT.to_string())
@@ -307,7 +320,7 @@ fn measure_probed(tag: &str, net_id: u8, way: Way, load: &str, probed: ProbedBy)
     let idle = run_ping(ping_cmd(&net.client, &ping_to));
     let drops_before = tc_drops(&net.router, &dev);
 
-    let rest = format!("{} {load}", way.flag());
+    let rest = format!("{} {load} {}", way.flag(), FIFO.join(" "));
     let args: Vec<String> = args_to(&target, &rest)
         .into_iter()
         .map(String::from)
@@ -456,6 +469,30 @@ fn quick_pings(p: &Ping, under_ms: f64, when: &str) {
     );
 }
 
+/// The tbf's backlog stayed at 90 % of its limit or more while ping ran:
+/// the condition every filled-queue comparison needs. When it did not,
+/// the failure says whether the load's sender fell behind [`OVERLOAD`]'s
+/// rate (its own count of datagrams sent: a sender this machine's load
+/// descheduled, even at SCHED_FIFO) or held it (then the queue drained
+/// for another reason, which is worth a look).
+fn queue_kept_full(m: &Measured, direction: &str) {
+    const ASKED_MBPS: f64 = 115.0;
+    let sent = u(&stream(&m.report, direction)["sender"], "packets");
+    let sent_mbps = sent as f64 * 1400.0 * 8.0 / 6.0 / 1e6;
+    let why = if sent_mbps < ASKED_MBPS * 0.97 {
+        "MACHINE TOO BUSY: the load's sender fell behind its pacing, "
+    } else {
+        "the load's sender held its pacing, "
+    };
+    assert!(
+        m.backlog_min * 10 >= LIMIT_BYTES * 9,
+        "the load did not keep the tbf queue full while ping ran: backlog {}..{} B of \
+         {LIMIT_BYTES}; {why}{sent_mbps:.1} of {ASKED_MBPS} Mbit/s sent ({sent} datagrams in 6 s)",
+        m.backlog_min,
+        m.backlog_max
+    );
+}
+
 /// Test 1 and 2: the load above the link fills the 100 ms queue, ping
 /// and netspeed both read it.
 fn a_filled_queue(tag: &str, net_id: u8, way: Way) {
@@ -466,13 +503,7 @@ fn a_filled_queue(tag: &str, net_id: u8, way: Way) {
 
     // The witnesses (independent of the feature).
     idle_witness(&m);
-    assert!(
-        m.backlog_min * 10 >= LIMIT_BYTES * 9,
-        "the load did not keep the tbf queue full while ping ran: \
-         backlog {}..{} B of {LIMIT_BYTES}",
-        m.backlog_min,
-        m.backlog_max
-    );
+    queue_kept_full(&m, direction);
     assert!(m.drops > 0, "a load above the link must overflow the tbf");
     assert!(
         m.loaded.rtts.len() >= 5,
@@ -528,12 +559,7 @@ fn stamp_probes_through_a_filled_queue(tag: &str, net_id: u8, way: Way, probed: 
     let direction = way.direction();
     let m = measure_probed(tag, net_id, way, OVERLOAD, probed);
     idle_witness(&m);
-    assert!(
-        m.backlog_min * 10 >= LIMIT_BYTES * 9,
-        "the load did not keep the tbf queue full while ping ran: backlog {}..{} B of {LIMIT_BYTES}",
-        m.backlog_min,
-        m.backlog_max
-    );
+    queue_kept_full(&m, direction);
     assert!(
         m.loaded.rtts.len() >= 5,
         "fewer than 5 pings came back through the full queue:\n{}",
@@ -624,8 +650,10 @@ fn max_delay_finds_the_rate_that_keeps_the_queue_short() {
     const BOUND_MS: f64 = 10.0;
     const TRIAL_S: f64 = 1.0;
     const SIZE: f64 = 1400.0;
-    let rest =
-        format!("--find-limit --max-delay {BOUND_MS}ms --trial-duration {TRIAL_S}s -b {SIZE}");
+    let rest = format!(
+        "--find-limit --max-delay {BOUND_MS}ms --trial-duration {TRIAL_S}s -b {SIZE} {}",
+        FIFO.join(" ")
+    );
     let report = client_json(
         net.client.cmd(CLIENT),
         &args_to(&target, &rest),
@@ -633,6 +661,13 @@ fn max_delay_finds_the_rate_that_keeps_the_queue_short() {
     );
     server.stop();
     let limit = &report["limit"];
+    // A sender descheduled in every try at a rate stops the search there
+    // (udp_client says so): this machine was too busy to measure the path.
+    assert!(
+        limit["descheduled_at_bps"].is_null(),
+        "MACHINE TOO BUSY: the search stopped at {} bit/s, the sender descheduled in every try: {report}",
+        limit["descheduled_at_bps"]
+    );
     let found = u(limit, "rate_bps") as f64;
     // On the tbf's scale: IP, UDP and Ethernet headers on each datagram.
     let wire = (SIZE + 28.0 + 14.0) / SIZE;

@@ -132,6 +132,15 @@ fn sends_blocked_on_a_shaper_are_not_called_descheduled() {
             "150M",
             "--duration",
             "2s",
+            // SCHED_FIFO: a burner beside the test cannot deschedule the
+            // senders. A CFS sender woken from a blocked send waited on
+            // the run queue instead (beside two burners: 0.081 s of 4 s
+            // counted blocked, the rest run-queue time), and the verdict
+            // said "descheduled", which it then was.
+            "--scheduler",
+            "fifo",
+            "--priority",
+            "10",
         ],
     );
     let after = root_qdisc(cli, dev);

@@ -581,6 +581,7 @@ fn splice_direction_without_a_free_pipe_copies_and_takes_one_at_a_later_burst() 
         .unwrap();
 
     // a's download takes the one pipe and keeps it full.
+    let a_up_sending = a_up.try_clone().unwrap();
     let download = thread::spawn(move || {
         timeouts(&a_up, WAIT);
         common::proxy::send_pattern(&a_up, 42, BULK)
@@ -588,6 +589,33 @@ fn splice_direction_without_a_free_pipe_copies_and_takes_one_at_a_later_burst() 
     common::wait_until(WAIT, "a's download to hold the pipe", || {
         proxy.fd_count() == baseline + 4 + 2
     });
+    // ...and keeps it: the proxy gives a pipe back as soon as it is empty,
+    // so a's pipe stays taken only once everything toward a is full. On a
+    // quiet machine the download got there before b's upload; beside two
+    // CPU burners it did not (the download's sender descheduled, the proxy
+    // drained the pipe into its send buffer toward a and gave it back),
+    // and b's upload found the pipe free: no `pipe_unavailable`. Wait for
+    // the kernel to show it full: a's receive queue at least 128 KiB and
+    // not moving over 100 ms, while the download's socket still holds
+    // 64 KiB or more it could not hand on.
+    let queued = |s: &TcpStream, req| {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD/TIOCOUTQ write one int to `n`.
+        let rc = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(s), req, &mut n) };
+        assert_eq!(rc, 0, "ioctl: {}", std::io::Error::last_os_error());
+        n as usize
+    };
+    common::wait_until(WAIT, "everything toward a to be full", || {
+        let before = queued(&a, libc::FIONREAD);
+        thread::sleep(std::time::Duration::from_millis(100));
+        let after = queued(&a, libc::FIONREAD);
+        after >= 128 << 10 && after == before && queued(&a_up_sending, libc::TIOCOUTQ) >= 64 << 10
+    });
+    assert_eq!(
+        proxy.fd_count(),
+        baseline + 4 + 2,
+        "a's download still holds the pipe"
+    );
     // b's upload finds no pipe free: it copies, and says so. A burst of
     // many 16 KiB reads: one write of 24 KiB does not always arrive as
     // one read that fills the copy buffer, which is what takes a direction

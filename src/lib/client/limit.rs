@@ -281,6 +281,18 @@ pub struct Trial {
     pub repeated: bool,
 }
 
+impl Trial {
+    /// The sender alone failed this trial (`sender_cpu`: it fell behind
+    /// its pacing with no loss and no full queue) while its busiest
+    /// thread used under [`BUSY_PERCENT`] of a core: it was descheduled
+    /// (another busy process, a VM's stolen time). Such a trial measured
+    /// this machine's scheduler, not the path.
+    pub fn descheduled(&self) -> bool {
+        self.cause == Some(Cap::SenderCpu)
+            && self.sender_cpu_percent.is_some_and(|c| c < BUSY_PERCENT)
+    }
+}
+
 /// The result: `limit` in the JSON report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Limit {
@@ -317,6 +329,13 @@ pub struct Limit {
     pub out_of_trials: bool,
     /// Stopped by a signal: the rate is the highest that passed so far.
     pub interrupted: bool,
+    /// The offered rate at which the search stopped because the sender
+    /// fell behind its pacing in every try (1 + [`SENDER_REPEATS`]) with
+    /// no full queue and a core to spare: it was descheduled, so this
+    /// machine, not the path, failed that rate. Nothing at or above it
+    /// was measured; `rate_bps` is the highest rate that passed below it,
+    /// not confirmed. Null when the search was not stopped so.
+    pub descheduled_at_bps: Option<u64>,
 }
 
 /// `udp_client --find-limit --json`.
@@ -372,7 +391,16 @@ impl TrialRun {
             sent_packets: r.sent_packets,
             sent_bytes: r.sent_bytes,
             seconds: r.seconds,
-            sent_bps: summed_client_bps(&r.clients),
+            // Each client's own rate, summed; when one client sent too
+            // little to time (three unpaced clients backing off from one
+            // full shaper: one got almost nothing through in 200 ms),
+            // the run's bytes over its sending span instead, which reads
+            // a little low for clients started apart, rather than no
+            // rate at all.
+            sent_bps: summed_client_bps(&r.clients).or_else(|| {
+                (r.sent_packets > 1 && r.seconds > 0.0)
+                    .then(|| r.sent_bytes as f64 * 8.0 / r.seconds)
+            }),
             enobufs_retries: r.enobufs_retries,
             backoff_seconds: r.backoff_seconds,
             sender_cpu_percent: busiest_sender_percent(&r.clients),
@@ -474,7 +502,13 @@ struct Runner<'a> {
 }
 
 /// Why a search stopped early.
-struct Stopped;
+enum Stopped {
+    /// A signal.
+    Signal,
+    /// The sender fell behind at this offered rate in every try, while
+    /// descheduled ([`Trial::descheduled`]).
+    Descheduled(u64),
+}
 
 impl Runner<'_> {
     /// One trial at `rate` over all clients (unpaced: None); or,
@@ -486,7 +520,7 @@ impl Runner<'_> {
         phase: Phase,
     ) -> Result<std::result::Result<Trial, Stopped>> {
         if !self.trials.is_empty() && pause(self.s.pause, self.shutdown) {
-            return Ok(Err(Stopped));
+            return Ok(Err(Stopped::Signal));
         }
         let clients = self.cfg.clients.max(1) as u64;
         let offered = rate.map(|r| split_evenly(r, clients));
@@ -496,7 +530,7 @@ impl Runner<'_> {
         trial_cfg.rate_bps = offered.map(|o| o / clients);
         let run = (self.run)(&trial_cfg);
         if self.shutdown.is_triggered() {
-            return Ok(Err(Stopped));
+            return Ok(Err(Stopped::Signal));
         }
         let run =
             run.map_err(|e| Error::runtime(format!("trial {}: {e}", self.trials.len() + 1)))?;
@@ -507,9 +541,13 @@ impl Runner<'_> {
     }
 
     /// A trial that counts. One the sender alone failed (it fell behind
-    /// with no full queue: descheduled) says nothing about the path: it is
-    /// run again, up to [`SENDER_REPEATS`] times while `--max-trials`
-    /// allows, and the attempts before are marked `repeated`.
+    /// with no full queue) says nothing about the path: it is run again,
+    /// up to [`SENDER_REPEATS`] times while `--max-trials` allows, and the
+    /// attempts before are marked `repeated`. When the last try still
+    /// fell behind while descheduled ([`Trial::descheduled`]), the rate
+    /// is not counted as failed by the path: the search stops there
+    /// ([`Stopped::Descheduled`]). A sender that fell behind on a busy
+    /// core (or whose CPU is unknown) did fail the rate: that counts.
     fn counted(
         &mut self,
         rate: Option<u64>,
@@ -522,8 +560,14 @@ impl Runner<'_> {
                 Err(stopped) => return Ok(Err(stopped)),
             };
             let budget_left = self.trials.len() < self.s.max_trials as usize;
-            if trial.cause != Some(Cap::SenderCpu) || repeats == SENDER_REPEATS || !budget_left {
+            if trial.cause != Some(Cap::SenderCpu) {
                 return Ok(Ok(trial));
+            }
+            if repeats == SENDER_REPEATS || !budget_left {
+                return Ok(match (trial.descheduled(), trial.offered_bps) {
+                    (true, Some(offered)) => Err(Stopped::Descheduled(offered)),
+                    _ => Ok(trial),
+                });
             }
             if let Some(last) = self.trials.last_mut() {
                 last.repeated = true;
@@ -565,7 +609,7 @@ pub fn find_with(
     };
     let unpaced = match runner.counted(None, Phase::Unpaced)? {
         Ok(t) => t,
-        Err(Stopped) => {
+        Err(_) => {
             return Err(Error::runtime(
                 "stopped during the first (unpaced) trial: no result",
             ))
@@ -581,6 +625,7 @@ pub fn find_with(
     let mut search = Search::new(*s, upper, unpaced.passed);
     search.add_repeats((runner.trials.len() - 1) as u32);
     let mut interrupted = false;
+    let mut descheduled_at = None;
     let found = loop {
         match search.next_step() {
             Next::Done(found) => break found,
@@ -593,15 +638,39 @@ pub fn find_with(
                         // The offered rate is what the clients were paced at.
                         search.record(rate_bps, phase, t.passed);
                     }
-                    Err(Stopped) => {
+                    Err(Stopped::Signal) => {
                         interrupted = true;
+                        break search.so_far();
+                    }
+                    Err(Stopped::Descheduled(offered)) => {
+                        search.add_repeats((runner.trials.len() - before - 1) as u32);
+                        descheduled_at = Some(offered);
                         break search.so_far();
                     }
                 }
             }
         }
     };
-    let mut report = summarise(cfg, s, started, &unpaced, found, runner.trials);
+    let stopped = descheduled_at.is_some();
+    let mut report = summarise(cfg, s, started, &unpaced, found, runner.trials, stopped);
+    if let Some(offered) = descheduled_at {
+        report.limit.descheduled_at_bps = Some(offered);
+        let cpu = report
+            .trials
+            .iter()
+            .rev()
+            .take(SENDER_REPEATS as usize + 1)
+            .filter_map(|t| t.sender_cpu_percent)
+            .fold(0.0, f64::max);
+        report.notes.insert(
+            0,
+            format!(
+                "stopped: this machine was too busy to offer {:.3} Mbit/s: in {} tries the sender fell behind its pacing with no full queue, using at most {cpu:.0}% of a core (it was descheduled); nothing at or above that rate was measured, the rate found is the highest that passed below it, not confirmed; run again on a quieter machine, or with --scheduler fifo",
+                offered as f64 / 1e6,
+                SENDER_REPEATS + 1
+            ),
+        );
+    }
     if interrupted {
         report.limit.interrupted = true;
         report.notes.insert(
@@ -638,6 +707,7 @@ fn summarise(
     unpaced: &Trial,
     found: Found,
     trials: Vec<Trial>,
+    stopped_descheduled: bool,
 ) -> LimitReport {
     // The rate a search step asked for, as offered.
     let clients = cfg.clients.max(1) as u64;
@@ -674,7 +744,7 @@ fn summarise(
             "stopped at --max-trials {} before the resolution was reached: the rate is the highest that passed, not confirmed",
             s.max_trials
         ));
-    } else if found.rate_bps.is_none() {
+    } else if found.rate_bps.is_none() && !stopped_descheduled {
         notes.push(format!(
             "no rate passed down to 1/{FLOOR_DIVISOR} of the unpaced rate: the path loses at every rate worth measuring (see the trials' causes)"
         ));
@@ -685,12 +755,6 @@ fn summarise(
         } else {
             "the unpaced trial lost nothing: the sender is the limit, not the path (try --clients 2)".into()
         });
-    }
-    if let Some(t) = first_failure {
-        if t.cause == Some(Cap::SenderCpu) && t.sender_cpu_percent.is_some_and(|c| c < BUSY_PERCENT)
-        {
-            notes.push("the first failing trial did not hold its rate, yet no queue was full and no core busy: the sender was descheduled; a quieter machine may find a higher limit".into());
-        }
     }
     let mean = |f: fn(&Trial) -> Option<f64>| {
         let v: Vec<f64> = at_limit.iter().filter_map(|t| f(t)).collect();
@@ -725,6 +789,7 @@ fn summarise(
             trials: trials.len(),
             out_of_trials: found.out_of_trials,
             interrupted: false,
+            descheduled_at_bps: None,
         },
         trials,
         notes,
@@ -880,6 +945,109 @@ mod tests {
             seen.len() <= 13,
             "halving to 1/4096 takes 12 steps: {seen:?}"
         );
+    }
+
+    /// A search whose trials are made up: the path carries `limit`, and
+    /// from `behind_from` up the sender falls a fifth behind its pacing
+    /// using `cpu` % of a core.
+    fn fake_search(limit: u64, behind_from: u64, cpu: f64) -> LimitReport {
+        let args = crate::config::parse_args::<crate::config::client::ClientArgs>(
+            [
+                "udp_client",
+                "-s",
+                "192.0.2.1:9",
+                "--find-limit",
+                "-b",
+                "1000",
+            ]
+            .map(Into::into),
+        )
+        .unwrap();
+        let cfg = ClientConfig::from_args(args).unwrap();
+        let s = settings();
+        let mut run = |c: &ClientConfig| -> Result<TrialRun> {
+            // Unpaced: 1 Gbit/s, lost in part above the limit.
+            let offered = c.rate_bps.unwrap_or(1_000_000_000);
+            let behind = c.rate_bps.is_some() && offered >= behind_from;
+            let sent_bytes = if behind {
+                offered / 8 * 4 / 5
+            } else {
+                offered / 8
+            };
+            let sent = sent_bytes / 1000;
+            let lost = if offered > limit && !behind {
+                sent / 10
+            } else {
+                0
+            };
+            Ok(TrialRun {
+                buffer_size: 1000,
+                sent_packets: sent,
+                sent_bytes,
+                seconds: 1.0,
+                sent_bps: Some(sent_bytes as f64 * 8.0),
+                sender_cpu_percent: Some(cpu),
+                receiver: Some(ReceiverFacts {
+                    received: sent - lost,
+                    lost,
+                    loss_percent: lost as f64 * 100.0 / sent as f64,
+                    ..ReceiverFacts::default()
+                }),
+                ..TrialRun::default()
+            })
+        };
+        find_with(&cfg, &s, &Shutdown::new(), &mut |_| {}, &mut run).unwrap()
+    }
+
+    #[test]
+    fn a_descheduled_sender_stops_the_search_instead_of_failing_the_rate() {
+        // The path carries 600 Mbit/s; from 400 up the sender is
+        // descheduled (10 % of a core): 500 (the first halving) falls
+        // behind three times, and the search stops there.
+        let r = fake_search(600_000_000, 400_000_000, 10.0);
+        let l = &r.limit;
+        assert_eq!(l.descheduled_at_bps, Some(500_000_000), "{l:?}");
+        assert_eq!(l.rate_bps, None, "nothing passed below 500: {l:?}");
+        assert!(!l.confirmed);
+        // The unpaced trial's loss is the only failure counted.
+        assert_eq!(l.first_loss_at_bps, Some(1_000_000_000));
+        assert_eq!(l.first_loss_cause, Some(Cap::Network));
+        assert_eq!(r.trials.len(), 1 + 1 + SENDER_REPEATS as usize);
+        assert!(r.trials[1..].iter().all(Trial::descheduled));
+        assert!(
+            r.notes[0].starts_with(
+                "stopped: this machine was too busy to offer 500.000 Mbit/s: in 3 tries"
+            ),
+            "{:?}",
+            r.notes
+        );
+        assert_eq!(
+            r.notes.len(),
+            1,
+            "nothing on rates not tried: {:?}",
+            r.notes
+        );
+        // Faster than the path allows, a sender that keeps up finds its
+        // limit, untouched.
+        let r = fake_search(300_000_000, 700_000_000, 10.0);
+        let l = &r.limit;
+        assert_eq!(l.descheduled_at_bps, None, "{l:?}");
+        assert!(l.confirmed, "{l:?}");
+        let rate = l.rate_bps.unwrap();
+        assert!((290_000_000..=300_000_000).contains(&rate), "{rate}");
+    }
+
+    #[test]
+    fn a_sender_on_a_busy_core_that_falls_behind_fails_the_rate() {
+        // CPU-bound (99 % of a core): the sender cannot offer 500 Mbit/s,
+        // and that is a result: the search goes on below it.
+        let r = fake_search(600_000_000, 400_000_000, 99.0);
+        let l = &r.limit;
+        assert_eq!(l.descheduled_at_bps, None, "{l:?}");
+        assert!(l.confirmed, "{l:?}");
+        assert!(l.rate_bps.unwrap() < 400_000_000, "{l:?}");
+        assert_eq!(l.first_loss_cause, Some(Cap::SenderCpu), "{l:?}");
+        assert!(r.trials.iter().any(|t| t.repeated));
     }
 
     #[test]
