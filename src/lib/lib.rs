@@ -121,7 +121,8 @@
 //!   - [`stats`]: pure statistics (sequence sets, jitter, rates, CPU cost;
 //!     [`stats::samples`] summaries, [`stats::histogram`] latencies,
 //!     [`stats::delay`] queue delay and round trips, [`stats::drops`]
-//!     kernel drops in datagrams and loss split by where it happened);
+//!     kernel drops in datagrams and loss split by where it happened,
+//!     [`stats::cpu`] CPU cost and a shared CPU's share);
 //!   - [`matrix`]: the one loop over a benchmark's cells (sockbench's
 //!     suites and `--sweep`);
 //!   - [`sys`]: every platform syscall and errno, the only `unsafe` code

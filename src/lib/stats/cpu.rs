@@ -104,8 +104,10 @@ impl CpuCost {
     /// its own. Every figure scales by that share; a cost that served no
     /// one else stays whole.
     pub fn shared_by(self, own: u64, handled: u64, other_peers: u64) -> Self {
+        // Alone, the extra datagrams were its own (duplicates, control):
+        // the whole is its own.
         let handled = handled.max(own);
-        if other_peers == 0 && handled == own {
+        if other_peers == 0 {
             return self;
         }
         let share = if handled == 0 {
@@ -190,8 +192,10 @@ mod tests {
         assert!((s.share - 1.0 / 16.0).abs() < 1e-12);
         // Sixteen shares add up to the whole, not to sixteen wholes.
         assert!((16.0 * own.seconds - whole.seconds).abs() < 1e-9);
-        // Alone, with nothing else handled: its own, unchanged.
+        // Alone: its own, unchanged, whatever else the threads read (its
+        // duplicates, its control datagrams).
         assert_eq!(whole.shared_by(1_000, 1_000, 0), whole);
+        assert_eq!(whole.shared_by(1_000, 1_002, 0), whole);
         // Never more than the whole, whatever the counts say.
         assert_eq!(whole.shared_by(2_000, 1_000, 1).seconds, whole.seconds);
     }
