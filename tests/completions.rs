@@ -134,21 +134,32 @@ fn the_flags_work_after_other_arguments_and_subcommands() {
     assert!(script.contains("tcp_proxy"));
 }
 
+/// `--completions` and `--man` are read before clap parses (output::manual):
+/// no completion script offers them and `--help`'s list of flags does not
+/// hold them, but `--help` names them once, in its closing line, so that
+/// a user can find them (issue 42).
 #[test]
-fn neither_help_nor_the_completions_name_the_hidden_flags() {
+fn help_names_the_hidden_flags_once_and_the_completions_never() {
     for (name, bin, _) in BINARIES {
-        for args in [
-            &["--help"][..],
-            &["--completions", "bash"],
-            &["--completions", "zsh"],
-            &["--completions", "fish"],
-        ] {
-            let text = stdout_ok(bin, args);
+        for shell in ["bash", "zsh", "fish"] {
+            let text = stdout_ok(bin, &["--completions", shell]);
             assert!(
                 !names_a_hidden_flag(&text),
-                "{name} {args:?} names a hidden flag:\n{text}"
+                "{name} --completions {shell} names a hidden flag:\n{text}"
             );
         }
+        let help = stdout_ok(bin, &["--help"]);
+        let (flags, closing) = help
+            .split_once("Also: --completions SHELL")
+            .unwrap_or_else(|| panic!("{name} --help does not name --completions:\n{help}"));
+        assert!(
+            !names_a_hidden_flag(flags),
+            "{name}: in the flag list:\n{help}"
+        );
+        assert!(
+            closing.contains("--man"),
+            "{name}: --man not named:\n{help}"
+        );
     }
 }
 
