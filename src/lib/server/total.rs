@@ -89,6 +89,23 @@ pub struct TotalReport {
     pub answers_limited: u64,
 }
 
+impl TotalReport {
+    /// Nothing in it but control datagrams of proven sessions (a repeated
+    /// End, the last probes): no peer active, started or finished, no
+    /// data, no drops, nothing unproven, no answer refused. The JSON keeps
+    /// it (the totals add up to every datagram read); a text line of it
+    /// would say nothing.
+    pub fn says_nothing(&self) -> bool {
+        self.peers_active == 0
+            && self.peers_started == 0
+            && self.peers_finished == 0
+            && self.packets == 0
+            && self.kernel_drops.unwrap_or(0) == 0
+            && !self.not_proven.any()
+            && self.answers_limited == 0
+    }
+}
+
 /// The server counters a `total` takes the growth of.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counters {

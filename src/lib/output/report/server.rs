@@ -55,6 +55,8 @@ impl ServerOutput {
     /// One event as it happens.
     pub fn event(&mut self, out: &mut dyn Write, event: ServerEvent) {
         match self {
+            ServerOutput::Lines(super::Format::Text) if matches!(&event, ServerEvent::Total(t) if t.says_nothing()) =>
+                {}
             ServerOutput::Lines(format) => {
                 let _ = writeln!(out, "{}", format.show(&event));
                 let _ = out.flush();
