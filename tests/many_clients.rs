@@ -309,20 +309,6 @@ fn the_client_sweep_reports_what_the_server_counted_per_run() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The CPU-seconds one process has used so far (/proc/PID/stat: user +
-/// system, in clock ticks), the kernel's own figure.
-fn process_cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // Fields after the command name, which is in parentheses.
-    let rest = &stat[stat.rfind(')').expect("a command name") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15, the 12th and 13th after it.
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks as f64 / per_second
-}
-
 /// Sixteen unpaced clients into one server (issue 41): the receive CPU
 /// each client reports is its share, so together they come to no more
 /// than the server process used (its kernel figure, within 1.5×), each
@@ -353,7 +339,7 @@ fn sixteen_clients_receiver_cpu_adds_up_to_the_servers_own_and_every_rate_is_kno
             .expect("one JSON report");
         reports.push(report);
     }
-    let server_cpu = process_cpu_seconds(server.guard.id());
+    let server_cpu = common::cpu_seconds(server.guard.id());
     let events = server.stop();
     let receive_cpu = events
         .iter()

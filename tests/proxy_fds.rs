@@ -411,15 +411,6 @@ fn set_soft_limit(pid: u32, soft: u64) {
     assert!(status.success(), "prlimit failed: {status}");
 }
 
-/// `pid`'s CPU time so far, in clock ticks (utime + stime).
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 of stat(5), counted from the state (field 3).
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
 /// When the process runs out of descriptors anyway (here: its soft limit
 /// lowered under it with prlimit), at the upstream connect or at accept:
 /// the open connection is served on, byte-exact; the refusal is said and
@@ -444,9 +435,9 @@ fn out_of_descriptors_pauses_accept_serves_the_open_and_counts_the_limit() {
     set_soft_limit(pid, lowest_free_fd(pid));
     let c = proxy.connect();
     proxy.event(|v| v["event"] == "fd_limit_reached" && v["at"] == "accept");
-    let cpu = cpu_ticks(pid);
+    let cpu = common::cpu_ticks(pid);
     thread::sleep(std::time::Duration::from_secs(1));
-    let spent = cpu_ticks(pid) - cpu;
+    let spent = common::cpu_ticks(pid) - cpu;
     // A loop that retried accept at once would burn the whole second
     // (100 ticks); pausing 100 ms between tries costs next to nothing.
     assert!(

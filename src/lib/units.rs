@@ -247,9 +247,14 @@ impl fmt::Display for HumanBytes {
     }
 }
 
+/// [`HumanRate`] of a rate in bit/s kept as a float.
+pub fn bps_text(bps: f64) -> String {
+    HumanRate(bps.round().max(0.0) as u64).to_string()
+}
+
 /// [`HumanRate`] of a rate in Gbit/s, the unit the figures are kept in.
 pub fn gbps_text(gbps: f64) -> String {
-    HumanRate((gbps * 1e9).round().max(0.0) as u64).to_string()
+    bps_text(gbps * 1e9)
 }
 
 /// A rate in bits per second as a person reads it, scaled: `97.3 Mbit/s`,

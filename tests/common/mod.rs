@@ -458,3 +458,20 @@ pub fn congestion_of_sockets(filter: &[&str], owner: &str, names: &[&str]) -> Ve
         })
         .collect()
 }
+
+/// `pid`'s CPU time so far, in clock ticks (utime + stime of
+/// /proc/PID/stat: the kernel's own figure).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    let after = &stat[stat.rfind(')').expect("a command name") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5), counted from the state (field 3).
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// [`cpu_ticks`] in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    cpu_ticks(pid) as f64 / per_second
+}

@@ -182,12 +182,10 @@ pub(super) fn server_cpu(answers: &[(&EndAck, u64)], bytes: u64) -> Option<CpuCo
     // The sessions of this run are each other's "other peers".
     let others = others.saturating_sub(answers.len() as u64 - 1);
     let whole_ns = whole.seconds * 1e9;
-    if others == 0 || whole_ns <= 0.0 {
+    if whole_ns <= 0.0 {
         return Some(whole);
     }
-    let share = (own_ns / whole_ns).min(1.0);
-    let handled = 1_000_000_000u64;
-    Some(whole.shared_by((share * handled as f64) as u64, handled, others))
+    Some(whole.with_share(own_ns / whole_ns, others))
 }
 
 /// How a run means to send, before it has: GSO as the settings allow it

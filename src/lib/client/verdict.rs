@@ -229,10 +229,6 @@ pub struct Facts {
     pub reverse: bool,
 }
 
-fn gbit(bps: f64) -> String {
-    crate::units::HumanRate(bps.round().max(0.0) as u64).to_string()
-}
-
 fn core(percent: Option<f64>) -> String {
     percent.map_or("an unknown share".into(), |p| format!("{p:.0}%"))
 }
@@ -244,7 +240,7 @@ fn busy(percent: Option<f64>) -> bool {
 /// A rate in the unit a shaper is written in.
 fn rate_words(bps: u64) -> String {
     if bps >= 1_000_000_000 {
-        gbit(bps as f64)
+        crate::units::bps_text(bps as f64)
     } else {
         format!("{:.0} Mbit/s", bps as f64 / 1e6)
     }
@@ -539,11 +535,15 @@ pub fn judge(f: &Facts) -> Verdict {
                 Cap::Paced,
                 format!(
                     "paced: the sender held the requested {} and nothing was lost; the path may carry more (`--find-limit` finds how much)",
-                    gbit(offered)
+                    crate::units::bps_text(offered)
                 ),
             );
         }
-        let short = format!("sent {} of the requested {}", gbit(sent), gbit(offered));
+        let short = format!(
+            "sent {} of the requested {}",
+            crate::units::bps_text(sent),
+            crate::units::bps_text(offered)
+        );
         return if f.enobufs_retries > 0 || blocked {
             let v = queue_full(backoff_share);
             verdict(Cap::SenderQueue, format!("{}; {short}", v.text))
@@ -608,7 +608,7 @@ pub fn judge(f: &Facts) -> Verdict {
             "no single cap: the sender used {} and the receiver {} of a core, with no loss and no full queue ({})",
             core(f.sender_cpu_percent),
             core(rx.cpu_percent),
-            gbit(sent)
+            crate::units::bps_text(sent)
         ),
     )
 }

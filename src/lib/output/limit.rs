@@ -14,7 +14,7 @@ use std::path::Path;
 /// A rate with the unit that keeps four significant digits: the search
 /// runs from tens of Gbit/s down to a shaper's few Mbit/s.
 pub fn rate(bps: f64) -> String {
-    crate::units::HumanRate(bps.round().max(0.0) as u64).to_string()
+    crate::units::bps_text(bps)
 }
 
 fn opt_rate(bps: Option<f64>) -> String {

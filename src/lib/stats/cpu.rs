@@ -104,17 +104,23 @@ impl CpuCost {
     /// its own. Every figure scales by that share; a cost that served no
     /// one else stays whole.
     pub fn shared_by(self, own: u64, handled: u64, other_peers: u64) -> Self {
-        // Alone, the extra datagrams were its own (duplicates, control):
-        // the whole is its own.
         let handled = handled.max(own);
-        if other_peers == 0 {
-            return self;
-        }
         let share = if handled == 0 {
             0.0
         } else {
             own as f64 / handled as f64
         };
+        self.with_share(share, other_peers)
+    }
+
+    /// The part `share` (0–1) of this cost, which served `other_peers`
+    /// more; alone, the extra datagrams were its own (duplicates,
+    /// control), and the whole is its own.
+    pub fn with_share(self, share: f64, other_peers: u64) -> Self {
+        if other_peers == 0 {
+            return self;
+        }
+        let share = share.clamp(0.0, 1.0);
         let scale = |x: f64| x * share;
         CpuCost {
             user_seconds: self.user_seconds.map(scale),
